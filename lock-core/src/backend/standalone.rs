@@ -1,0 +1,142 @@
+//! A standalone Redis server: a bb8 pool of multiplexed connections for commands, and a
+//! `redis::Client` for the dedicated pub/sub connection.
+
+use std::time::Duration;
+
+use bb8::{Pool, PooledConnection, RunError};
+use bb8_redis::RedisConnectionManager;
+use redis::{FromRedisValue, ScriptInvocation, aio::MultiplexedConnection};
+
+use crate::error::{LockError, is_connection_error};
+
+pub(crate) struct Standalone {
+    pool: Pool<RedisConnectionManager>,
+    client: redis::Client,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Standalone {
+    pub(crate) fn new(
+        pool: Pool<RedisConnectionManager>,
+        client: redis::Client,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Self {
+        Self {
+            pool,
+            client,
+            response_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// Builds the default pool: no PING on every checkout (a broken connection is replaced
+    /// when a command on it fails instead, see [`Standalone::invoke`]).
+    pub(crate) fn default_pool(
+        client: &redis::Client,
+        size: u32,
+        connect_timeout: Duration,
+    ) -> Result<Pool<RedisConnectionManager>, LockError> {
+        let manager = RedisConnectionManager::new(client.get_connection_info().clone())?;
+        Ok(Pool::builder()
+            .max_size(size)
+            .connection_timeout(connect_timeout)
+            .test_on_check_out(false)
+            .build_unchecked(manager))
+    }
+
+    pub(crate) fn redis_client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    async fn connection(&self) -> Result<PooledConnection<'_, RedisConnectionManager>, LockError> {
+        match self.pool.get().await {
+            Ok(mut conn) => {
+                conn.set_response_timeout(self.response_timeout);
+                Ok(conn)
+            }
+            Err(RunError::User(e)) => Err(LockError::Unavailable {
+                waited: self.connect_timeout,
+                source: Some(e),
+            }),
+            Err(RunError::TimedOut) => Err(LockError::Unavailable {
+                waited: self.connect_timeout,
+                source: None,
+            }),
+        }
+    }
+
+    async fn fresh_connection(&self) -> Result<MultiplexedConnection, LockError> {
+        match tokio::time::timeout(self.connect_timeout, self.pool.dedicated_connection()).await {
+            Ok(Ok(mut conn)) => {
+                conn.set_response_timeout(self.response_timeout);
+                Ok(conn)
+            }
+            Ok(Err(e)) => Err(LockError::Unavailable {
+                waited: self.connect_timeout,
+                source: Some(e),
+            }),
+            Err(_) => Err(LockError::Unavailable {
+                waited: self.connect_timeout,
+                source: None,
+            }),
+        }
+    }
+
+    /// Runs a script (EVALSHA, EVAL on NOSCRIPT).
+    ///
+    /// When the connection fails mid-command (reset, timeout) the pooled connection is replaced
+    /// by a fresh one and the script is sent once more. Every script of this crate is written to
+    /// be safe to repeat: a repeat of an applied command is recognised and not applied twice.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        let mut conn = self.connection().await?;
+        match invocation.invoke_async(&mut *conn).await {
+            Ok(value) => Ok(value),
+            Err(e) if is_connection_error(&e) => {
+                tracing::debug!(error = %e, "Redis connection failed; reconnecting and retrying once");
+                // If no fresh connection can be had, report the first failure: the command
+                // may have been applied, which `Unavailable` would deny.
+                *conn = match self.fresh_connection().await {
+                    Ok(fresh) => fresh,
+                    Err(_) => return Err(self.map_error(e)),
+                };
+                invocation
+                    .invoke_async(&mut *conn)
+                    .await
+                    .map_err(|e| self.map_error(e))
+            }
+            Err(e) => Err(self.map_error(e)),
+        }
+    }
+
+    fn map_error(&self, e: redis::RedisError) -> LockError {
+        if e.is_timeout() {
+            LockError::ResponseTimeout(self.response_timeout)
+        } else {
+            LockError::Redis(e)
+        }
+    }
+}
+
+impl Standalone {
+    /// Loads every script (which also proves the server answers), bounded by the connect and
+    /// response timeouts.
+    pub(crate) async fn load_scripts(&self, scripts: &[&redis::Script]) -> Result<(), LockError> {
+        let mut conn = self.connection().await?;
+        for script in scripts {
+            script
+                .load_async(&mut *conn)
+                .await
+                .map_err(|e| self.map_error(e))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,460 @@
+//! [`LockClient`], its builder and its configuration.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bb8::Pool;
+use bb8_redis::RedisConnectionManager;
+use tokio::sync::{OwnedMutexGuard, mpsc};
+
+use crate::backend::Backend;
+use crate::error::LockError;
+use crate::guard::{Hold, Lease, Status};
+use crate::mutex::{LockRequest, TryLockRequest};
+use crate::name::{LockKeys, validate_prefix};
+use crate::waiters::Waiters;
+use crate::{scope, scripts, watchdog};
+
+/// The key prefix used unless [`LockClientBuilder::key_prefix`] says otherwise.
+pub const DEFAULT_KEY_PREFIX: &str = "lock:";
+/// The watchdog lease used unless [`LockClientBuilder::watchdog_lease`] says otherwise.
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+/// How long a fencing counter lives unless [`LockClientBuilder::fence_ttl`] says otherwise.
+pub const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(3600);
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// The longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+const DEFAULT_POOL_SIZE: u32 = 16;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub(crate) fn check_lease(option: &'static str, lease: Duration) -> Result<(), LockError> {
+    if lease < MIN_LEASE || lease > MAX_LEASE {
+        return Err(LockError::InvalidOption {
+            option,
+            reason: format!("{lease:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"),
+        });
+    }
+    Ok(())
+}
+
+fn check_timeout(option: &'static str, d: Duration) -> Result<(), LockError> {
+    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+        return Err(LockError::InvalidOption {
+            option,
+            reason: format!("{d:?} is outside 1ms..=1h"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) fence_ttl: Duration,
+}
+
+/// Builds a [`LockClient`]. Made by [`LockClient::builder`].
+pub struct LockClientBuilder {
+    url: String,
+    prefix: String,
+    watchdog_lease: Duration,
+    fence_ttl: Duration,
+    pool: Option<Pool<RedisConnectionManager>>,
+    pool_size: u32,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl LockClientBuilder {
+    /// The prefix of every Redis key and channel of this client (default `"lock:"`). At most
+    /// 128 bytes, without braces, whitespace or control characters.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks taken without a fixed lease (default 30 s, at least 30 ms). The
+    /// watchdog renews them every `lease / 3`; a holder that cannot renew for a whole lease
+    /// loses the lock.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How long a lock's fencing counter lives (default 1 h, at least 1 s). A counter that
+    /// expired is recreated from the server clock in microseconds, so tokens keep growing as
+    /// long as the Redis server's clock never steps back by more than this.
+    pub fn fence_ttl(mut self, ttl: Duration) -> Self {
+        self.fence_ttl = ttl;
+        self
+    }
+
+    /// Uses an existing bb8 pool for commands (the URL is still used for the pub/sub
+    /// connection), so an application can share its pool.
+    pub fn pool(mut self, pool: Pool<RedisConnectionManager>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The size of the pool the client builds for itself (default 16).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long to try to get a connection before giving up with
+    /// [`LockError::Unavailable`] (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for Redis to answer one command (default 1 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects, loads the scripts, and starts the client's background tasks (watchdog,
+    /// pub/sub, background releases) on the current tokio runtime.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        validate_prefix(&self.prefix)?;
+        if self.watchdog_lease < MIN_WATCHDOG_LEASE || self.watchdog_lease > MAX_LEASE {
+            return Err(LockError::InvalidOption {
+                option: "watchdog_lease",
+                reason: format!(
+                    "{:?} is outside {MIN_WATCHDOG_LEASE:?}..={MAX_LEASE:?}",
+                    self.watchdog_lease
+                ),
+            });
+        }
+        if self.fence_ttl < Duration::from_secs(1) || self.fence_ttl > MAX_LEASE {
+            return Err(LockError::InvalidOption {
+                option: "fence_ttl",
+                reason: format!("{:?} is outside 1s..={MAX_LEASE:?}", self.fence_ttl),
+            });
+        }
+        if self.pool_size == 0 || self.pool_size > 1024 {
+            return Err(LockError::InvalidOption {
+                option: "pool_size",
+                reason: format!("{} is outside 1..=1024", self.pool_size),
+            });
+        }
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("response_timeout", self.response_timeout)?;
+        let client =
+            redis::Client::open(self.url.as_str()).map_err(|e| LockError::InvalidOption {
+                option: "url",
+                // The URL may carry a password: only the reason is reported.
+                reason: e.to_string(),
+            })?;
+        let pool = match self.pool {
+            Some(pool) => pool,
+            None => Backend::default_pool(&client, self.pool_size, self.connect_timeout)?,
+        };
+        let backend = Backend::new(pool, client, self.response_timeout, self.connect_timeout);
+        backend.load_scripts(&scripts::all()).await?;
+
+        let (jobs, rx) = mpsc::unbounded_channel();
+        let waiters = Waiters::start(backend.redis_client().clone(), self.connect_timeout);
+        let inner = Arc::new(Inner {
+            backend,
+            config: Config {
+                prefix: self.prefix,
+                watchdog_lease: self.watchdog_lease,
+                fence_ttl: self.fence_ttl,
+            },
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            holds: Mutex::new(HashMap::new()),
+            waiters,
+            jobs,
+        });
+        tokio::spawn(run_jobs(rx));
+        tokio::spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease));
+        Ok(LockClient { inner })
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL stays out: it may carry a password.
+        f.debug_struct("LockClientBuilder")
+            .field("prefix", &self.prefix)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("fence_ttl", &self.fence_ttl)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle to distributed locks on one Redis deployment.
+///
+/// Cheap to clone (an `Arc` inside) and usable from many tasks. Each client has a random id;
+/// the locks it takes are owned by `<client id>:<holder id>`, where the holder id is new for
+/// every acquisition unless a [`reentrant`](crate::reentrant) scope shares one.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_core::{LockClient, LockError};
+///
+/// # async fn f() -> Result<(), LockError> {
+/// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("order:42").wait(Duration::from_secs(2)).await?;
+/// // ... work that must not run twice at once, guarded by guard.fencing_token() ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl LockClient {
+    /// Connects with the default configuration.
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        Self::builder(url).build().await
+    }
+
+    /// Starts configuring a client for the Redis server at `url`
+    /// (`redis://[:password@]host:port[/db]`).
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.to_owned(),
+            prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            fence_ttl: DEFAULT_FENCE_TTL,
+            pool: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// Takes the lock `name`, waiting for it as long as needed; see [`LockRequest`] for the
+    /// wait and lease options. The lock is released when the guard is unlocked or dropped.
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self, name.into())
+    }
+
+    /// Tries to take the lock `name` once, without waiting: `Ok(None)` when it is held by
+    /// someone else.
+    pub fn try_lock(&self, name: impl Into<String>) -> TryLockRequest {
+        TryLockRequest::new(self, name.into())
+    }
+
+    /// Whether anyone holds the lock `name` right now.
+    pub async fn is_locked(&self, name: &str) -> Result<bool, LockError> {
+        Ok(self.lock_info(name).await?.held)
+    }
+
+    /// What Redis knows about the lock `name` right now, for operators and tests.
+    pub async fn lock_info(&self, name: &str) -> Result<LockInfo, LockError> {
+        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
+        let (pttl, fields): (i64, Vec<String>) = self
+            .inner
+            .backend
+            .invoke(&scripts::INSPECT.key(&keys.hash))
+            .await?;
+        let mut info = LockInfo {
+            held: pttl != -2,
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            hold_count: 0,
+            fencing_token: None,
+        };
+        for pair in fields.chunks_exact(2) {
+            if pair[0] == "fence" {
+                info.fencing_token = pair[1].parse().ok();
+            } else {
+                info.hold_count += pair[1].parse::<u32>().unwrap_or(0);
+            }
+        }
+        Ok(info)
+    }
+
+    /// Deletes the lock `name` whoever holds it, and wakes its waiters. Returns whether there
+    /// was a lock. An escape hatch for operators: the holder is not told until its next
+    /// renewal, unlock or extend finds the lock gone.
+    pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
+        let deleted: i64 = self
+            .inner
+            .backend
+            .invoke(scripts::FORCE_UNLOCK.key(&keys.hash).arg(&keys.channel))
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// The watchdog lease of this client.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.config.watchdog_lease
+    }
+
+    /// The key prefix of this client.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.config.prefix
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("prefix", &self.inner.config.prefix)
+            .field("watchdog_lease", &self.inner.config.watchdog_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lock's state as Redis sees it. Made by [`LockClient::lock_info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Whether anyone holds the lock.
+    pub held: bool,
+    /// The remaining lease, if held with one.
+    pub ttl: Option<Duration>,
+    /// The holder's hold count (re-entries), 0 when free.
+    pub hold_count: u32,
+    /// The holder's fencing token, if held.
+    pub fencing_token: Option<u64>,
+}
+
+/// The state shared by a client's handles, guards and background tasks.
+pub(crate) struct Inner {
+    pub(crate) backend: Backend,
+    pub(crate) config: Config,
+    client_id: String,
+    /// Every hold of this client by (lock hash key, owner id).
+    holds: Mutex<HashMap<(String, String), Weak<Hold>>>,
+    pub(crate) waiters: Waiters,
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+impl Inner {
+    /// The owner id for an acquisition made by the current task.
+    pub(crate) fn owner_for_current_task(&self) -> String {
+        let holder = scope::current_holder().unwrap_or_else(scope::next_holder);
+        format!("{}:{holder}", self.client_id)
+    }
+
+    /// The hold of `owner` on `keys`, created if there is none.
+    pub(crate) fn hold(self: &Arc<Self>, keys: &LockKeys, owner: &str) -> Arc<Hold> {
+        let mut holds = lock(&self.holds);
+        let id = (keys.hash.clone(), owner.to_owned());
+        if let Some(hold) = holds.get(&id).and_then(Weak::upgrade) {
+            return hold;
+        }
+        let hold = Arc::new(Hold::new(
+            keys.clone(),
+            owner.to_owned(),
+            Arc::downgrade(self),
+        ));
+        holds.insert(id, Arc::downgrade(&hold));
+        hold
+    }
+
+    /// Called when a hold is dropped.
+    pub(crate) fn forget_hold(&self, hash: &str, owner: &str) {
+        let mut holds = lock(&self.holds);
+        let id = (hash.to_owned(), owner.to_owned());
+        if holds.get(&id).is_some_and(|w| w.strong_count() == 0) {
+            holds.remove(&id);
+        }
+    }
+
+    /// The holds the watchdog must renew, with their generations.
+    pub(crate) fn watched_holds(&self) -> Vec<(Arc<Hold>, u64)> {
+        let candidates: Vec<Arc<Hold>> = {
+            let holds = lock(&self.holds);
+            holds.values().filter_map(Weak::upgrade).collect()
+        };
+        // Filtered (and the rest dropped) outside the registry lock: dropping the last
+        // reference to a hold takes that lock.
+        candidates
+            .into_iter()
+            .filter_map(|hold| {
+                let st = hold.state();
+                let watched = st.lease == Lease::Watchdog && st.status == Status::Held;
+                let generation = st.generation;
+                drop(st);
+                watched.then_some((hold, generation))
+            })
+            .collect()
+    }
+
+    /// Releases one hold of `generation` on the client's runtime (from a guard's `Drop`).
+    pub(crate) fn release_in_background(self: &Arc<Self>, hold: Arc<Hold>, generation: u64) {
+        let _ = self.jobs.send(Job::Release {
+            inner: self.clone(),
+            hold,
+            generation,
+        });
+    }
+
+    /// Undoes an interrupted acquisition on the client's runtime, keeping `op` locked until
+    /// it is done so the owner's next command sees the right hold count.
+    pub(crate) fn compensate_in_background(
+        self: &Arc<Self>,
+        hold: Arc<Hold>,
+        expected: u32,
+        op: OwnedMutexGuard<()>,
+    ) {
+        let _ = self.jobs.send(Job::Compensate {
+            inner: self.clone(),
+            hold,
+            expected,
+            op,
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+enum Job {
+    Release {
+        inner: Arc<Inner>,
+        hold: Arc<Hold>,
+        generation: u64,
+    },
+    Compensate {
+        inner: Arc<Inner>,
+        hold: Arc<Hold>,
+        expected: u32,
+        op: OwnedMutexGuard<()>,
+    },
+}
+
+/// Runs background releases. Ends when every sender (the client and its guards) is gone.
+async fn run_jobs(mut jobs: mpsc::UnboundedReceiver<Job>) {
+    while let Some(job) = jobs.recv().await {
+        tokio::spawn(async move {
+            match job {
+                Job::Release {
+                    inner,
+                    hold,
+                    generation,
+                } => {
+                    if let Err(e) = hold.release_one(&inner, generation).await {
+                        tracing::warn!(lock = %hold.keys.name, error = %e,
+                            "background release failed; the lease will expire the lock");
+                    }
+                }
+                Job::Compensate {
+                    inner,
+                    hold,
+                    expected,
+                    op,
+                } => hold.compensate(&inner, expected, op).await,
+            }
+        });
+    }
+}

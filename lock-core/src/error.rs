@@ -1,0 +1,112 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// Each failure is its own variant so callers can match on it; the underlying Redis error, when
+/// there is one, is returned by [`std::error::Error::source`] and not repeated in the message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock stayed held by someone else until the caller's wait ran out.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+        /// The holder's remaining lease when last seen, if it has one.
+        holder_ttl: Option<Duration>,
+    },
+
+    /// The lock was held but is no longer: its lease ran out, it was deleted, or renewals
+    /// failed for longer than the lease.
+    #[error("lock `{name}` was lost")]
+    Lost {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// The operation needs the lock to be held by this guard, and it is not.
+    #[error("lock `{name}` is not held by this owner")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// The lock name cannot be used.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name, shortened to at most 64 characters.
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// An option (a duration, a prefix, a URL) cannot be used.
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        option: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// No connection to Redis could be had in time (server down, unreachable, or the pool
+    /// exhausted).
+    #[error("no Redis connection within {waited:?}")]
+    Unavailable {
+        /// How long the client tried.
+        waited: Duration,
+        /// The last connection error, if one was seen.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
+
+    /// Redis did not answer within the response timeout.
+    #[error("Redis did not answer within {0:?}")]
+    ResponseTimeout(Duration),
+
+    /// Redis answered with an error, or the connection failed mid-command.
+    #[error("Redis command failed")]
+    Redis(#[from] redis::RedisError),
+
+    /// Redis answered something the lock scripts never return.
+    #[error("unexpected reply from Redis: {0}")]
+    UnexpectedReply(String),
+}
+
+impl LockError {
+    /// True for [`LockError::Timeout`]: the lock is busy, Redis is fine.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// True when Redis could not be reached or did not answer: retrying later may help.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            LockError::Unavailable { .. } | LockError::ResponseTimeout(_) => true,
+            LockError::Redis(e) => is_connection_error(e),
+            _ => false,
+        }
+    }
+}
+
+/// Errors after which the connection that saw them should not be used again.
+pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+}
+
+/// Shortens a user-supplied string for an error message or a log line.
+pub(crate) fn shorten(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}

@@ -1,0 +1,468 @@
+//! [`LockGuard`]: proof of holding a lock, and the shared state behind it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::time::Instant;
+
+use crate::client::Inner;
+use crate::error::LockError;
+use crate::name::LockKeys;
+use crate::scripts;
+
+/// How a hold's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Renewed by the client's watchdog for as long as a guard lives.
+    Watchdog,
+    /// Set once by the acquisition (or by [`LockGuard::extend`]), never renewed.
+    Fixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Not held (before the first acquisition, or after the last release).
+    Idle,
+    Held,
+    /// Every guard is gone; the release is on its way. Not renewed.
+    Releasing,
+    Lost,
+}
+
+pub(crate) struct HoldState {
+    /// The owner's hold count in Redis, as far as this process knows.
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) lease: Lease,
+    pub(crate) status: Status,
+    /// The lock is ours until this instant unless a renewal moves it.
+    pub(crate) valid_until: Instant,
+    /// Bumped by every fresh acquisition, so a late release of an earlier hold is ignored.
+    pub(crate) generation: u64,
+}
+
+/// One owner's hold on one lock, shared by all of the owner's guards for it.
+pub(crate) struct Hold {
+    pub(crate) keys: LockKeys,
+    pub(crate) owner: String,
+    state: Mutex<HoldState>,
+    /// Serialises this owner's commands on this lock, so each carries the right hold count.
+    pub(crate) op: Arc<tokio::sync::Mutex<()>>,
+    /// Live guards.
+    guards: AtomicUsize,
+    /// True once the hold is lost or released.
+    ended: watch::Sender<bool>,
+    client: Weak<Inner>,
+}
+
+impl Hold {
+    pub(crate) fn new(keys: LockKeys, owner: String, client: Weak<Inner>) -> Self {
+        Self {
+            keys,
+            owner,
+            state: Mutex::new(HoldState {
+                count: 0,
+                token: 0,
+                lease: Lease::Fixed,
+                status: Status::Idle,
+                valid_until: Instant::now(),
+                generation: 0,
+            }),
+            op: Arc::new(tokio::sync::Mutex::new(())),
+            guards: AtomicUsize::new(0),
+            ended: watch::Sender::new(false),
+            client,
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, HoldState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a successful acquisition sent at `sent_at`; returns the hold's generation.
+    pub(crate) fn acquired(
+        &self,
+        token: u64,
+        sent_at: Instant,
+        lease: Lease,
+        lease_len: Duration,
+    ) -> u64 {
+        let mut st = self.state();
+        let valid_until = sent_at + validity(lease_len);
+        if matches!(st.status, Status::Held | Status::Releasing) {
+            st.valid_until = st.valid_until.max(valid_until);
+            if lease == Lease::Watchdog {
+                st.lease = Lease::Watchdog;
+            }
+            st.count += 1;
+        } else {
+            st.generation += 1;
+            st.valid_until = valid_until;
+            st.lease = lease;
+            st.count = 1;
+            self.ended.send_replace(false);
+        }
+        st.status = Status::Held;
+        st.token = token;
+        st.generation
+    }
+
+    /// The number of live guards of this hold.
+    pub(crate) fn guards(&self) -> usize {
+        self.guards.load(Ordering::Acquire)
+    }
+
+    /// Records a renewal (watchdog or extend) sent at `sent_at` that Redis confirmed.
+    pub(crate) fn renewed(&self, generation: u64, sent_at: Instant, lease_len: Duration) {
+        let mut st = self.state();
+        if st.generation == generation && matches!(st.status, Status::Held | Status::Releasing) {
+            st.valid_until = st.valid_until.max(sent_at + validity(lease_len));
+        }
+    }
+
+    /// Marks the hold lost, wakes `lost()` futures and says so in the log.
+    /// Only the given generation is marked: a late answer about an earlier hold of this owner
+    /// never touches a newer one.
+    pub(crate) fn mark_lost(&self, generation: u64, why: &'static str) {
+        let mut st = self.state();
+        if st.generation != generation {
+            return;
+        }
+        if matches!(st.status, Status::Held | Status::Releasing) {
+            let was_held = st.status == Status::Held;
+            st.status = Status::Lost;
+            drop(st);
+            if was_held {
+                tracing::warn!(lock = %self.keys.name, reason = why, "distributed lock lost");
+            }
+        }
+        self.ended.send_replace(true);
+    }
+
+    /// Checks whether a held hold has run past its validity, and marks it lost if so.
+    pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
+        let (due, generation) = {
+            let st = self.state();
+            (
+                st.status == Status::Held && now >= st.valid_until,
+                st.generation,
+            )
+        };
+        if due {
+            self.mark_lost(generation, "no renewal succeeded within the lease");
+        }
+        due
+    }
+
+    fn is_held(&self, generation: u64) -> bool {
+        let st = self.state();
+        st.generation == generation && st.status == Status::Held && Instant::now() < st.valid_until
+    }
+
+    /// Gives back one hold in Redis. Returns whether the owner still held the lock.
+    pub(crate) async fn release_one(
+        &self,
+        inner: &Inner,
+        generation: u64,
+    ) -> Result<bool, LockError> {
+        let _op = self.op.lock().await;
+        let (count, token) = {
+            let st = self.state();
+            if st.count == 0 || st.generation != generation {
+                return Ok(false);
+            }
+            (st.count, st.token)
+        };
+        let reply: i64 = inner
+            .backend
+            .invoke(
+                scripts::RELEASE
+                    .key(&self.keys.hash)
+                    .key(&self.keys.fence)
+                    .arg(&self.owner)
+                    .arg(count)
+                    .arg(token)
+                    .arg(&self.keys.channel),
+            )
+            .await?;
+        match reply {
+            1..=3 => {
+                let mut st = self.state();
+                st.count -= 1;
+                if st.count == 0 {
+                    st.status = Status::Idle;
+                    drop(st);
+                    self.ended.send_replace(true);
+                }
+                Ok(true)
+            }
+            0 => {
+                self.mark_lost(generation, "released after the lock was gone");
+                self.state().count = 0;
+                Ok(false)
+            }
+            other => Err(LockError::UnexpectedReply(format!(
+                "release script returned {other}"
+            ))),
+        }
+    }
+
+    /// Undoes an acquisition whose reply never arrived (cancelled or failed in flight): gives
+    /// back the hold it may have added. Harmless when the acquisition was not applied.
+    pub(crate) async fn compensate(&self, inner: &Inner, expected: u32, _op: OwnedMutexGuard<()>) {
+        let token = self.state().token;
+        let result: Result<i64, LockError> = inner
+            .backend
+            .invoke(
+                scripts::RELEASE
+                    .key(&self.keys.hash)
+                    .key(&self.keys.fence)
+                    .arg(&self.owner)
+                    .arg(expected + 1)
+                    .arg(if expected == 0 { 0 } else { token })
+                    .arg(&self.keys.channel),
+            )
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(lock = %self.keys.name, error = %e,
+                "could not undo an interrupted acquisition; its lease will expire it");
+        }
+    }
+
+    fn guard_added(&self) {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Returns true when this was the last guard: renewal stops at once.
+    fn guard_removed(&self) -> bool {
+        if self.guards.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut st = self.state();
+            if st.status == Status::Held {
+                st.status = Status::Releasing;
+            }
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(inner) = self.client.upgrade() {
+            inner.forget_hold(&self.keys.hash, &self.owner);
+        }
+    }
+}
+
+/// The part of a lease we count on: lease − (1% of the lease + 2 ms) for clock drift and the
+/// time the request spent on its way to Redis.
+pub(crate) fn validity(lease: Duration) -> Duration {
+    lease.saturating_sub(lease / 100 + Duration::from_millis(2))
+}
+
+/// Proof that this process holds a lock.
+///
+/// * [`fencing_token`](LockGuard::fencing_token): a number that grows with every new holder of
+///   the name. Pass it to the resource you protect and have it refuse writes carrying a token
+///   lower than one it has seen: that makes a holder that stalled past its lease harmless.
+/// * [`is_held`](LockGuard::is_held) and [`lost`](LockGuard::lost): whether the lock is still
+///   ours, and a future that resolves when it is known or presumed lost.
+/// * [`unlock`](LockGuard::unlock) releases it and reports whether it was still held. Dropping
+///   the guard releases it too, in the background on the client's runtime (if the runtime is
+///   gone, the lease expires it).
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    hold: Arc<Hold>,
+    inner: Arc<Inner>,
+    generation: u64,
+    done: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(hold: Arc<Hold>, inner: Arc<Inner>, generation: u64) -> Self {
+        hold.guard_added();
+        Self {
+            hold,
+            inner,
+            generation,
+            done: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.keys.name
+    }
+
+    /// The fencing token of this hold: strictly greater than the token of every earlier holder
+    /// of this name (re-entries of one hold share its token).
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.state().token
+    }
+
+    /// The owner's hold count: how many guards (re-entries) share this hold.
+    pub fn hold_count(&self) -> u32 {
+        self.hold.state().count
+    }
+
+    /// True while the lock is ours: not released, not lost, and within its lease as last
+    /// confirmed by Redis (measured on a monotonic clock from when the request was sent).
+    pub fn is_held(&self) -> bool {
+        !self.done && self.hold.is_held(self.generation)
+    }
+
+    /// How much longer the lock is ours unless a renewal extends it; zero once it is not held.
+    pub fn remaining(&self) -> Duration {
+        if !self.is_held() {
+            return Duration::ZERO;
+        }
+        self.hold
+            .state()
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Resolves when the lock is known or presumed lost: the watchdog found it gone, no
+    /// renewal succeeded within the lease, a fixed lease ran out, or it was released.
+    ///
+    /// Select on it to stop work that must not go on without the lock:
+    ///
+    /// ```no_run
+    /// # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+    /// let guard = client.lock("report:daily").await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => tracing::warn!("lock lost; stopping"),
+    ///     _ = build_report() => {}
+    /// }
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// # async fn build_report() {}
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let hold = self.hold.clone();
+        let generation = self.generation;
+        let mut ended = hold.ended.subscribe();
+        async move {
+            loop {
+                let deadline = {
+                    let st = hold.state();
+                    if st.status != Status::Held || st.generation != generation {
+                        return;
+                    }
+                    st.valid_until
+                };
+                if *ended.borrow_and_update() {
+                    return;
+                }
+                tokio::select! {
+                    changed = ended.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep_until(deadline) => {
+                        hold.expire_if_due(Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-enters the lock with the same owner: a second guard that shares this hold (and its
+    /// fencing token), raising the hold count by one. The lock is released when the count
+    /// returns to zero.
+    pub async fn reenter(&self) -> Result<LockGuard, LockError> {
+        if !self.is_held() {
+            return Err(LockError::Lost {
+                name: self.hold.keys.name.clone(),
+            });
+        }
+        let lease = self.hold.state().lease;
+        let lease = match lease {
+            Lease::Watchdog => None,
+            Lease::Fixed => Some(self.remaining().max(Duration::from_millis(10))),
+        };
+        match crate::mutex::attempt(&self.inner, &self.hold.keys, &self.hold.owner, lease).await? {
+            crate::mutex::Attempt::Acquired(guard) => Ok(guard),
+            crate::mutex::Attempt::Busy(_) => Err(LockError::Lost {
+                name: self.hold.keys.name.clone(),
+            }),
+        }
+    }
+
+    /// Sets the lease to `lease` from now, if the lock is still ours. For a watchdog lease the
+    /// watchdog goes on renewing it afterwards.
+    pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        crate::client::check_lease("lease", lease)?;
+        if !self.is_held() {
+            return Err(LockError::Lost {
+                name: self.hold.keys.name.clone(),
+            });
+        }
+        let _op = self.hold.op.lock().await;
+        if !self.is_held() {
+            return Err(LockError::Lost {
+                name: self.hold.keys.name.clone(),
+            });
+        }
+        let sent_at = Instant::now();
+        let reply: Vec<i64> = self
+            .inner
+            .backend
+            .invoke(
+                scripts::RENEW
+                    .key(&self.hold.keys.hash)
+                    .arg(lease.as_millis() as u64)
+                    .arg(&self.hold.owner),
+            )
+            .await?;
+        if reply.first() == Some(&1) {
+            let mut st = self.hold.state();
+            if st.status == Status::Held && st.generation == self.generation {
+                st.valid_until = sent_at + validity(lease);
+            }
+            Ok(())
+        } else {
+            self.hold
+                .mark_lost(self.generation, "extend found the lock gone");
+            Err(LockError::Lost {
+                name: self.hold.keys.name.clone(),
+            })
+        }
+    }
+
+    /// Releases the lock (one hold of it, if re-entered). Returns whether it was still held
+    /// until now; `Ok(false)` means it had expired or been taken over, and whatever it
+    /// protected may have been touched by someone else meanwhile.
+    ///
+    /// If Redis cannot be reached the error is returned and the lock is no longer renewed:
+    /// its lease expires it.
+    pub async fn unlock(mut self) -> Result<bool, LockError> {
+        self.done = true;
+        self.hold.guard_removed();
+        self.hold.release_one(&self.inner, self.generation).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.hold.guard_removed();
+        self.inner
+            .release_in_background(self.hold.clone(), self.generation);
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The owner id stays out: whoever has it can release or extend the lock.
+        f.debug_struct("LockGuard")
+            .field("name", &self.hold.keys.name)
+            .field("fencing_token", &self.fencing_token())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}

@@ -1,0 +1,79 @@
+//! Distributed locks on Redis for async Rust.
+//!
+//! `lock-core` gives services that run as several instances mutual exclusion across
+//! processes: a reentrant, owner-checked lock whose lease a watchdog renews while you hold
+//! it, waiting through pub/sub instead of polling, a fencing token with every acquisition,
+//! and a guard that tells you when the lock is lost.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{LockClient, LockError};
+//!
+//! # async fn run() -> Result<(), LockError> {
+//! let client = LockClient::builder("redis://127.0.0.1:6379")
+//!     .key_prefix("shop:lock:")
+//!     .watchdog_lease(Duration::from_secs(30))
+//!     .build()
+//!     .await?;
+//!
+//! // Wait up to 2 s; the watchdog keeps the lock for as long as the guard lives.
+//! let guard = client.lock("order:42").wait(Duration::from_secs(2)).await?;
+//! let token = guard.fencing_token(); // write it with your update; refuse older tokens
+//! # let _ = token;
+//! guard.unlock().await?;
+//!
+//! // A single attempt with a fixed 10 s lease that is never renewed.
+//! if let Some(guard) = client.try_lock("job:nightly").lease(Duration::from_secs(10)).await? {
+//!     // ...
+//!     drop(guard); // released in the background
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees and their limits
+//!
+//! * **Mutual exclusion** holds on one Redis server while every holder's lease is honoured.
+//!   A holder that stalls longer than its lease (a long GC-like pause, a frozen VM) can
+//!   overlap with the next holder: no lease-based lock can prevent that. Its guard reports
+//!   the loss ([`LockGuard::lost`], [`LockGuard::is_held`]), and a resource that checks
+//!   [`LockGuard::fencing_token`] refuses its late writes.
+//! * **Fencing tokens** strictly increase per lock name. The counter expires after
+//!   [`LockClientBuilder::fence_ttl`] so per-request names do not pile up; a new counter is
+//!   seeded from the server clock in microseconds, which stays ahead of every earlier token
+//!   as long as the server clock does not step back by more than that TTL.
+//! * **Retries are safe**: every command carries the hold count the client expects, so a
+//!   command repeated after a lost reply is recognised and not applied twice; a release
+//!   retried after its reply was lost does not release twice.
+//! * **Cancellation**: dropping an acquisition future at any point leaves no lock behind (an
+//!   acquisition whose reply never arrived is undone in the background). Dropping a guard
+//!   releases it in the background; it never blocks and never panics, and if the runtime is
+//!   gone the lease expires the lock.
+//! * **Replication**: a failover to a replica that had not received the lock can grant it
+//!   twice. Replica acknowledgement and RedLock over independent masters are future work.
+//!
+//! # Redis data model
+//!
+//! See [`name`] for the keys of a lock. The scripts live in `src/scripts/*.lua`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod backend;
+mod client;
+mod error;
+mod guard;
+mod mutex;
+pub mod name;
+mod scope;
+mod scripts;
+mod waiters;
+mod watchdog;
+
+pub use client::{
+    DEFAULT_FENCE_TTL, DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_LEASE, LockClient, LockClientBuilder,
+    LockInfo, MAX_LEASE, MIN_LEASE,
+};
+pub use error::LockError;
+pub use guard::LockGuard;
+pub use mutex::{LockRequest, TryLockRequest};
+pub use scope::reentrant;

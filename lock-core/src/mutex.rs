@@ -1,0 +1,325 @@
+//! The reentrant leased lock: acquisition, waiting, and the request builders.
+
+use std::fmt;
+use std::future::IntoFuture;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::{Inner, LockClient, check_lease};
+use crate::error::LockError;
+use crate::guard::{Hold, Lease, LockGuard, Status};
+use crate::name::LockKeys;
+use crate::scripts;
+
+/// The outcome of one try in Redis.
+pub(crate) enum Attempt {
+    Acquired(LockGuard),
+    /// Held by someone else, whose lease has this much left (None: no expiry set).
+    Busy(Option<Duration>),
+}
+
+/// Undoes an in-flight acquisition if it is dropped before its reply was handled.
+struct InFlight<'a> {
+    inner: &'a Arc<Inner>,
+    hold: &'a Arc<Hold>,
+    expected: u32,
+    op: Option<OwnedMutexGuard<()>>,
+}
+
+impl InFlight<'_> {
+    fn disarm(mut self) -> Option<OwnedMutexGuard<()>> {
+        self.op.take()
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            self.inner
+                .compensate_in_background(self.hold.clone(), self.expected, op);
+        }
+    }
+}
+
+/// One try to take (or re-enter) the lock in Redis, for `owner`.
+pub(crate) async fn attempt(
+    inner: &Arc<Inner>,
+    keys: &LockKeys,
+    owner: &str,
+    lease: Option<Duration>,
+) -> Result<Attempt, LockError> {
+    let hold = inner.hold(keys, owner);
+    let op = hold.op.clone().lock_owned().await;
+    let expected = {
+        let mut st = hold.state();
+        match st.status {
+            Status::Held | Status::Releasing => st.count,
+            Status::Lost if hold.guards() > 0 => {
+                return Err(LockError::Lost {
+                    name: keys.name.clone(),
+                });
+            }
+            Status::Idle | Status::Lost => {
+                st.count = 0;
+                0
+            }
+        }
+    };
+    let (kind, lease_len) = match lease {
+        Some(d) => (Lease::Fixed, d),
+        None => (Lease::Watchdog, inner.config.watchdog_lease),
+    };
+    let in_flight = InFlight {
+        inner,
+        hold: &hold,
+        expected,
+        op: Some(op),
+    };
+    let sent_at = Instant::now();
+    let result: Result<Vec<i64>, LockError> = inner
+        .backend
+        .invoke(
+            scripts::ACQUIRE
+                .key(&keys.hash)
+                .key(&keys.fence)
+                .arg(owner)
+                .arg(millis(lease_len))
+                .arg(expected)
+                .arg(millis(inner.config.fence_ttl)),
+        )
+        .await;
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(e @ LockError::Unavailable { .. }) => {
+            // Never sent: nothing to undo.
+            in_flight.disarm();
+            return Err(e);
+        }
+        // Anything else may or may not have been applied: `in_flight` undoes it on drop.
+        Err(e) => return Err(e),
+    };
+    let _op = in_flight.disarm();
+    match reply[..] {
+        [1, token] => {
+            let token = u64::try_from(token).map_err(|_| bad_reply(&reply))?;
+            let generation = hold.acquired(token, sent_at, kind, lease_len);
+            Ok(Attempt::Acquired(LockGuard::new(
+                hold.clone(),
+                inner.clone(),
+                generation,
+            )))
+        }
+        [0, pttl] => Ok(Attempt::Busy(
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+        )),
+        [-1, _] => {
+            let generation = hold.state().generation;
+            hold.mark_lost(generation, "re-entry found the lock gone");
+            Err(LockError::Lost {
+                name: keys.name.clone(),
+            })
+        }
+        _ => Err(bad_reply(&reply)),
+    }
+}
+
+fn bad_reply(reply: &[i64]) -> LockError {
+    LockError::UnexpectedReply(format!("acquire script returned {reply:?}"))
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Takes the lock, waiting up to `wait` (None: forever).
+async fn acquire(
+    inner: Arc<Inner>,
+    name: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<LockGuard, LockError> {
+    let start = Instant::now();
+    let keys = LockKeys::new(&inner.config.prefix, &name)?;
+    if let Some(lease) = lease {
+        check_lease("lease", lease)?;
+    }
+    let owner = inner.owner_for_current_task();
+    let deadline = wait.and_then(|w| start.checked_add(w));
+    let timeout = |holder_ttl| LockError::Timeout {
+        name: keys.name.clone(),
+        waited: start.elapsed(),
+        holder_ttl,
+    };
+
+    let mut holder_ttl = match attempt(&inner, &keys, &owner, lease).await? {
+        Attempt::Acquired(guard) => return Ok(guard),
+        Attempt::Busy(ttl) => ttl,
+    };
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(timeout(holder_ttl));
+    }
+
+    // Subscribe first, then try again, then wait for the release message or the holder's
+    // lease to run out, whichever comes first.
+    let mut sub = inner.waiters.subscribe(&keys.channel);
+    let _turn = match deadline {
+        Some(d) => match tokio::time::timeout_at(d, sub.queue()).await {
+            Ok(turn) => turn,
+            Err(_) => return Err(timeout(holder_ttl)),
+        },
+        None => sub.queue().await,
+    };
+    let confirm = inner.backend.connect_timeout();
+    let confirm = deadline.map_or(confirm, |d| {
+        confirm.min(d.saturating_duration_since(Instant::now()))
+    });
+    sub.subscribed(confirm).await;
+    loop {
+        sub.mark_seen();
+        match attempt(&inner, &keys, &owner, lease).await? {
+            Attempt::Acquired(guard) => return Ok(guard),
+            Attempt::Busy(ttl) => holder_ttl = ttl,
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(timeout(holder_ttl));
+        }
+        // A crashed holder never publishes: look again when its lease runs out.
+        let mut wake =
+            now + holder_ttl.unwrap_or(inner.config.watchdog_lease) + Duration::from_millis(1);
+        if !sub.is_subscribed() {
+            // Without pub/sub (connection down) releases go unseen: look more often.
+            wake = wake.min(now + UNSUBSCRIBED_RECHECK);
+        }
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        tokio::select! {
+            _ = sub.changed() => {}
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
+
+/// How often a waiter looks again while the pub/sub connection is down.
+const UNSUBSCRIBED_RECHECK: Duration = Duration::from_millis(200);
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A request to take a lock, waiting for it if needed: made by [`LockClient::lock`], run by
+/// `.await`.
+#[must_use = "a lock request does nothing until awaited"]
+pub struct LockRequest {
+    inner: Arc<Inner>,
+    name: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+}
+
+impl LockRequest {
+    pub(crate) fn new(client: &LockClient, name: String) -> Self {
+        Self {
+            inner: client.inner.clone(),
+            name,
+            wait: None,
+            lease: None,
+        }
+    }
+
+    /// Gives up after waiting this long, with [`LockError::Timeout`]. Without it the request
+    /// waits until the lock is free. `Duration::ZERO` makes a single attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Holds the lock for a fixed lease that is never renewed (at least 10 ms). Without it
+    /// the client's watchdog keeps the lock for as long as the guard lives.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = BoxFuture<Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let span = tracing::debug_span!("lock", name = %crate::error::shorten(&self.name));
+        Box::pin(acquire(self.inner, self.name, self.wait, self.lease).instrument(span))
+    }
+}
+
+impl fmt::Debug for LockRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRequest")
+            .field("name", &self.name)
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+/// A single attempt to take a lock: made by [`LockClient::try_lock`], run by `.await`.
+/// Resolves to `Ok(None)` when someone else holds it.
+#[must_use = "a lock request does nothing until awaited"]
+pub struct TryLockRequest {
+    inner: Arc<Inner>,
+    name: String,
+    lease: Option<Duration>,
+}
+
+impl TryLockRequest {
+    pub(crate) fn new(client: &LockClient, name: String) -> Self {
+        Self {
+            inner: client.inner.clone(),
+            name,
+            lease: None,
+        }
+    }
+
+    /// Holds the lock for a fixed lease that is never renewed (at least 10 ms). Without it
+    /// the client's watchdog keeps the lock for as long as the guard lives.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+}
+
+impl IntoFuture for TryLockRequest {
+    type Output = Result<Option<LockGuard>, LockError>;
+    type IntoFuture = BoxFuture<Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let span = tracing::debug_span!("try_lock", name = %crate::error::shorten(&self.name));
+        Box::pin(
+            async move {
+                let keys = LockKeys::new(&self.inner.config.prefix, &self.name)?;
+                if let Some(lease) = self.lease {
+                    check_lease("lease", lease)?;
+                }
+                let owner = self.inner.owner_for_current_task();
+                match attempt(&self.inner, &keys, &owner, self.lease).await? {
+                    Attempt::Acquired(guard) => Ok(Some(guard)),
+                    Attempt::Busy(_) => Ok(None),
+                }
+            }
+            .instrument(span),
+        )
+    }
+}
+
+impl fmt::Debug for TryLockRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TryLockRequest")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}

@@ -1,0 +1,21 @@
+//! The Lua scripts, each hashed once and sent with EVALSHA (EVAL on NOSCRIPT).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+
+/// Every script, for loading them all up front.
+pub(crate) fn all() -> [&'static Script; 5] {
+    [&ACQUIRE, &RELEASE, &RENEW, &FORCE_UNLOCK, &INSPECT]
+}

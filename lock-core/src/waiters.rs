@@ -1,0 +1,284 @@
+//! Waiting for a release: one pub/sub connection per client, shared by every waiter.
+//!
+//! Each channel with at least one waiter is subscribed once (reference counted) and
+//! unsubscribed when its last waiter leaves. A message bumps the channel's version, which wakes
+//! the channel's waiters; a reconnect bumps every version, since messages may have been missed
+//! while the connection was down. Waiters for one name in one process also queue locally
+//! ([`Subscription::queue`]), so only one of them at a time contends in Redis.
+//!
+//! All SUBSCRIBE and UNSUBSCRIBE commands go through one task, in order, and each is checked
+//! against the current waiter count when it runs, so a channel that is left and re-entered
+//! quickly ends up subscribed, and one that is left ends up unsubscribed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+/// The waiters of one client.
+pub(crate) struct Waiters {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    channels: Mutex<HashMap<String, Channel>>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+struct Channel {
+    refs: usize,
+    state: Arc<ChannelState>,
+}
+
+struct ChannelState {
+    /// Bumped on every message on the channel and on every reconnect.
+    version: watch::Sender<u64>,
+    /// True while Redis has confirmed the subscription.
+    subscribed: watch::Sender<bool>,
+    /// The local queue: one permit, so one local waiter at a time contends in Redis.
+    queue: Arc<Semaphore>,
+}
+
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+impl Waiters {
+    /// Starts the pub/sub task. It ends when the `Waiters` is dropped.
+    pub(crate) fn start(client: redis::Client, connect_timeout: Duration) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            commands: tx,
+        });
+        tokio::spawn(run(Arc::downgrade(&shared), rx, client, connect_timeout));
+        Self { shared }
+    }
+
+    /// Registers interest in `channel`. The subscription is sent in the background; await
+    /// [`Subscription::subscribed`] before relying on messages.
+    pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+        let mut channels = lock(&self.shared.channels);
+        let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
+            let _ = self
+                .shared
+                .commands
+                .send(Command::Subscribe(channel.to_owned()));
+            Channel {
+                refs: 0,
+                state: Arc::new(ChannelState {
+                    version: watch::Sender::new(0),
+                    subscribed: watch::Sender::new(false),
+                    queue: Arc::new(Semaphore::new(1)),
+                }),
+            }
+        });
+        entry.refs += 1;
+        let state = entry.state.clone();
+        drop(channels);
+        Subscription {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            version: state.version.subscribe(),
+            state,
+        }
+    }
+
+    /// The number of channels with waiters (for tests and introspection).
+    #[cfg(test)]
+    pub(crate) fn active_channels(&self) -> usize {
+        lock(&self.shared.channels).len()
+    }
+}
+
+/// One waiter's interest in a channel; dropping it gives the interest back.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    state: Arc<ChannelState>,
+    version: watch::Receiver<u64>,
+}
+
+impl Subscription {
+    /// Waits (at most `limit`) until Redis has confirmed the subscription. Returns whether it
+    /// has; a waiter that goes on without it must not rely on messages.
+    pub(crate) async fn subscribed(&self, limit: Duration) -> bool {
+        let mut rx = self.state.subscribed.subscribe();
+        matches!(
+            tokio::time::timeout(limit, rx.wait_for(|s| *s)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// True while Redis has confirmed the subscription.
+    pub(crate) fn is_subscribed(&self) -> bool {
+        *self.state.subscribed.borrow()
+    }
+
+    /// Takes this process's turn to contend for the lock in Redis (FIFO).
+    pub(crate) async fn queue(&self) -> OwnedSemaphorePermit {
+        self.state
+            .queue
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the queue semaphore is never closed")
+    }
+
+    /// Marks every message so far as seen: [`Subscription::changed`] waits for a later one.
+    pub(crate) fn mark_seen(&mut self) {
+        self.version.borrow_and_update();
+    }
+
+    /// Waits for a message (or a reconnect) after the last [`Subscription::mark_seen`].
+    pub(crate) async fn changed(&mut self) {
+        if self.version.changed().await.is_err() {
+            // The sender lives in `state`, which we hold: this cannot happen; never spin.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = lock(&self.shared.channels);
+        if let Some(entry) = channels.get_mut(&self.channel) {
+            if Arc::ptr_eq(&entry.state, &self.state) {
+                entry.refs -= 1;
+                if entry.refs == 0 {
+                    channels.remove(&self.channel);
+                    let _ = self
+                        .shared
+                        .commands
+                        .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn wanted(&self, channel: &str) -> Option<Arc<ChannelState>> {
+        lock(&self.channels).get(channel).map(|c| c.state.clone())
+    }
+
+    fn all(&self) -> Vec<(String, Arc<ChannelState>)> {
+        lock(&self.channels)
+            .iter()
+            .map(|(k, c)| (k.clone(), c.state.clone()))
+            .collect()
+    }
+}
+
+/// The pub/sub task: keeps one connection, follows the wanted channel set, routes messages.
+async fn run(
+    shared: Weak<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    client: redis::Client,
+    connect_timeout: Duration,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
+        let pubsub = match connected {
+            Ok(Ok(p)) => p,
+            other => {
+                let reason = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "connect timed out".to_owned(),
+                };
+                tracing::warn!(%reason, "lock pub/sub connection failed; waiters fall back to lease expiry");
+                // Keep draining commands so the queue does not grow while we are down.
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        cmd = commands.recv() => if cmd.is_none() { return },
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        let Some(s) = shared.upgrade() else { return };
+        // (Re)subscribe everything wanted, then wake everyone: messages may have been missed.
+        let mut ok = true;
+        for (channel, state) in s.all() {
+            match tokio::time::timeout(connect_timeout, sink.subscribe(&channel)).await {
+                Ok(Ok(())) => {
+                    state.subscribed.send_replace(true);
+                }
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        for (_, state) in s.all() {
+            state.version.send_modify(|v| *v += 1);
+        }
+        drop(s);
+        if !ok {
+            continue;
+        }
+        backoff = Duration::from_millis(50);
+
+        let disconnected = loop {
+            tokio::select! {
+                cmd = commands.recv() => {
+                    let Some(cmd) = cmd else { return };
+                    let Some(s) = shared.upgrade() else { return };
+                    let result = match cmd {
+                        Command::Subscribe(channel) => match s.wanted(&channel) {
+                            Some(state) => {
+                                drop(s);
+                                let r = tokio::time::timeout(connect_timeout, sink.subscribe(&channel)).await;
+                                if matches!(r, Ok(Ok(()))) {
+                                    state.subscribed.send_replace(true);
+                                }
+                                r
+                            }
+                            None => Ok(Ok(())),
+                        },
+                        Command::Unsubscribe(channel) => {
+                            if s.wanted(&channel).is_none() {
+                                drop(s);
+                                tokio::time::timeout(connect_timeout, sink.unsubscribe(&channel)).await
+                            } else {
+                                Ok(Ok(()))
+                            }
+                        }
+                    };
+                    if !matches!(result, Ok(Ok(()))) {
+                        break true;
+                    }
+                }
+                msg = stream.next() => {
+                    let Some(msg) = msg else { break true };
+                    let Some(s) = shared.upgrade() else { return };
+                    if let Some(state) = s.wanted(msg.get_channel_name()) {
+                        state.version.send_modify(|v| *v += 1);
+                    }
+                }
+            }
+        };
+        if disconnected {
+            tracing::warn!("lock pub/sub connection lost; reconnecting");
+            if let Some(s) = shared.upgrade() {
+                for (_, state) in s.all() {
+                    state.subscribed.send_replace(false);
+                    state.version.send_modify(|v| *v += 1);
+                }
+            }
+        }
+    }
+}

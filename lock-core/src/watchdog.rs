@@ -1,0 +1,96 @@
+//! The watchdog: one background task per client that renews every watchdog-leased hold.
+//!
+//! Every `lease / 3` it sends one renew script per batch of up to [`BATCH`] locks. A hold
+//! Redis says is gone is marked lost at once. A hold whose last confirmed renewal is older
+//! than its lease (measured from when that renewal was sent, minus a drift margin) is marked
+//! lost when that moment passes, whether Redis answered with errors or not at all. Holds whose
+//! guards are all gone (released, dropped) are never renewed again. The task ends when the
+//! client is dropped.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Inner;
+use crate::guard::Hold;
+use crate::mutex::millis;
+use crate::scripts;
+
+/// Locks renewed per script call.
+pub(crate) const BATCH: usize = 256;
+
+pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
+    let period = lease / 3;
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let holds = inner.watched_holds();
+        let started = Instant::now();
+        let mut failed = false;
+        for batch in holds.chunks(BATCH) {
+            failed |= !renew(&inner, batch, lease, period).await;
+        }
+        let now = Instant::now();
+        let mut earliest = None::<Instant>;
+        for (hold, _) in &holds {
+            if !hold.expire_if_due(now) {
+                let until = hold.state().valid_until;
+                earliest = Some(earliest.map_or(until, |e| e.min(until)));
+            }
+        }
+        next = if failed {
+            // Try again soon, and be awake when the first hold runs out of lease.
+            let retry = now + (period / 4).max(Duration::from_millis(5));
+            earliest.map_or(retry, |e| retry.min(e))
+        } else {
+            started + period
+        };
+        drop(holds);
+    }
+}
+
+/// Renews one batch; returns false when Redis could not be asked or did not answer.
+async fn renew(
+    inner: &Inner,
+    batch: &[(Arc<Hold>, u64)],
+    lease: Duration,
+    limit: Duration,
+) -> bool {
+    let mut invocation = scripts::RENEW.prepare_invoke();
+    invocation.arg(millis(lease));
+    for (hold, _) in batch {
+        invocation.key(&hold.keys.hash).arg(&hold.owner);
+    }
+    let sent_at = Instant::now();
+    let reply = tokio::time::timeout(limit, inner.backend.invoke::<Vec<i64>>(&invocation)).await;
+    match reply {
+        Ok(Ok(replies)) if replies.len() == batch.len() => {
+            for ((hold, generation), held) in batch.iter().zip(replies) {
+                if held == 1 {
+                    hold.renewed(*generation, sent_at, lease);
+                } else {
+                    hold.mark_lost(*generation, "the watchdog found the lock gone");
+                }
+            }
+            true
+        }
+        Ok(Ok(replies)) => {
+            tracing::warn!(
+                sent = batch.len(),
+                got = replies.len(),
+                "unexpected renew reply"
+            );
+            false
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(locks = batch.len(), "lock renewal timed out");
+            false
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Shared pieces of the lock suites: clients on a test server, and the end-of-test checks.
+
+use std::time::Duration;
+
+use lock_core::LockClient;
+
+use crate::RedisServer;
+
+/// A client on `url` with the given watchdog lease and short timeouts.
+pub async fn client_with_lease(url: &str, watchdog_lease: Duration) -> LockClient {
+    LockClient::builder(url)
+        .watchdog_lease(watchdog_lease)
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A client on `url` with the default configuration.
+pub async fn client(url: &str) -> LockClient {
+    LockClient::connect(url).await.unwrap()
+}
+
+/// Lock hashes (not fencing counters) under the default prefix.
+pub fn lock_keys(server: &RedisServer) -> Vec<String> {
+    server
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect()
+}
+
+/// Waits (up to 5 s) until `check` holds, polling the test server every 10 ms; panics with
+/// `what` if it never does. For checks on the *server's* state after background work.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The end-of-test checks: no lock left, no channel subscribed, every fencing counter with a
+/// time to live (so per-request names cannot pile up).
+pub async fn assert_clean(server: &RedisServer) {
+    eventually("every lock released", || lock_keys(server).is_empty()).await;
+    eventually("every channel unsubscribed", || {
+        server.pubsub_channels().is_empty()
+    })
+    .await;
+    for key in server.keys("lock:*") {
+        let ttl: i64 = server.cmd(&["PTTL", &key]).parse().unwrap();
+        assert!(ttl > 0, "{key} has no time to live ({ttl})");
+    }
+}
+
+/// Calls of one command since the last `CONFIG RESETSTAT` (from `INFO commandstats`).
+pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,51 @@
+//! Test harness for the distributed-lock workspace.
+//!
+//! - [`RedisServer`]: a private, throwaway `redis-server` process per test
+//!   (free loopback port, temporary directory, no persistence) that can be
+//!   killed, restarted on the same port, paused and resumed.
+//! - [`FaultProxy`]: a TCP proxy between a client and Redis that can delay
+//!   traffic, black-hole it, lose exactly one reply, or cut connections.
+//! - [`init_tracing`] and [`unique_name`]: small helpers for test bodies.
+//!
+//! The harness never touches a Redis server it did not start itself.
+
+pub mod fixtures;
+pub mod proxy;
+pub mod server;
+
+pub use proxy::{FaultProxy, Mode};
+pub use server::{RedisServer, Reply};
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Installs a `tracing` fmt subscriber writing to the test output, filtered
+/// by `RUST_LOG` (default: nothing but errors). Safe to call from every
+/// test: only the first call in a process has an effect.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// Returns `"{prefix}-{hex}"`, unique within the process (a counter is part
+/// of it) and, with overwhelming probability, across processes (pid, clock
+/// and a randomly seeded hash are mixed in). Useful for lock and key names.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(nanos);
+    hasher.write_u64(count);
+    format!("{prefix}-{:016x}{count:x}", hasher.finish())
+}

@@ -1,0 +1,598 @@
+//! Throwaway `redis-server` processes for integration tests.
+//!
+//! Every [`RedisServer`] runs its own `redis-server` child process on a free
+//! loopback port with a private temporary working directory, persistence
+//! disabled and `DEBUG` enabled for local connections. The process is killed
+//! (and reaped) when the handle is dropped.
+//!
+//! The binary is taken from the `REDIS_SERVER_BIN` environment variable and
+//! defaults to `redis-server` on the `PATH`.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long [`RedisServer::start`] / [`RedisServer::restart`] wait for the
+/// server to answer `PING`.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many ports [`RedisServer::start_with`] tries before giving up.
+const START_ATTEMPTS: usize = 5;
+/// Read/write timeout used by [`RedisServer::cmd`].
+const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+/// Name of the server log file inside the temporary directory.
+const LOG_FILE: &str = "redis-server.log";
+
+/// A `redis-server` child process owned by a test.
+///
+/// Dropping the handle resumes the process if it was paused, kills it with
+/// `SIGKILL` and waits for it, so no process or zombie is left behind.
+#[derive(Debug)]
+pub struct RedisServer {
+    /// The running child, `None` after [`RedisServer::kill`].
+    child: Option<Child>,
+    /// Pid of the current (or most recent) process.
+    pid: u32,
+    /// Loopback port the server listens on (kept across restarts).
+    port: u16,
+    /// Extra configuration arguments given to [`RedisServer::start_with`].
+    extra_args: Vec<String>,
+    /// Whether the process is currently stopped with `SIGSTOP`.
+    paused: bool,
+    /// Working directory of the server; deleted on drop.
+    dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts a fresh server with the default configuration.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be started or does not answer `PING`
+    /// within 10 seconds (after several attempts on different ports).
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a fresh server, appending `args` (e.g. `["--maxmemory", "1mb"]`)
+    /// to the default configuration arguments.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be started or does not answer `PING`
+    /// within 10 seconds (after several attempts on different ports).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("lock-tests-redis-")
+            .tempdir()
+            .unwrap_or_else(|e| {
+                panic!("cannot create a temporary directory for redis-server: {e}")
+            });
+        let extra_args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        let mut last_error = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let port = free_port();
+            match spawn_and_wait(dir.path(), port, &extra_args) {
+                Ok(child) => {
+                    tracing::debug!(port, pid = child.id(), "redis-server started");
+                    return RedisServer {
+                        pid: child.id(),
+                        child: Some(child),
+                        port,
+                        extra_args,
+                        paused: false,
+                        dir,
+                    };
+                }
+                Err(e) => {
+                    tracing::warn!(attempt, port, error = %e, "redis-server did not start, retrying");
+                    last_error = e;
+                }
+            }
+        }
+        panic!(
+            "could not start {} after {START_ATTEMPTS} attempts: {last_error}",
+            server_binary()
+        );
+    }
+
+    /// `redis://127.0.0.1:PORT` URL of the server.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Port the server listens on (stable across [`RedisServer::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Socket address (`127.0.0.1:PORT`) of the server.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// Pid of the current server process (or of the last one, after
+    /// [`RedisServer::kill`]).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Temporary working directory of the server (also holds its log file).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Path of the server's log file (stdout and stderr of every process
+    /// started by this handle).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(LOG_FILE)
+    }
+
+    /// Whether a server process is currently running (possibly paused).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Kills the server with `SIGKILL` and waits for it to exit. The data set
+    /// is lost (persistence is disabled). Does nothing if it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL also terminates a stopped process.
+            let _ = child.kill();
+            let _ = child.wait();
+            self.paused = false;
+            tracing::debug!(port = self.port, pid = self.pid, "redis-server killed");
+        }
+    }
+
+    /// Starts the server again on the same port and in the same directory
+    /// (killing the current process first if it is still running), and waits
+    /// until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server does not come back within 10 seconds.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            match spawn_and_wait(self.dir.path(), self.port, &self.extra_args) {
+                Ok(child) => {
+                    self.pid = child.id();
+                    self.child = Some(child);
+                    tracing::debug!(port = self.port, pid = self.pid, "redis-server restarted");
+                    return;
+                }
+                // The port may still be briefly unavailable; retry until the deadline.
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(port = self.port, error = %e, "redis-server restart failed, retrying");
+                    thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("could not restart redis-server on port {}: {e}", self.port),
+            }
+        }
+    }
+
+    /// Stops the server process with `SIGSTOP`: connections stay open but
+    /// nothing is answered until [`RedisServer::resume`].
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server is not running or the signal cannot be sent.
+    pub fn pause(&mut self) {
+        assert!(self.child.is_some(), "pause(): redis-server is not running");
+        send_signal(self.pid, "-STOP").unwrap_or_else(|e| panic!("pause(): {e}"));
+        self.paused = true;
+    }
+
+    /// Continues a server stopped by [`RedisServer::pause`] (`SIGCONT`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server is not running or the signal cannot be sent.
+    pub fn resume(&mut self) {
+        assert!(
+            self.child.is_some(),
+            "resume(): redis-server is not running"
+        );
+        send_signal(self.pid, "-CONT").unwrap_or_else(|e| panic!("resume(): {e}"));
+        self.paused = false;
+    }
+
+    /// Whether the server is currently paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Sends a command over a fresh connection and returns the parsed reply.
+    ///
+    /// # Panics
+    ///
+    /// Panics on any I/O or protocol error (a Redis error reply is *not* a
+    /// failure: it is returned as [`Reply::Error`]).
+    pub fn query(&self, args: &[&str]) -> Reply {
+        self.try_query(args, CMD_TIMEOUT)
+            .unwrap_or_else(|e| panic!("redis command {args:?} on port {} failed: {e}", self.port))
+    }
+
+    /// Like [`RedisServer::query`] but returns I/O errors (including
+    /// timeouts, which apply to connecting, writing and reading separately).
+    pub fn try_query(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+        let mut stream = TcpStream::connect_timeout(&self.addr(), timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.set_nodelay(true)?;
+        stream.write_all(&encode_command(args))?;
+        stream.flush()?;
+        Reply::read_from(&mut BufReader::new(stream))
+    }
+
+    /// Sends a command over a fresh connection and renders the reply as text
+    /// (see [`Reply`]'s `Display`): `+OK` → `OK`, `:1` → `1`, bulk strings as
+    /// their content, nil as `(nil)`, errors as `ERR ...`, arrays as their
+    /// elements joined by newlines.
+    ///
+    /// # Panics
+    ///
+    /// Panics on any I/O or protocol error.
+    pub fn cmd(&self, args: &[&str]) -> String {
+        self.query(args).to_string()
+    }
+
+    /// Like [`RedisServer::cmd`] but with a custom timeout and returning I/O
+    /// errors instead of panicking.
+    pub fn try_cmd(&self, args: &[&str], timeout: Duration) -> io::Result<String> {
+        self.try_query(args, timeout).map(|r| r.to_string())
+    }
+
+    /// Keys matching `pattern` (`KEYS pattern`), sorted.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys = self.query(&["KEYS", pattern]).into_strings();
+        keys.sort();
+        keys
+    }
+
+    /// Active pub/sub channels (`PUBSUB CHANNELS`), sorted.
+    pub fn pubsub_channels(&self) -> Vec<String> {
+        let mut channels = self.query(&["PUBSUB", "CHANNELS"]).into_strings();
+        channels.sort();
+        channels
+    }
+
+    /// Number of keys in the current database (`DBSIZE`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the reply is not a non-negative integer.
+    pub fn dbsize(&self) -> u64 {
+        match self.query(&["DBSIZE"]) {
+            Reply::Integer(n) if n >= 0 => n as u64,
+            other => panic!("unexpected DBSIZE reply: {other:?}"),
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.paused && self.child.is_some() {
+            let _ = send_signal(self.pid, "-CONT");
+        }
+        self.kill();
+    }
+}
+
+/// A RESP reply, as parsed by [`RedisServer::query`].
+///
+/// Its `Display` rendering is the one returned by [`RedisServer::cmd`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+...` simple string (also RESP3 doubles, big numbers and verbatim strings).
+    Status(String),
+    /// `-...` error reply, without the leading `-`.
+    Error(String),
+    /// `:n` integer.
+    Integer(i64),
+    /// `$n` bulk string (lossily decoded as UTF-8).
+    Bulk(String),
+    /// Nil bulk string / nil array / RESP3 null.
+    Nil,
+    /// RESP3 boolean.
+    Bool(bool),
+    /// Array (also RESP3 sets, maps flattened as key, value, ...; and pushes).
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// Reads one reply from `reader`.
+    pub fn read_from<R: BufRead>(reader: &mut R) -> io::Result<Reply> {
+        let line = read_line(reader)?;
+        let (kind, rest) = line.split_at(1);
+        let count = |rest: &str| -> io::Result<i64> {
+            rest.parse::<i64>()
+                .map_err(|_| protocol_error(format!("bad length in {line:?}")))
+        };
+        Ok(match kind {
+            "+" | "," | "(" => Reply::Status(rest.to_owned()),
+            "-" => Reply::Error(rest.to_owned()),
+            ":" => Reply::Integer(count(rest)?),
+            "_" => Reply::Nil,
+            "#" => Reply::Bool(rest == "t"),
+            "$" | "=" | "!" => {
+                let len = count(rest)?;
+                if len < 0 {
+                    return Ok(Reply::Nil);
+                }
+                let mut data = vec![0u8; len as usize + 2];
+                reader.read_exact(&mut data)?;
+                if !data.ends_with(b"\r\n") {
+                    return Err(protocol_error("bulk string not terminated by CRLF"));
+                }
+                data.truncate(len as usize);
+                let text = String::from_utf8_lossy(&data).into_owned();
+                match kind {
+                    "!" => Reply::Error(text),
+                    // Verbatim strings start with a 3-letter format and a colon.
+                    "=" => Reply::Bulk(text.get(4..).unwrap_or_default().to_owned()),
+                    _ => Reply::Bulk(text),
+                }
+            }
+            "*" | "~" | ">" | "%" => {
+                let len = count(rest)?;
+                if len < 0 {
+                    return Ok(Reply::Nil);
+                }
+                let len = if kind == "%" { len * 2 } else { len };
+                let mut items = Vec::with_capacity(len as usize);
+                for _ in 0..len {
+                    items.push(Reply::read_from(reader)?);
+                }
+                Reply::Array(items)
+            }
+            _ => return Err(protocol_error(format!("unknown reply type {line:?}"))),
+        })
+    }
+
+    /// Whether this is an error reply.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// The reply as a list of strings: array elements rendered one by one
+    /// (nested arrays flattened), nil as an empty list, anything else as a
+    /// one-element list.
+    pub fn into_strings(self) -> Vec<String> {
+        match self {
+            Reply::Nil => Vec::new(),
+            Reply::Array(items) => items.into_iter().flat_map(Reply::into_strings).collect(),
+            other => vec![other.to_string()],
+        }
+    }
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Status(s) | Reply::Error(s) | Reply::Bulk(s) => f.write_str(s),
+            Reply::Integer(n) => write!(f, "{n}"),
+            Reply::Nil => f.write_str("(nil)"),
+            Reply::Bool(b) => write!(f, "{}", i32::from(*b)),
+            Reply::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("\n")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Encodes `args` as a RESP array of bulk strings.
+fn encode_command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads one CRLF-terminated line (without the CRLF); EOF is an error.
+fn read_line<R: BufRead>(reader: &mut R) -> io::Result<String> {
+    let mut buf = Vec::new();
+    reader.read_until(b'\n', &mut buf)?;
+    if buf.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed before a reply was received",
+        ));
+    }
+    if !buf.ends_with(b"\r\n") || buf.len() < 3 {
+        return Err(protocol_error(format!(
+            "malformed reply line {:?}",
+            String::from_utf8_lossy(&buf)
+        )));
+    }
+    buf.truncate(buf.len() - 2);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+fn protocol_error(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// The `redis-server` binary to run.
+fn server_binary() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
+    listener.local_addr().unwrap().port()
+}
+
+/// Sends a signal (e.g. `-STOP`) to `pid` with the `kill` command.
+fn send_signal(pid: u32, signal: &str) -> io::Result<()> {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "kill {signal} {pid} failed: {status}"
+        )))
+    }
+}
+
+/// Spawns `redis-server` on `port` in `dir` and waits until that very process
+/// answers `PING`. On failure the child is killed and reaped.
+fn spawn_and_wait(dir: &Path, port: u16, extra_args: &[String]) -> Result<Child, String> {
+    let log_path = dir.join(LOG_FILE);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| format!("cannot clone log file handle: {e}"))?;
+    let port_arg = port.to_string();
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let binary = server_binary();
+    let mut child = Command::new(&binary)
+        .args(["--port", &port_arg])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--enable-debug-command", "local"])
+        .args(["--dir", &dir_arg])
+        .args(["--daemonize", "no"])
+        .args(["--logfile", ""])
+        .args(extra_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err))
+        .spawn()
+        .map_err(|e| format!("cannot spawn {binary:?} (set REDIS_SERVER_BIN?): {e}"))?;
+
+    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return Err(format!(
+                    "redis-server on port {port} exited with {status}; log tail:\n{}",
+                    log_tail(&log_path)
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("cannot poll redis-server: {e}"));
+            }
+        }
+        if answers_as(addr, child.id()) {
+            return Ok(child);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "redis-server on port {port} did not answer PING within {STARTUP_TIMEOUT:?}; log tail:\n{}",
+                log_tail(&log_path)
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the server at `addr` answers `PING` and is process `pid` (guards
+/// against another test's server having grabbed the same port).
+fn answers_as(addr: SocketAddr, pid: u32) -> bool {
+    let probe = || -> io::Result<bool> {
+        let timeout = Duration::from_millis(500);
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(&encode_command(&["PING"]))?;
+        stream.write_all(&encode_command(&["INFO", "server"]))?;
+        let mut reader = BufReader::new(stream);
+        if Reply::read_from(&mut reader)? != Reply::Status("PONG".to_owned()) {
+            return Ok(false);
+        }
+        let info = Reply::read_from(&mut reader)?.to_string();
+        Ok(info
+            .lines()
+            .any(|l| l.trim() == format!("process_id:{pid}")))
+    };
+    probe().unwrap_or(false)
+}
+
+/// The last lines of the log file, for panic messages.
+fn log_tail(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = File::open(path) {
+        let _ = f.read_to_string(&mut text);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(bytes: &[u8]) -> Reply {
+        Reply::read_from(&mut &bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn parses_and_renders_replies() {
+        assert_eq!(parse(b"+OK\r\n").to_string(), "OK");
+        assert_eq!(parse(b":42\r\n").to_string(), "42");
+        assert_eq!(parse(b"-ERR boom\r\n").to_string(), "ERR boom");
+        assert_eq!(parse(b"$-1\r\n").to_string(), "(nil)");
+        assert_eq!(parse(b"*-1\r\n").to_string(), "(nil)");
+        assert_eq!(parse(b"$5\r\nhe\r\no\r\n").to_string(), "he\r\no");
+        assert_eq!(parse(b"*0\r\n").to_string(), "");
+        let nested = parse(b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n$-1\r\n+c\r\n");
+        assert_eq!(
+            nested,
+            Reply::Array(vec![
+                Reply::Bulk("a".into()),
+                Reply::Array(vec![Reply::Integer(1), Reply::Nil]),
+                Reply::Status("c".into()),
+            ])
+        );
+        assert_eq!(nested.to_string(), "a\n1\n(nil)\nc");
+        assert!(Reply::read_from(&mut &b""[..]).is_err());
+        assert!(Reply::read_from(&mut &b"$5\r\nab"[..]).is_err());
+    }
+
+    #[test]
+    fn encodes_commands() {
+        assert_eq!(
+            encode_command(&["SET", "k", ""]),
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n".to_vec()
+        );
+    }
+}

@@ -1,0 +1,535 @@
+//! The reentrant leased mutex against a real redis-server: exclusion, ownership, re-entry,
+//! leases, the watchdog, loss, waiting, fencing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError};
+use lock_tests::RedisServer;
+use lock_tests::fixtures::{
+    assert_clean, client, client_with_lease, command_calls, eventually, lock_keys,
+};
+use tokio::time::Instant;
+
+const SHORT: Duration = Duration::from_millis(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_clients_and_tasks() {
+    let server = RedisServer::start();
+    let clients = [
+        client(&server.url()).await,
+        client(&server.url()).await,
+        client(&server.url()).await,
+    ];
+    // A read-sleep-write on shared state with no atomicity of its own: without mutual
+    // exclusion, increments are lost.
+    let value = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    const PER_TASK: u64 = 4;
+    let mut tasks = Vec::new();
+    for c in &clients {
+        for t in 0..16u64 {
+            let (c, value, inside, max_inside) =
+                (c.clone(), value.clone(), inside.clone(), max_inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..PER_TASK {
+                    let guard = c
+                        .lock("counter")
+                        .wait(Duration::from_secs(30))
+                        .await
+                        .unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_inside.fetch_max(now, Ordering::SeqCst);
+                    let read = value.load(Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_micros(200 + (t * 7 + i) % 5 * 100)).await;
+                    value.store(read + 1, Ordering::SeqCst);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert!(guard.unlock().await.unwrap());
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(value.load(Ordering::SeqCst), 3 * 16 * PER_TASK);
+    assert_eq!(max_inside.load(Ordering::SeqCst), 1);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_owner_cannot_release_or_extend() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    // A holds with a short fixed lease and stalls past it; B takes the lock.
+    let stale = a
+        .lock("res")
+        .lease(Duration::from_millis(100))
+        .await
+        .unwrap();
+    let fresh = b.lock("res").wait(Duration::from_secs(5)).await.unwrap();
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    assert!(!stale.is_held());
+    // A's extend and unlock must not touch B's lock.
+    assert!(matches!(
+        stale.extend(Duration::from_secs(60)).await,
+        Err(LockError::Lost { .. })
+    ));
+    assert!(!stale.unlock().await.unwrap());
+    let info = b.lock_info("res").await.unwrap();
+    assert!(info.held);
+    assert_eq!(info.fencing_token, Some(fresh.fencing_token()));
+    assert!(info.ttl.unwrap() > Duration::from_secs(20), "{info:?}");
+    assert!(fresh.is_held());
+    assert!(fresh.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_counts_holds() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    lock_core::reentrant(async {
+        let outer = c.lock("acct").await.unwrap();
+        let inner = c.lock("acct").wait(Duration::ZERO).await.unwrap();
+        let third = inner.reenter().await.unwrap();
+        assert_eq!(outer.fencing_token(), inner.fencing_token());
+        assert_eq!(c.lock_info("acct").await.unwrap().hold_count, 3);
+        assert!(third.unlock().await.unwrap());
+        assert!(inner.unlock().await.unwrap());
+        let info = c.lock_info("acct").await.unwrap();
+        assert!(info.held);
+        assert_eq!(info.hold_count, 1);
+        assert!(outer.unlock().await.unwrap());
+        assert!(!c.is_locked("acct").await.unwrap());
+    })
+    .await;
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_scope_the_same_task_waits_for_itself() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let first = c.lock("solo").await.unwrap();
+    assert!(c.try_lock("solo").await.unwrap().is_none());
+    let err = c
+        .lock("solo")
+        .wait(Duration::from_millis(150))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    // A task spawned inside a scope does not inherit it.
+    lock_core::reentrant(async {
+        let _held = c.lock("scoped").await.unwrap();
+        let c2 = c.clone();
+        let spawned = tokio::spawn(async move { c2.try_lock("scoped").await.unwrap().is_none() });
+        assert!(spawned.await.unwrap());
+    })
+    .await;
+    drop(first);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_expires_and_frees_the_lock() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let lease = Duration::from_millis(300);
+    let start = Instant::now();
+    let guard = a.lock("lease").lease(lease).await.unwrap();
+    let other = b.lock("lease").wait(Duration::from_secs(10)).await.unwrap();
+    let waited = start.elapsed();
+    assert!(waited >= lease - Duration::from_millis(20), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(!guard.is_held());
+    tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .unwrap();
+    drop(guard);
+    assert!(other.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_lock_through_four_leases() {
+    let server = RedisServer::start();
+    let a = client_with_lease(&server.url(), SHORT).await;
+    let b = client(&server.url()).await;
+    let guard = a.lock("long-job").await.unwrap();
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let until = Instant::now() + SHORT * 4;
+    while Instant::now() < until {
+        tokio::select! {
+            _ = &mut lost => panic!("lost while the watchdog should renew"),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        assert!(guard.is_held());
+        assert!(b.try_lock("long-job").await.unwrap().is_none());
+    }
+    let ttl = b.lock_info("long-job").await.unwrap().ttl.unwrap();
+    assert!(ttl > Duration::from_millis(100), "{ttl:?}");
+    assert!(guard.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_fires_when_the_key_is_deleted() {
+    let server = RedisServer::start();
+    let a = client_with_lease(&server.url(), SHORT).await;
+    let guard = a.lock("victim").await.unwrap();
+    let start = Instant::now();
+    assert_eq!(server.cmd(&["DEL", "lock:{victim}"]), "1");
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .unwrap();
+    assert!(start.elapsed() <= SHORT + Duration::from_millis(200));
+    assert!(!guard.is_held());
+    assert!(!guard.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_fires_when_the_server_dies() {
+    let mut server = RedisServer::start();
+    let a = client_with_lease(&server.url(), SHORT).await;
+    let guard = a.lock("doomed").await.unwrap();
+    server.kill();
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .unwrap();
+    // Lost no later than one lease after the last renewal (plus scheduling slack).
+    assert!(
+        start.elapsed() <= SHORT + Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(!guard.is_held());
+    // Unlocking a lost lock with Redis down reports an error or "not held", never a hang.
+    let r = tokio::time::timeout(Duration::from_secs(10), guard.unlock())
+        .await
+        .unwrap();
+    assert!(!matches!(r, Ok(true)), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_on_release_without_polling() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let guard = a.lock("handoff").await.unwrap();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let waiter = tokio::spawn(async move {
+        let start = Instant::now();
+        let g = b
+            .lock("handoff")
+            .wait(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let waited = start.elapsed();
+        g.unlock().await.unwrap();
+        waited
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let release = Instant::now();
+    assert!(guard.unlock().await.unwrap());
+    let waited = waiter.await.unwrap();
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    // Woken by the release message, not by the (30 s) lease running out.
+    assert!(
+        release.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        release.elapsed()
+    );
+    // Two tries of the waiter (before and after subscribing), one after the message, the
+    // holder's release and the waiter's release: a poller would have sent far more.
+    assert!(command_calls(&server, "evalsha") <= 6);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_takes_over_from_a_crashed_holder_at_its_lease() {
+    let server = RedisServer::start();
+    let b = client(&server.url()).await;
+    // A holder that crashed: its lock exists, its lease runs, and nobody will publish.
+    server.cmd(&["HSET", "lock:{crash}", "dead-client:1", "1", "fence", "7"]);
+    server.cmd(&["PEXPIRE", "lock:{crash}", "600"]);
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let start = Instant::now();
+    let g = b.lock("crash").wait(Duration::from_secs(20)).await.unwrap();
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert!(command_calls(&server, "evalsha") <= 4);
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_deadline_is_honoured() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let guard = a.lock("busy").await.unwrap();
+    let start = Instant::now();
+    let err = b
+        .lock("busy")
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    let waited = start.elapsed();
+    let LockError::Timeout {
+        name, holder_ttl, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(name, "busy");
+    assert!(holder_ttl.unwrap() > Duration::from_secs(20));
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    assert!(guard.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_makes_exactly_one_attempt() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let guard = a.lock("once").await.unwrap();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let start = Instant::now();
+    assert!(b.try_lock("once").await.unwrap().is_none());
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(command_calls(&server, "evalsha"), 1);
+    assert!(server.pubsub_channels().is_empty());
+    drop(guard);
+    eventually("dropped guard released", || lock_keys(&server).is_empty()).await;
+    let g = b.try_lock("once").await.unwrap().unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_strictly_increase_across_clients() {
+    let server = RedisServer::start();
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let c = client(&server.url()).await;
+        let tokens = tokens.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..250 {
+                let g = c
+                    .lock("fenced")
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                // Recorded while holding: the vector's order is the acquisition order.
+                tokens.lock().unwrap().push(g.fencing_token());
+                assert!(g.unlock().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 1000);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "not strictly increasing"
+    );
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_fencing_counter_stays_ahead() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let first = c.lock("recreated").await.unwrap().fencing_token();
+    // Let the (dropped) guard's release land, then burn through tokens quickly.
+    eventually("released", || lock_keys(&server).is_empty()).await;
+    let mut last = first;
+    for _ in 0..200 {
+        let g = c.lock("recreated").await.unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.unlock().await.unwrap();
+    }
+    let ttl: i64 = server
+        .cmd(&["PTTL", "lock:{recreated}:fence"])
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 3_600_000, "{ttl}");
+    // The counter expires (as it will for a name not used for an hour): the next token is
+    // still above every earlier one.
+    assert_eq!(server.cmd(&["DEL", "lock:{recreated}:fence"]), "1");
+    let g = c.lock("recreated").await.unwrap();
+    assert!(g.fencing_token() > last, "{} <= {last}", g.fencing_token());
+    g.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_survived() {
+    let server = RedisServer::start();
+    let c = client_with_lease(&server.url(), SHORT).await;
+    let g = c.lock("flushed").await.unwrap();
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    // The watchdog's renewals must survive it too.
+    tokio::time::sleep(SHORT * 2).await;
+    assert!(g.is_held());
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(g.unlock().await.unwrap());
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    let g = c.try_lock("flushed").await.unwrap().unwrap();
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(c.lock_info("flushed").await.unwrap().held);
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(c.force_unlock("flushed").await.unwrap());
+    assert!(!g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_frees_the_lock_and_wakes_waiters() {
+    let server = RedisServer::start();
+    let a = client_with_lease(&server.url(), SHORT).await;
+    let b = client(&server.url()).await;
+    let g = a.lock("stuck").await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("stuck").wait(Duration::from_secs(20)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(b.force_unlock("stuck").await.unwrap());
+    let taken = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // The old holder finds out at its next renewal.
+    tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .unwrap();
+    assert!(taken.fencing_token() > g.fencing_token());
+    assert!(!b.force_unlock("nothing-here").await.unwrap());
+    drop(g);
+    assert!(taken.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_guard_releases_in_the_background() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let g = a.lock("dropped").await.unwrap();
+    drop(g);
+    eventually("released after drop", || lock_keys(&server).is_empty()).await;
+    // An aborted task and a panicking task release their locks the same way.
+    let c = a.clone();
+    let task = tokio::spawn(async move {
+        let _g = c.lock("aborted").await.unwrap();
+        std::future::pending::<()>().await;
+    });
+    eventually("taken", || !lock_keys(&server).is_empty()).await;
+    task.abort();
+    let _ = task.await;
+    eventually("released after abort", || lock_keys(&server).is_empty()).await;
+    let c = a.clone();
+    let task = tokio::spawn(async move {
+        let _g = c.lock("panicked").await.unwrap();
+        panic!("inside the critical section");
+    });
+    assert!(task.await.is_err());
+    eventually("released after panic", || lock_keys(&server).is_empty()).await;
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_moves_a_fixed_lease() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let g = c
+        .lock("ext")
+        .lease(Duration::from_millis(200))
+        .await
+        .unwrap();
+    g.extend(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(g.is_held());
+    assert!(c.lock_info("ext").await.unwrap().ttl.unwrap() > Duration::from_secs(3));
+    assert!(matches!(
+        g.extend(Duration::ZERO).await,
+        Err(LockError::InvalidOption { .. })
+    ));
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_local_waiters_queue_and_all_get_the_lock() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let holder = c.lock("queue").await.unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (c, done) = (c.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = c.lock("queue").wait(Duration::from_secs(30)).await.unwrap();
+            done.fetch_add(1, Ordering::SeqCst);
+            g.unlock().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // One subscription for all twenty.
+    assert_eq!(
+        server.pubsub_channels(),
+        vec!["lock:{queue}:released".to_owned()]
+    );
+    assert_eq!(done.load(Ordering::SeqCst), 0);
+    holder.unlock().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 20);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_can_share_an_application_pool() {
+    let server = RedisServer::start();
+    let manager = bb8_redis::RedisConnectionManager::new(server.url()).unwrap();
+    let pool = bb8_redis::bb8::Pool::builder()
+        .max_size(4)
+        .build(manager)
+        .await
+        .unwrap();
+    let c = LockClient::builder(&server.url())
+        .pool(pool.clone())
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("shared-pool").await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert!(pool.state().connections >= 1);
+    assert_clean(&server).await;
+}
