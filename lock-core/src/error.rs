@@ -72,6 +72,11 @@ pub enum LockError {
     #[error("Redis command failed")]
     Redis(#[from] redis::RedisError),
 
+    /// No client was given and none was installed with
+    /// [`install_global`](crate::install_global).
+    #[error("no lock client: pass one or call lock_core::install_global at startup")]
+    NoClient,
+
     /// Redis answered something the lock scripts never return.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),

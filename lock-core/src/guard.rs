@@ -264,6 +264,73 @@ pub(crate) fn validity(lease: Duration) -> Duration {
     lease.saturating_sub(lease / 100 + Duration::from_millis(2))
 }
 
+/// A cheap, cloneable view of a held lock: its name, fencing token and lost signal, without
+/// the power to release it. Hand it to code that must check the lock is still ours (a request
+/// handler, a database update), e.g. from [`LockGuard::handle`] or
+/// [`current_lock`](crate::current_lock).
+#[derive(Clone)]
+pub struct HeldLock {
+    hold: Arc<Hold>,
+    generation: u64,
+}
+
+impl HeldLock {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.keys.name
+    }
+
+    /// The fencing token of the hold; see [`LockGuard::fencing_token`].
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.state().token
+    }
+
+    /// True while the hold is not released, not lost, and within its lease.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held(self.generation)
+    }
+
+    /// Resolves when the hold is known or presumed lost, or released; see
+    /// [`LockGuard::lost`].
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        lost_future(self.hold.clone(), self.generation)
+    }
+}
+
+impl fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("name", &self.name())
+            .field("fencing_token", &self.fencing_token())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+fn lost_future(hold: Arc<Hold>, generation: u64) -> impl Future<Output = ()> + Send + 'static {
+    let mut ended = hold.ended.subscribe();
+    async move {
+        loop {
+            let deadline = {
+                let st = hold.state();
+                if st.status != Status::Held || st.generation != generation {
+                    return;
+                }
+                st.valid_until
+            };
+            if *ended.borrow_and_update() {
+                return;
+            }
+            tokio::select! {
+                changed = ended.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(deadline) => {
+                    hold.expire_if_due(Instant::now());
+                }
+            }
+        }
+    }
+}
+
 /// Proof that this process holds a lock.
 ///
 /// * [`fencing_token`](LockGuard::fencing_token): a number that grows with every new holder of
@@ -285,12 +352,14 @@ pub struct LockGuard {
 impl LockGuard {
     pub(crate) fn new(hold: Arc<Hold>, inner: Arc<Inner>, generation: u64) -> Self {
         hold.guard_added();
-        Self {
+        let guard = Self {
             hold,
             inner,
             generation,
             done: false,
-        }
+        };
+        crate::scope::record(guard.handle());
+        guard
     }
 
     /// The lock's name.
@@ -343,28 +412,15 @@ impl LockGuard {
     /// # async fn build_report() {}
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let hold = self.hold.clone();
-        let generation = self.generation;
-        let mut ended = hold.ended.subscribe();
-        async move {
-            loop {
-                let deadline = {
-                    let st = hold.state();
-                    if st.status != Status::Held || st.generation != generation {
-                        return;
-                    }
-                    st.valid_until
-                };
-                if *ended.borrow_and_update() {
-                    return;
-                }
-                tokio::select! {
-                    changed = ended.changed() => if changed.is_err() { return },
-                    _ = tokio::time::sleep_until(deadline) => {
-                        hold.expire_if_due(Instant::now());
-                    }
-                }
-            }
+        lost_future(self.hold.clone(), self.generation)
+    }
+
+    /// A cloneable view of this hold (name, fencing token, lost signal) that cannot release
+    /// it.
+    pub fn handle(&self) -> HeldLock {
+        HeldLock {
+            hold: self.hold.clone(),
+            generation: self.generation,
         }
     }
 

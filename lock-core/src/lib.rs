@@ -61,6 +61,7 @@
 mod backend;
 mod client;
 mod error;
+mod global;
 mod guard;
 mod mutex;
 pub mod name;
@@ -74,6 +75,15 @@ pub use client::{
     LockInfo, MAX_LEASE, MIN_LEASE,
 };
 pub use error::LockError;
-pub use guard::LockGuard;
+pub use global::{global_client, install_global};
+pub use guard::{HeldLock, LockGuard};
 pub use mutex::{LockRequest, TryLockRequest};
-pub use scope::reentrant;
+pub use scope::{current_lock, reentrant};
+
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;
+
+/// Not public API: what `#[distributed_lock]` expands to. May change in any release.
+#[doc(hidden)]
+#[path = "__private.rs"]
+pub mod __private;

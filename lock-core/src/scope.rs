@@ -1,4 +1,4 @@
-//! Who owns a lock: task-scoped holders for re-entry.
+//! Who owns a lock: task-scoped holders for re-entry, and the locks a scope holds.
 //!
 //! A lock is owned by `<client id>:<holder id>`. Outside a [`reentrant`] scope every
 //! acquisition gets a holder id of its own, so taking a lock you already hold waits for
@@ -7,10 +7,19 @@
 //! re-enters it (the hold count goes up) instead of deadlocking. A task spawned from inside
 //! the scope does not inherit it. Ownership never depends on the OS thread.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::guard::HeldLock;
+
 tokio::task_local! {
-    static HOLDER: u64;
+    static SCOPE: Scope;
+}
+
+struct Scope {
+    holder: u64,
+    /// Locks taken inside the scope, newest last (entries whose hold ended are pruned).
+    held: Mutex<Vec<HeldLock>>,
 }
 
 static NEXT_HOLDER: AtomicU64 = AtomicU64::new(1);
@@ -22,7 +31,16 @@ pub(crate) fn next_holder() -> u64 {
 
 /// The holder id of the enclosing [`reentrant`] scope, if any.
 pub(crate) fn current_holder() -> Option<u64> {
-    HOLDER.try_with(|h| *h).ok()
+    SCOPE.try_with(|s| s.holder).ok()
+}
+
+/// Records a lock taken inside the current scope (no-op outside one).
+pub(crate) fn record(lock: HeldLock) {
+    let _ = SCOPE.try_with(|s| {
+        let mut held = s.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(HeldLock::is_held);
+        held.push(lock);
+    });
 }
 
 /// Runs `future` as one lock holder: locks it takes (on any client) re-enter instead of
@@ -45,6 +63,38 @@ pub async fn reentrant<F: Future>(future: F) -> F::Output {
     if current_holder().is_some() {
         future.await
     } else {
-        HOLDER.scope(next_holder(), future).await
+        let scope = Scope {
+            holder: next_holder(),
+            held: Mutex::new(Vec::new()),
+        };
+        SCOPE.scope(scope, future).await
     }
+}
+
+/// The lock named `name` that the current [`reentrant`] scope holds, if any: its fencing
+/// token and lost signal, for code that runs under a lock taken further up (for example by
+/// `#[distributed_lock]`).
+///
+/// ```no_run
+/// # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// lock_core::reentrant(async {
+///     let _guard = client.lock("stock:sku-1").await?;
+///     let held = lock_core::current_lock("stock:sku-1").expect("taken above");
+///     println!("write with fencing token {}", held.fencing_token());
+///     Ok::<_, lock_core::LockError>(())
+/// })
+/// .await
+/// # }
+/// ```
+pub fn current_lock(name: &str) -> Option<HeldLock> {
+    SCOPE
+        .try_with(|s| {
+            let held = s.held.lock().unwrap_or_else(|p| p.into_inner());
+            held.iter()
+                .rev()
+                .find(|l| l.name() == name && l.is_held())
+                .cloned()
+        })
+        .ok()
+        .flatten()
 }
