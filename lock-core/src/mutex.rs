@@ -6,13 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
-use crate::guard::{Hold, Lease, LockGuard, Status};
+use crate::guard::{Lease, LockGuard, Status};
 use crate::name::LockKeys;
 use crate::scripts;
 
@@ -23,30 +23,13 @@ pub(crate) enum Attempt {
     Busy(Option<Duration>),
 }
 
-/// Undoes an in-flight acquisition if it is dropped before its reply was handled.
-struct InFlight<'a> {
-    inner: &'a Arc<Inner>,
-    hold: &'a Arc<Hold>,
-    expected: u32,
-    op: Option<OwnedMutexGuard<()>>,
-}
-
-impl InFlight<'_> {
-    fn disarm(mut self) -> Option<OwnedMutexGuard<()>> {
-        self.op.take()
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let Some(op) = self.op.take() {
-            self.inner
-                .compensate_in_background(self.hold.clone(), self.expected, op);
-        }
-    }
-}
-
 /// One try to take (or re-enter) the lock in Redis, for `owner`.
+///
+/// The request runs in a task of its own, so that dropping this future never abandons a
+/// request in flight: when the caller is gone (or the outcome is unknown) by the time the
+/// reply arrives, the task itself undoes an acquisition that took effect. Undoing it from the
+/// task, after the reply, orders the undo after the acquisition; sent from the dropped future
+/// on another connection, it could overtake the acquisition and leave an orphan.
 pub(crate) async fn attempt(
     inner: &Arc<Inner>,
     keys: &LockKeys,
@@ -74,37 +57,52 @@ pub(crate) async fn attempt(
         Some(d) => (Lease::Fixed, d),
         None => (Lease::Watchdog, inner.config.watchdog_lease),
     };
-    let in_flight = InFlight {
-        inner,
-        hold: &hold,
-        expected,
-        op: Some(op),
+    let (tx, rx) = oneshot::channel();
+    let task = {
+        let (inner, hold, owner) = (inner.clone(), hold.clone(), owner.to_owned());
+        async move {
+            let sent_at = Instant::now();
+            let result: Result<Vec<i64>, LockError> = inner
+                .backend
+                .invoke(
+                    scripts::ACQUIRE
+                        .key(&hold.keys.hash)
+                        .key(&hold.keys.fence)
+                        .arg(&owner)
+                        .arg(millis(lease_len))
+                        .arg(expected)
+                        .arg(millis(inner.config.fence_ttl)),
+                )
+                .await;
+            // If the caller is gone, or goes before it reads this, dropping it undoes the
+            // acquisition.
+            let _ = tx.send(Reply {
+                result,
+                sent_at,
+                undo: Some((inner, hold, expected, op)),
+            });
+        }
     };
-    let sent_at = Instant::now();
-    let result: Result<Vec<i64>, LockError> = inner
-        .backend
-        .invoke(
-            scripts::ACQUIRE
-                .key(&keys.hash)
-                .key(&keys.fence)
-                .arg(owner)
-                .arg(millis(lease_len))
-                .arg(expected)
-                .arg(millis(inner.config.fence_ttl)),
-        )
-        .await;
-    let reply = match result {
+    tokio::spawn(task);
+    let mut delivered = rx.await.map_err(|_| LockError::Unavailable {
+        waited: Duration::ZERO,
+        source: None,
+    })?;
+    let sent_at = delivered.sent_at;
+    let reply = match std::mem::replace(&mut delivered.result, Ok(Vec::new())) {
         Ok(reply) => reply,
-        Err(e @ LockError::Unavailable { .. }) => {
-            // Never sent: nothing to undo.
-            in_flight.disarm();
+        Err(e) => {
+            if !matches!(e, LockError::Unavailable { .. }) {
+                // Put an error back: dropping `delivered` then undoes what may have run.
+                delivered.result = Err(LockError::UnexpectedReply(e.to_string()));
+            }
             return Err(e);
         }
-        // Anything else may or may not have been applied: `in_flight` undoes it on drop.
-        Err(e) => return Err(e),
     };
-    let _op = in_flight.disarm();
-    match reply[..] {
+    let Some((_, _, _, op)) = delivered.undo.take() else {
+        unreachable!("the task always sends an undo");
+    };
+    let outcome = match reply[..] {
         [1, token] => {
             let token = u64::try_from(token).map_err(|_| bad_reply(&reply))?;
             let generation = hold.acquired(token, sent_at, kind, lease_len);
@@ -125,6 +123,38 @@ pub(crate) async fn attempt(
             })
         }
         _ => Err(bad_reply(&reply)),
+    };
+    drop(op);
+    outcome
+}
+
+/// The reply of an acquisition, handed from its task to the caller. Unless the caller takes
+/// `undo` out, dropping it undoes the acquisition if it was (or may have been) applied.
+struct Reply {
+    result: Result<Vec<i64>, LockError>,
+    sent_at: Instant,
+    undo: Option<(
+        Arc<Inner>,
+        Arc<crate::guard::Hold>,
+        u32,
+        OwnedMutexGuard<()>,
+    )>,
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        let Some((inner, hold, expected, op)) = self.undo.take() else {
+            return;
+        };
+        let needed = match &self.result {
+            Ok(values) => values.first() == Some(&1),
+            // Never sent (no connection): nothing to undo.
+            Err(LockError::Unavailable { .. }) => false,
+            Err(_) => true,
+        };
+        if needed {
+            inner.compensate_in_background(hold, expected, op);
+        }
     }
 }
 

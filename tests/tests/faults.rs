@@ -1,0 +1,376 @@
+//! The mutex under faults: lost replies, cancellation, dead, paused and restarted servers,
+//! a dropped pub/sub connection, and bad input.
+
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError};
+use lock_tests::fixtures::{assert_clean, client, client_with_lease, eventually, lock_keys};
+use lock_tests::{FaultProxy, RedisServer};
+use rand::Rng;
+use tokio::time::Instant;
+
+const SHORT: Duration = Duration::from_millis(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_retried_after_a_lost_reply_is_applied_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let c = client(&proxy.url()).await;
+    lock_core::reentrant(async {
+        let outer = c.lock("twice").await.unwrap();
+        let inner = c.lock("twice").await.unwrap();
+        assert_eq!(c.lock_info("twice").await.unwrap().hold_count, 2);
+        // The release runs, its reply is lost with the connection; the client reconnects
+        // and sends it again. The count must drop by one, not two.
+        proxy.drop_next_reply();
+        assert!(inner.unlock().await.unwrap());
+        assert_eq!(proxy.dropped_replies(), 1);
+        let info = c.lock_info("twice").await.unwrap();
+        assert!(info.held);
+        assert_eq!(info.hold_count, 1);
+        // The same for the last release: the retry is recognised as already applied.
+        proxy.drop_next_reply();
+        assert!(outer.unlock().await.unwrap());
+        assert_eq!(proxy.dropped_replies(), 2);
+        assert!(!c.is_locked("twice").await.unwrap());
+    })
+    .await;
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_retried_after_a_lost_reply_is_applied_once() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let c = client(&proxy.url()).await;
+    proxy.drop_next_reply();
+    let g = c.lock("acq").await.unwrap();
+    assert_eq!(proxy.dropped_replies(), 1);
+    let info = c.lock_info("acq").await.unwrap();
+    assert_eq!(info.hold_count, 1);
+    assert_eq!(info.fencing_token, Some(g.fencing_token()));
+    lock_core::reentrant(async {
+        let a = c.lock("acq2").await.unwrap();
+        proxy.drop_next_reply();
+        let b = c.lock("acq2").await.unwrap();
+        assert_eq!(c.lock_info("acq2").await.unwrap().hold_count, 2);
+        b.unlock().await.unwrap();
+        a.unlock().await.unwrap();
+    })
+    .await;
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquisitions_leave_no_lock_behind() {
+    lock_tests::init_tracing();
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    // A small delay on every chunk makes cancellations land while requests are in flight.
+    proxy.delay(Duration::from_micros(500));
+    let c = client(&proxy.url()).await;
+    let other = client(&server.url()).await;
+    let mut rng = rand::rng();
+    let mut acquired = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for i in 0..300 {
+        assert!(Instant::now() < deadline, "round {i} ran out of time");
+        // Every third round someone else holds the lock, so cancellations also hit waits.
+        let blocker = if i % 3 == 0 {
+            Some(other.lock("cancel").await.unwrap())
+        } else {
+            None
+        };
+        let budget = Duration::from_micros(rng.random_range(0..4000));
+        if let Ok(r) = tokio::time::timeout(budget, c.lock("cancel")).await {
+            drop(r.unwrap());
+            acquired += 1;
+        }
+        if let Some(b) = blocker {
+            b.unlock().await.unwrap();
+        }
+    }
+    assert!(
+        acquired > 0,
+        "no round acquired: the test did not exercise success"
+    );
+    eventually("no lock left by cancelled acquisitions", || {
+        lock_keys(&server).is_empty()
+    })
+    .await;
+    proxy.pass();
+    // Tasks of cancelled acquisitions may still be undoing their work: an orphan would hold
+    // the lock for its whole 30 s lease, so a 5 s wait tells the two apart.
+    let g = c.lock("cancel").wait(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(c.lock_info("cancel").await.unwrap().hold_count, 1);
+    g.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_nothing_fails_promptly() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = Instant::now();
+    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_gives_a_prompt_error_not_a_hang() {
+    let mut server = RedisServer::start();
+    let c = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    server.kill();
+    let start = Instant::now();
+    let err = c
+        .lock("nowhere")
+        .wait(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    // After a restart the same client works again: broken connections are replaced.
+    server.restart();
+    let g = c.lock("nowhere").await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_paused_past_the_lease_loses_the_lock_to_a_waiter() {
+    let mut server = RedisServer::start();
+    let a = client_with_lease(&server.url(), SHORT).await;
+    let b = client_with_lease(&server.url(), SHORT).await;
+    let g = a.lock("paused").await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("paused").wait(Duration::from_secs(30)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.pause();
+    let paused = Instant::now();
+    // No renewal can succeed: the holder learns within its lease, while the server is
+    // still stopped.
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .unwrap();
+    assert!(paused.elapsed() <= SHORT + Duration::from_millis(300));
+    tokio::time::sleep(SHORT).await;
+    server.resume();
+    // On resume the key has expired: the waiter takes the lock, the old holder cannot free it.
+    let taken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(taken.fencing_token() > g.fencing_token());
+    assert!(!g.unlock().await.unwrap());
+    assert!(b.lock_info("paused").await.unwrap().held);
+    assert!(taken.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_connection_loses_the_lock_within_the_lease() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let a = client_with_lease(&proxy.url(), SHORT).await;
+    let g = a.lock("hole").await.unwrap();
+    proxy.blackhole();
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() <= SHORT + Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(!g.is_held());
+    proxy.pass();
+    drop(g);
+    eventually("expired", || lock_keys(&server).is_empty()).await;
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_survive_a_killed_pubsub_connection() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let g = a.lock("resub").await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..5 {
+        let b = b.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = b.lock("resub").wait(Duration::from_secs(20)).await?;
+            g.unlock().await
+        }));
+    }
+    eventually("subscribed", || !server.pubsub_channels().is_empty()).await;
+    server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    eventually("resubscribed", || !server.pubsub_channels().is_empty()).await;
+    let released = Instant::now();
+    assert!(g.unlock().await.unwrap());
+    for w in waiters {
+        assert!(w.await.unwrap().unwrap());
+    }
+    // Woken by messages, not by the 30 s lease.
+    assert!(released.elapsed() < Duration::from_secs(5));
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_loses_held_locks_and_the_client_recovers() {
+    let mut server = RedisServer::start();
+    let a = client_with_lease(&server.url(), SHORT).await;
+    let g = a.lock("restart").await.unwrap();
+    server.kill();
+    server.restart();
+    // The server came back empty: the next renewal finds the lock gone.
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .unwrap();
+    let g2 = a.lock("restart").await.unwrap();
+    assert!(g2.is_held());
+    assert!(g2.unlock().await.unwrap());
+    drop(g);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_are_refused_before_reaching_redis() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let long = "x".repeat(513);
+    for bad in ["", "a{b}", "}", "a b", "line\nfeed", "nul\0", long.as_str()] {
+        let err = c.lock(bad).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidName { .. }),
+            "{bad:?}: {err:?}"
+        );
+        let err = c.try_lock(bad).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidName { .. }),
+            "{bad:?}: {err:?}"
+        );
+        assert!(matches!(
+            c.lock_info(bad).await,
+            Err(LockError::InvalidName { .. })
+        ));
+        assert!(matches!(
+            c.force_unlock(bad).await,
+            Err(LockError::InvalidName { .. })
+        ));
+    }
+    assert_eq!(server.dbsize(), 0);
+    // Glob characters and quotes are ordinary names: no pattern, no script injection.
+    for odd in ["*", "?", "[a]", "it's", "\"]]--", "订单:42"] {
+        let g = c.lock(odd).await.unwrap();
+        assert!(g.unlock().await.unwrap());
+    }
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_options_are_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    for lease in [Duration::ZERO, Duration::from_micros(500), Duration::MAX] {
+        let err = c.lock("x").lease(lease).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidOption {
+                    option: "lease",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let err = c.try_lock("x").lease(lease).await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    }
+    let builds = [
+        LockClient::builder(&url).watchdog_lease(Duration::ZERO),
+        LockClient::builder(&url).watchdog_lease(Duration::MAX),
+        LockClient::builder(&url).fence_ttl(Duration::ZERO),
+        LockClient::builder(&url).key_prefix("a{b}"),
+        LockClient::builder(&url).key_prefix("has space"),
+        LockClient::builder(&url).pool_size(0),
+        LockClient::builder(&url).connect_timeout(Duration::ZERO),
+        LockClient::builder("not a url"),
+        LockClient::builder("http://127.0.0.1:1"),
+    ];
+    for b in builds {
+        let err = b.build().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidOption { .. }), "{err:?}");
+    }
+    // A huge wait is "forever", not an overflow.
+    let g = c.lock("x").wait(Duration::MAX).await.unwrap();
+    g.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_taken_by_another_key_type_is_an_error_not_busy() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    server.cmd(&["SET", "lock:{clash}", "someone else's string"]);
+    let err = c
+        .lock("clash")
+        .wait(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Redis(_)), "{err:?}");
+    assert!(!err.is_timeout());
+    server.cmd(&["DEL", "lock:{clash}"]);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_after_its_runtime_is_gone_expires_and_is_not_renewed() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // A runtime of its own, shut down while the guard is alive.
+    let guard = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let guard = rt.block_on(async {
+            let c = client_with_lease(&url, SHORT).await;
+            c.lock("orphan").await.unwrap()
+        });
+        rt.shutdown_background();
+        guard
+    })
+    .join()
+    .unwrap();
+    // Dropping it outside any runtime must not panic or block.
+    drop(guard);
+    // Nobody renews it: it expires within one lease.
+    eventually("expired", || lock_keys(&server).is_empty()).await;
+    assert_clean(&server).await;
+}
