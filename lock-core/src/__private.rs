@@ -5,7 +5,9 @@
 //! ```ignore
 //! ::lock_core::__private::reentrant(async move {
 //!     let __lock_acquire = ::lock_core::__private::acquire(client, key, wait, lease);
-//!     ::lock_core::__private::run(__lock_acquire, on_lost, move |handle| async move { body })
+//!     ::lock_core::__private::run(__lock_acquire, E::from, on_lost, move |handle| async move {
+//!         body
+//!     })
 //!         .await
 //! })
 //! .await
@@ -56,16 +58,23 @@ pub fn acquire(
 
 /// Takes the lock, runs the body under it and releases it.
 ///
+/// `convert` is `E::from`, named in the expansion at the user's error type, so that a missing
+/// `From<LockError>` is reported there.
+///
 /// The lock is released (and the release awaited) when the body returns, whatever it
 /// returns; on panic, cancellation or abort the guard's `Drop` releases it in the background.
-pub async fn run<A, B, F, T, E>(acquire: A, on_lost: OnLost, body: B) -> Result<T, E>
+pub async fn run<A, B, F, T, E>(
+    acquire: A,
+    convert: fn(LockError) -> E,
+    on_lost: OnLost,
+    body: B,
+) -> Result<T, E>
 where
     A: Future<Output = Result<LockGuard, LockError>>,
     B: FnOnce(HeldLock) -> F,
     F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
 {
-    let guard = acquire.await?;
+    let guard = acquire.await.map_err(convert)?;
     let body = body(guard.handle());
     let result = match on_lost {
         OnLost::Continue => body.await,
@@ -75,7 +84,7 @@ where
                 biased;
                 result = body => result,
                 () = lost => {
-                    return Err(E::from(LockError::Lost { name: guard.name().to_owned() }));
+                    return Err(convert(LockError::Lost { name: guard.name().to_owned() }));
                 }
             }
         }

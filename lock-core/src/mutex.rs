@@ -128,17 +128,21 @@ pub(crate) async fn attempt(
     outcome
 }
 
+/// What undoing an acquisition needs: the client, the hold, the hold count the acquisition
+/// started from, and the owner's operation lock (kept until the undo is done).
+type Undo = (
+    Arc<Inner>,
+    Arc<crate::guard::Hold>,
+    u32,
+    OwnedMutexGuard<()>,
+);
+
 /// The reply of an acquisition, handed from its task to the caller. Unless the caller takes
 /// `undo` out, dropping it undoes the acquisition if it was (or may have been) applied.
 struct Reply {
     result: Result<Vec<i64>, LockError>,
     sent_at: Instant,
-    undo: Option<(
-        Arc<Inner>,
-        Arc<crate::guard::Hold>,
-        u32,
-        OwnedMutexGuard<()>,
-    )>,
+    undo: Option<Undo>,
 }
 
 impl Drop for Reply {

@@ -86,12 +86,6 @@ impl Waiters {
             state,
         }
     }
-
-    /// The number of channels with waiters (for tests and introspection).
-    #[cfg(test)]
-    pub(crate) fn active_channels(&self) -> usize {
-        lock(&self.shared.channels).len()
-    }
 }
 
 /// One waiter's interest in a channel; dropping it gives the interest back.
@@ -145,17 +139,19 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = lock(&self.shared.channels);
-        if let Some(entry) = channels.get_mut(&self.channel) {
-            if Arc::ptr_eq(&entry.state, &self.state) {
-                entry.refs -= 1;
-                if entry.refs == 0 {
-                    channels.remove(&self.channel);
-                    let _ = self
-                        .shared
-                        .commands
-                        .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
-                }
-            }
+        let Some(entry) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        if !Arc::ptr_eq(&entry.state, &self.state) {
+            return;
+        }
+        entry.refs -= 1;
+        if entry.refs == 0 {
+            channels.remove(&self.channel);
+            let _ = self
+                .shared
+                .commands
+                .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
         }
     }
 }

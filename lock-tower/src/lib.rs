@@ -1,6 +1,144 @@
-//! A tower `Layer` that locks a per-request key (order id, user id) around a service.
+//! A [tower] layer that serialises HTTP requests per key (an order id, a user id) across every
+//! instance of a service, with a Redis lock from [`lock_core`].
 //!
-//! **Not implemented yet.** This crate is a placeholder in the workspace so the layout is in
-//! place; it exports nothing. The layer is tracked by its own issue.
+//! Each request that passes through [`DistributedLockLayer`] takes the lock named
+//! `prefix + key`, where a [`KeyExtractor`] finds the key in the request; the inner service
+//! runs while the lock is held, and the lock is given back once the response body has been
+//! sent. Requests for different keys run concurrently; requests for the same key, on any
+//! instance, run one at a time or are turned away.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use axum::{Extension, Router, body::Body, extract::Path, routing::post};
+//! use http::Request;
+//! use lock_core::{HeldLock, LockClient};
+//! use lock_tower::{DistributedLockLayer, PathParam, header_value};
+//!
+//! async fn pay(Path(order_id): Path<String>, Extension(lock): Extension<HeldLock>) -> String {
+//!     // Only one request per order gets here at a time, on any instance. Pass the fencing
+//!     // token to the database so a request that lost its lock cannot write late.
+//!     format!("paid {order_id} with token {}", lock.fencing_token())
+//! }
+//!
+//! async fn buy(Path(sale_id): Path<String>) -> String {
+//!     format!("one item of sale {sale_id}")
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+//!     let app = Router::new()
+//!         // Locks `order:<order_id>`: a second payment of the same order meanwhile gets 409.
+//!         .route(
+//!             "/orders/{order_id}/pay",
+//!             post(pay).route_layer(
+//!                 DistributedLockLayer::new(client.clone(), PathParam::new("order_id"))
+//!                     .prefix("order:"),
+//!             ),
+//!         )
+//!         // Locks `http:<user id>`: one purchase per user at a time, queueing up to 200 ms.
+//!         .route(
+//!             "/sales/{sale_id}/orders",
+//!             post(buy).route_layer(
+//!                 DistributedLockLayer::new(client, |req: &Request<Body>| {
+//!                     header_value(req, "x-user-id")
+//!                 })
+//!                 .wait(Duration::from_millis(200)),
+//!             ),
+//!         );
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     axum::serve(listener, app).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Add the layer with `route_layer` (of a `MethodRouter`, as above, or of a `Router`), not
+//! `Router::layer`: it then runs only for requests that matched a route, so route parameters
+//! exist and unknown paths stay `404` instead of becoming `400` or `409`. Note that
+//! `Router::route_layer` applies to *every* route added before it, so give each route its
+//! own layer as above, or build one `Router` per layer and `merge` them.
+//!
+//! The handler finds the lock in the request extensions as a [`HeldLock`]
+//! (`Extension<HeldLock>` in axum): its name, its fencing token, and whether it is still held.
+//!
+//! # Defaults and status codes
+//!
+//! | setting | default | |
+//! |---|---|---|
+//! | [`prefix`](DistributedLockLayer::prefix) | `"http:"` | lock name = prefix + key; always present, so a request cannot lock names outside it |
+//! | [`wait`](DistributedLockLayer::wait) | zero: one attempt, fail fast | how long to queue for a busy lock |
+//! | [`busy_status`](DistributedLockLayer::busy_status) | `409 Conflict` | or `423`, `429`, `503`; with `Retry-After` = the holder's remaining lease |
+//! | [`acquire_timeout`](DistributedLockLayer::acquire_timeout) | `wait` + 2 s | hard bound on taking the lock; past it `503` |
+//! | [`fail_mode`](DistributedLockLayer::fail_mode) | [`FailMode::Closed`]: `503` + `Retry-After` when Redis is unavailable | [`FailMode::Open`] runs the handler unlocked |
+//! | [`missing_key`](DistributedLockLayer::missing_key) | [`MissingKey::Reject`]: `400` | [`MissingKey::PassThrough`] runs the handler unlocked |
+//! | [`max_key_len`](DistributedLockLayer::max_key_len) | 128 bytes | longer keys, empty keys, keys with control characters, whitespace or braces: `400` |
+//! | [`on_lease_lost`](DistributedLockLayer::on_lease_lost) | [`LeaseLost::Abort`]: cancel the handler, `503` | [`LeaseLost::Continue`] lets it finish |
+//! | [`release`](DistributedLockLayer::release) | [`Release::AfterBody`]: after the last body frame | [`Release::AfterHandler`]: when the handler returns |
+//! | [`lease`](DistributedLockLayer::lease) | the client's watchdog lease, renewed while the request runs | a fixed lease, never renewed |
+//! | [`on_rejection`](DistributedLockLayer::on_rejection) | [`DefaultRejection`]: JSON problem document | any `Fn(Rejection) -> Response<B>` |
+//!
+//! The full mapping of situations to responses is in the [`response`] module. The inner
+//! service's error type is never changed: the layer answers with responses, so under axum it
+//! stays `Infallible`.
+//!
+//! **Fail closed by default.** When Redis is down or too slow, a request cannot know whether
+//! another request holds its key, so by default it is answered `503 Service Unavailable` with
+//! `Retry-After` (never later than the acquire timeout) rather than run unprotected. Choose
+//! [`FailMode::Open`] only for locks that merely avoid duplicate work.
+//!
+//! # The lock's lifetime
+//!
+//! * It is taken before the inner service is called, and given back after the response body
+//!   has been sent: the release completes *before* the body's last frame goes out, so a
+//!   client that has the whole response can lock the same key again at once.
+//! * If the client disconnects, the handler's future or the body is dropped and the lock is
+//!   released in the background at once (not when the lease runs out).
+//! * If the lock is lost while the request runs (its lease expired: Redis unreachable for
+//!   longer than the lease, or a fixed lease too short), the handler is cancelled and the
+//!   client gets `503`, or the body is cut off if it is already streaming; see [`LeaseLost`].
+//! * Every request is its own lock owner, so two requests for one key always exclude each
+//!   other, even from one task. The exception is a request future polled inside a
+//!   [`lock_core::reentrant`] scope (unusual for a server: its connection tasks are not): the
+//!   scope owns what it locks, so such requests would re-enter each other's locks.
+//! * The handler must not take the same lock again (with `LockClient::lock` or
+//!   `#[distributed_lock]` on the same name): the request holds it, so that would wait for
+//!   itself until its wait runs out. The [`HeldLock`] extension is the handler's view of it.
+//!
+//! # Tracing
+//!
+//! Every request gets an `INFO` span `distributed_lock` with the fields `key` (the lock name,
+//! shortened to 64 characters), `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`,
+//! `missing_key`, `invalid_key`, `no_key` for a pass-through, `error`), `wait_ms` (time spent
+//! taking the lock), `held_ms` (time it was held) and `lost` (set when it was lost while
+//! held). The handler runs inside it, so its own events carry the key.
+//!
+//! # Layer order
+//!
+//! Layers *inside* this one (closer to the handler) run while the lock is held, and any
+//! capacity they reserve in `poll_ready` stays reserved while the request waits for the lock.
+//! Put timeouts that should also bound the wait for the lock *outside* it.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod body;
+mod extract;
+pub mod future;
+mod hold;
+mod layer;
+pub mod response;
+mod service;
+
+#[cfg(feature = "axum")]
+pub use extract::PathParam;
+pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, header_value};
+pub use layer::{
+    DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_REDIS_ALLOWANCE, DEFAULT_UNAVAILABLE_RETRY_AFTER,
+    DistributedLockLayer, FailMode, LeaseLost, MissingKey, Release,
+};
+pub use lock_core::HeldLock;
+pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
+pub use service::DistributedLock;

@@ -1,0 +1,223 @@
+//! [`ResponseBody`]: the response body of a locked request, which keeps the lock until the
+//! body has been sent.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes};
+use http_body::{Body, Frame, SizeHint};
+use lock_core::LockError;
+use pin_project_lite::pin_project;
+
+use crate::hold::Hold;
+
+/// The error type of [`ResponseBody`]: the inner body's error, or the lock's loss when
+/// [`LeaseLost::Abort`](crate::LeaseLost::Abort) cut the body short.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pin_project! {
+    /// The body of every response that passes through the layer.
+    ///
+    /// For a request that holds the lock (with the default
+    /// [`Release::AfterBody`](crate::Release::AfterBody)) it keeps the lock until the inner
+    /// body has ended, and gives it back *before* handing out the body's last frame, so a
+    /// client that has read the whole response can take the lock again at once. Dropped
+    /// early (the client went away), it releases the lock in the background.
+    ///
+    /// With [`LeaseLost::Abort`](crate::LeaseLost::Abort), losing the lock while the body
+    /// streams ends the body with an error (the client sees a cut-off response, never a
+    /// complete one that was produced without the lock).
+    ///
+    /// Rejections made by the layer itself use this type too, with a body of their own.
+    pub struct ResponseBody<B>
+    where
+        B: Body,
+    {
+        #[pin]
+        kind: Kind<B>,
+        hold: Option<Hold>,
+        // The inner body's last frame, kept back while the lock is released.
+        last: Option<Frame<B::Data>>,
+        // The inner body has ended (its end, or its last frame, has been seen).
+        ended: bool,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B },
+        Full { data: Option<Bytes> },
+    }
+}
+
+impl<B: Body> ResponseBody<B> {
+    /// Wraps a body that holds no lock.
+    pub fn new(body: B) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+            hold: None,
+            last: None,
+            ended: false,
+        }
+    }
+
+    /// A complete body of the layer's own (a rejection).
+    pub(crate) fn full(data: Bytes) -> Self {
+        Self {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
+            hold: None,
+            last: None,
+            ended: false,
+        }
+    }
+
+    /// Wraps a body that keeps `hold` until it ends.
+    pub(crate) fn locked(body: B, hold: Hold) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+            hold: Some(hold),
+            last: None,
+            ended: false,
+        }
+    }
+
+    /// True while this body still holds its request's lock.
+    pub fn holds_lock(&self) -> bool {
+        self.hold.is_some()
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let mut body = match this.kind.project() {
+            KindProj::Full { data } => {
+                return Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))));
+            }
+            KindProj::Inner { body } => body,
+        };
+        let Some(hold) = this.hold.as_mut() else {
+            if *this.ended {
+                return Poll::Ready(this.last.take().map(Ok));
+            }
+            return body.poll_frame(cx).map_err(Into::into);
+        };
+        if !*this.ended {
+            if hold.poll_lost(cx).is_ready() {
+                // The lock is gone already; dropping the hold just tidies up.
+                let name = hold.name().to_owned();
+                *this.hold = None;
+                *this.ended = true;
+                return Poll::Ready(Some(Err(LockError::Lost { name }.into())));
+            }
+            match ready!(body.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) if !body.is_end_stream() => return Poll::Ready(Some(Ok(frame))),
+                Some(Ok(frame)) => *this.last = Some(frame),
+                Some(Err(e)) => {
+                    *this.hold = None;
+                    *this.ended = true;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                None => {}
+            }
+            *this.ended = true;
+        }
+        // The inner body is done: release, then hand out what was kept back.
+        ready!(hold.poll_release(cx));
+        *this.hold = None;
+        Poll::Ready(this.last.take().map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Full { data } => data.is_none(),
+            Kind::Inner { body } => {
+                if self.ended {
+                    self.hold.is_none() && self.last.is_none()
+                } else {
+                    // A locked body is not over before its lock is given back.
+                    self.hold.is_none() && body.is_end_stream()
+                }
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Inner { body } => {
+                if self.ended {
+                    let kept = self
+                        .last
+                        .as_ref()
+                        .and_then(Frame::data_ref)
+                        .map_or(0, |d| d.remaining() as u64);
+                    SizeHint::with_exact(kept)
+                } else {
+                    body.size_hint()
+                }
+            }
+        }
+    }
+}
+
+impl<B: Body> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("holds_lock", &self.hold.is_some())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::Full;
+
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn the_body_is_send_and_sync_when_the_inner_body_is() {
+        assert_send_sync::<ResponseBody<Full<Bytes>>>();
+    }
+
+    #[tokio::test]
+    async fn a_full_body_yields_its_bytes_once() {
+        use http_body_util::BodyExt;
+
+        let body = ResponseBody::<Full<Bytes>>::full(Bytes::from_static(b"{}"));
+        assert_eq!(body.size_hint().exact(), Some(2));
+        assert!(!body.holds_lock());
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "{}");
+        let empty = ResponseBody::<Full<Bytes>>::full(Bytes::new());
+        assert!(empty.is_end_stream());
+    }
+
+    #[tokio::test]
+    async fn an_unlocked_body_passes_the_inner_one_through() {
+        use http_body_util::BodyExt;
+
+        let body = ResponseBody::new(Full::new(Bytes::from_static(b"abc")));
+        assert_eq!(body.size_hint().exact(), Some(3));
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "abc");
+    }
+}

@@ -1,0 +1,162 @@
+//! [`DistributedLock`]: the service that takes the lock before calling the inner one.
+
+use std::fmt;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use http_body::Body;
+use tower::Service;
+use tracing::field::Empty;
+
+use crate::body::ResponseBody;
+use crate::extract::{KeyExtractor, shorten};
+use crate::future::{Acquire, ResponseFuture};
+use crate::layer::{MissingKey, Settings};
+use crate::response::{OnRejection, Rejection};
+
+/// Middleware that holds a Redis lock, named after a key from each request, while the inner
+/// service handles the request and its response body is sent.
+///
+/// Built by [`DistributedLockLayer`](crate::DistributedLockLayer); see the [crate docs](crate) for the behaviour.
+///
+/// Readiness is the inner service's: nothing is reserved in `poll_ready`, because the lock
+/// depends on the request. The lock is taken in the response future, after which the inner
+/// service (the ready one, swapped out for a clone) is called. Under axum every service is
+/// always ready, so this only matters for capacity-reserving layers placed *inside* this one:
+/// their reservation is held while the request waits for the lock.
+pub struct DistributedLock<S, K, R = crate::DefaultRejection> {
+    inner: S,
+    extractor: Arc<K>,
+    settings: Arc<Settings<R>>,
+}
+
+impl<S, K, R> DistributedLock<S, K, R> {
+    pub(crate) fn from_parts(inner: S, extractor: Arc<K>, settings: Arc<Settings<R>>) -> Self {
+        Self {
+            inner,
+            extractor,
+            settings,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for DistributedLock<S, K, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    K: KeyExtractor<ReqBody>,
+    R: OnRejection<ResBody>,
+    ResBody: Body,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let settings = &self.settings;
+        let span = tracing::info_span!(
+            "distributed_lock",
+            key = Empty,
+            outcome = Empty,
+            wait_ms = Empty,
+            held_ms = Empty,
+            lost = Empty,
+        );
+        let Some(key) = self.extractor.extract(&request) else {
+            return match settings.missing_key {
+                MissingKey::PassThrough => {
+                    span.record("outcome", "no_key");
+                    let future = span.in_scope(|| self.inner.call(request));
+                    ResponseFuture::unlocked(future, settings.clone(), span)
+                }
+                _ => {
+                    span.record("outcome", "missing_key");
+                    tracing::debug!(parent: &span, "request without a lock key rejected");
+                    ResponseFuture::rejected(Rejection::missing_key(), settings.clone(), span)
+                }
+            };
+        };
+        let name = match lock_name(settings, &key) {
+            Ok(name) => name,
+            Err(rejection) => {
+                span.record("outcome", "invalid_key");
+                tracing::debug!(parent: &span, key = %shorten(&key), detail = rejection.detail(),
+                    "request with an invalid lock key rejected");
+                return ResponseFuture::rejected(rejection, settings.clone(), span);
+            }
+        };
+        span.record("key", tracing::field::display(shorten(&name)));
+
+        // The ready service goes into the future; this one keeps a clone that has not been
+        // polled (tower-service: "Be careful when cloning inner services").
+        let clone = self.inner.clone();
+        let inner = mem::replace(&mut self.inner, clone);
+        let acquire = Acquire::start(settings, name, &span);
+        ResponseFuture::acquiring(acquire, inner, request, settings.clone(), span)
+    }
+}
+
+/// The lock name for `key`: the prefix and the key, if the key is acceptable.
+fn lock_name<R>(settings: &Settings<R>, key: &str) -> Result<String, Rejection> {
+    if key.is_empty() {
+        return Err(Rejection::invalid_key("it is empty"));
+    }
+    if key.len() > settings.max_key_len {
+        return Err(Rejection::invalid_key(&format!(
+            "it is longer than {} bytes",
+            settings.max_key_len
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(Rejection::invalid_key("it contains a control character"));
+    }
+    let name = format!("{}{key}", settings.prefix);
+    match lock_core::name::validate_name(&name) {
+        Ok(()) => Ok(name),
+        Err(lock_core::LockError::InvalidName { reason, .. }) => {
+            Err(Rejection::invalid_key(reason))
+        }
+        Err(_) => Err(Rejection::invalid_key("it is not a valid lock name")),
+    }
+}
+
+// Manual impl: only the inner service needs to be `Clone`.
+impl<S: Clone, K, R> Clone for DistributedLock<S, K, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            extractor: self.extractor.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, R> fmt::Debug for DistributedLock<S, K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedLock")
+            .field("inner", &self.inner)
+            .field("extractor", &std::any::type_name::<K>())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}

@@ -1,0 +1,1033 @@
+//! `lock-tower` against a real redis-server and real axum servers on loopback ports, driven by
+//! a real HTTP client: exclusion per key, concurrency across keys, busy/bad-key/unavailable
+//! answers, the lock's lifetime (streaming bodies, dropped connections, lost leases) and each
+//! key extractor.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use bytes::Bytes;
+use http::{HeaderName, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use lock_core::{HeldLock, LockClient};
+use lock_tests::fixtures::{assert_clean, client, client_with_lease, eventually, lock_keys};
+use lock_tests::{FaultProxy, RedisServer};
+use lock_tower::{
+    DistributedLockLayer, FailMode, Header, KeyExtractor, LeaseLost, MissingKey, PathParam,
+    PathSegment, QueryParam, Rejection, RejectionKind, Release, header_value,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Barrier, Notify, mpsc};
+use tokio::time::{Instant, timeout};
+use tower::{ServiceBuilder, ServiceExt};
+
+/// An axum app served on a free loopback port until dropped.
+struct App {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl App {
+    async fn serve(router: Router) -> App {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        App { addr, task }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Waits for `what` with a generous bound, so a hang fails the test instead of stalling it.
+async fn within<T>(what: &str, secs: u64, future: impl Future<Output = T>) -> T {
+    timeout(Duration::from_secs(secs), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {secs} s: {what}"))
+}
+
+async fn problem(res: reqwest::Response) -> (StatusCode, Option<String>, serde_json::Value) {
+    let status = StatusCode::from_u16(res.status().as_u16()).unwrap();
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/problem+json",
+        "a rejection of the layer"
+    );
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["status"], status.as_u16());
+    (status, retry_after, body)
+}
+
+/// Counts requests inside a critical section and any overlap between them.
+#[derive(Default)]
+struct Overlap {
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+    tokens: Mutex<Vec<u64>>,
+}
+
+impl Overlap {
+    async fn run(&self, lock: Option<&HeldLock>, hold: Duration) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(lock) = lock {
+            assert!(lock.is_held());
+            self.tokens.lock().unwrap().push(lock.fencing_token());
+        }
+        tokio::time::sleep(hold).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn overlap_app(client: LockClient, state: Arc<Overlap>) -> Router {
+    let locked = {
+        let state = state.clone();
+        move |Extension(lock): Extension<HeldLock>| async move {
+            state.run(Some(&lock), Duration::from_millis(30)).await;
+            lock.name().to_owned()
+        }
+    };
+    let unlocked = move || async move {
+        state.run(None, Duration::from_millis(200)).await;
+        "unlocked"
+    };
+    Router::new()
+        .route(
+            "/orders/{order_id}/pay",
+            post(locked).route_layer(
+                DistributedLockLayer::new(client, PathParam::new("order_id"))
+                    .prefix("order:")
+                    .wait(Duration::from_secs(20)),
+            ),
+        )
+        .route("/unlocked/{order_id}", post(unlocked))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_key_is_serialized_across_instances() {
+    let server = RedisServer::start();
+    let state = Arc::new(Overlap::default());
+    // Two instances of the service, each with its own lock client, sharing the resource.
+    let apps = [
+        App::serve(overlap_app(client(&server.url()).await, state.clone())).await,
+        App::serve(overlap_app(client(&server.url()).await, state.clone())).await,
+    ];
+    let http = http();
+
+    // The overlap detector works: without the lock, concurrent requests do overlap.
+    let unlocked = (0..4).map(|i| http.post(apps[i % 2].url("/unlocked/42")).send());
+    for res in within(
+        "unlocked requests",
+        20,
+        futures_util::future::join_all(unlocked),
+    )
+    .await
+    {
+        assert_eq!(res.unwrap().status(), 200);
+    }
+    assert!(
+        state.overlaps.swap(0, Ordering::SeqCst) > 0,
+        "the control never overlapped"
+    );
+
+    const N: usize = 10;
+    let requests = (0..N).map(|i| http.post(apps[i % 2].url("/orders/42/pay")).send());
+    let responses = within(
+        "locked requests",
+        30,
+        futures_util::future::join_all(requests),
+    )
+    .await;
+    for res in responses {
+        let res = res.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.text().await.unwrap(), "order:42");
+    }
+    assert_eq!(
+        state.overlaps.load(Ordering::SeqCst),
+        0,
+        "two requests overlapped"
+    );
+    let mut tokens = state.tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), N);
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(
+        tokens.len(),
+        N,
+        "every holder got a fencing token of its own"
+    );
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_keys_run_concurrently() {
+    let server = RedisServer::start();
+    // Each handler waits for the other one: both succeed only if they run at the same time.
+    let barrier = Arc::new(Barrier::new(2));
+    let handler = move || async move {
+        match timeout(Duration::from_secs(10), barrier.wait()).await {
+            Ok(_) => StatusCode::OK,
+            Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    };
+    let layer = DistributedLockLayer::new(client(&server.url()).await, PathParam::new("id"))
+        .wait(Duration::from_secs(20));
+    let app =
+        App::serve(Router::new().route("/orders/{id}", post(handler).route_layer(layer))).await;
+    let http = http();
+    let (a, b) = within(
+        "two keys at once",
+        20,
+        futures_util::future::join(
+            http.post(app.url("/orders/1")).send(),
+            http.post(app.url("/orders/2")).send(),
+        ),
+    )
+    .await;
+    assert_eq!(a.unwrap().status(), 200);
+    assert_eq!(b.unwrap().status(), 200);
+    assert_clean(&server).await;
+}
+
+/// A handler that holds its lock until told to finish.
+#[derive(Clone)]
+struct Gate {
+    entered: mpsc::Sender<()>,
+    finish: Arc<Notify>,
+}
+
+impl Gate {
+    fn new() -> (Gate, mpsc::Receiver<()>) {
+        let (entered, rx) = mpsc::channel(16);
+        let finish = Arc::new(Notify::new());
+        (Gate { entered, finish }, rx)
+    }
+
+    async fn pass(&self) -> &'static str {
+        self.entered.send(()).await.unwrap();
+        self.finish.notified().await;
+        "done"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_key_gets_409_with_retry_after_and_a_problem_body() {
+    let server = RedisServer::start();
+    // A 2 s watchdog lease keeps the holder's TTL (and so Retry-After) small and known.
+    let client = client_with_lease(&server.url(), Duration::from_secs(2)).await;
+    let (gate, mut entered) = Gate::new();
+    let layer = |c: &LockClient| {
+        DistributedLockLayer::new(c.clone(), PathParam::new("id")).prefix("order:")
+    };
+    let slow = {
+        let gate = gate.clone();
+        move || async move { gate.pass().await }
+    };
+    let custom = |rejection: Rejection| -> Response {
+        assert_eq!(rejection.kind(), RejectionKind::Busy);
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("busy, retry in {:?}", rejection.retry_after().unwrap()),
+        )
+            .into_response()
+    };
+    let router = Router::new()
+        .route("/orders/{id}", post(slow).route_layer(layer(&client)))
+        .route(
+            "/locked/{id}",
+            post(|| async { "ok" }).route_layer(layer(&client).busy_status(StatusCode::LOCKED)),
+        )
+        .route(
+            "/custom/{id}",
+            post(|| async { "ok" }).route_layer(layer(&client).on_rejection(custom)),
+        )
+        .route(
+            "/capped/{id}",
+            post(|| async { "ok" })
+                .route_layer(layer(&client).max_retry_after(Duration::from_millis(300))),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+
+    let holder = tokio::spawn(http.post(app.url("/orders/7")).send());
+    within("the holder's handler", 10, entered.recv())
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    let (status, retry_after, body) =
+        problem(http.post(app.url("/orders/7")).send().await.unwrap()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "fail fast by default"
+    );
+    assert_eq!(status, StatusCode::CONFLICT);
+    let retry_after: u64 = retry_after.expect("Retry-After").parse().unwrap();
+    assert!(
+        (1..=2).contains(&retry_after),
+        "Retry-After {retry_after} from a 2 s lease"
+    );
+    assert_eq!(body["code"], "lock_busy");
+    let retry_ms = body["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        retry_ms > 0 && retry_ms <= 2000,
+        "retry_after_ms {retry_ms}"
+    );
+    assert!(
+        !body.to_string().contains("order:7"),
+        "the key is not echoed"
+    );
+
+    let (status, _, _) = problem(http.post(app.url("/locked/7")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::LOCKED);
+    let (_, retry_after, body) =
+        problem(http.post(app.url("/capped/7")).send().await.unwrap()).await;
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert_eq!(body["retry_after_ms"], 300);
+    let res = http.post(app.url("/custom/7")).send().await.unwrap();
+    assert_eq!(res.status(), 429);
+    assert!(res.text().await.unwrap().starts_with("busy, retry in"));
+
+    // Another key is free meanwhile.
+    assert_eq!(
+        http.post(app.url("/locked/8"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    gate.finish.notify_one();
+    let res = within("the holder's response", 10, holder)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), "done");
+    // The lock was given back before the holder's response ended.
+    assert_eq!(
+        http.post(app.url("/locked/7"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_oversized_and_control_char_keys_get_400() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let name = |lock: Option<Extension<HeldLock>>| async move {
+        lock.map_or_else(
+            || "unlocked".to_owned(),
+            |Extension(lock)| lock.name().to_owned(),
+        )
+    };
+    let router = Router::new()
+        .route(
+            "/h",
+            get(name).route_layer(
+                DistributedLockLayer::new(
+                    client.clone(),
+                    Header::new(HeaderName::from_static("x-user-id")),
+                )
+                .prefix("user:")
+                .max_key_len(16),
+            ),
+        )
+        .route(
+            "/p/{id}",
+            get(name).route_layer(DistributedLockLayer::new(
+                client.clone(),
+                PathParam::new("id"),
+            )),
+        )
+        .route(
+            "/q",
+            get(name).route_layer(DistributedLockLayer::new(
+                client.clone(),
+                QueryParam::new("order"),
+            )),
+        )
+        .route(
+            "/pass",
+            get(name).route_layer(
+                DistributedLockLayer::new(
+                    client.clone(),
+                    Header::new(HeaderName::from_static("x-user-id")),
+                )
+                .missing_key(MissingKey::PassThrough),
+            ),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+
+    let bad = [
+        (http.get(app.url("/h")), "missing_lock_key", "does not say"),
+        (
+            http.get(app.url("/h")).header("x-user-id", "x".repeat(17)),
+            "invalid_lock_key",
+            "longer than 16 bytes",
+        ),
+        (
+            http.get(app.url("/h")).header("x-user-id", ""),
+            "invalid_lock_key",
+            "empty",
+        ),
+        (
+            http.get(app.url("/h")).header("x-user-id", "a b"),
+            "invalid_lock_key",
+            "whitespace",
+        ),
+        (
+            http.get(app.url("/h")).header("x-user-id", "a{b}"),
+            "invalid_lock_key",
+            "`{`",
+        ),
+        (
+            http.get(app.url("/p/a%01b")),
+            "invalid_lock_key",
+            "control character",
+        ),
+        (
+            http.get(app.url("/p/a%0Ab")),
+            "invalid_lock_key",
+            "control character",
+        ),
+        (
+            http.get(app.url("/q?order=a%7Fb")),
+            "invalid_lock_key",
+            "control character",
+        ),
+        (http.get(app.url("/q?order=")), "invalid_lock_key", "empty"),
+        (
+            http.get(app.url("/q?other=1")),
+            "missing_lock_key",
+            "does not say",
+        ),
+        (
+            http.get(app.url(&format!("/p/{}", "y".repeat(129)))),
+            "invalid_lock_key",
+            "longer than 128 bytes",
+        ),
+    ];
+    for (request, code, detail) in bad {
+        let (status, retry_after, body) = problem(request.send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(retry_after, None);
+        assert_eq!(body["code"], code, "{body}");
+        assert!(body["detail"].as_str().unwrap().contains(detail), "{body}");
+    }
+    assert!(server.keys("*").is_empty(), "bad keys never reach Redis");
+
+    // Good keys, for contrast, and the pass-through policy.
+    let text = |r: reqwest::RequestBuilder| async move {
+        let res = r.send().await.unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    };
+    assert_eq!(
+        text(http.get(app.url("/h")).header("x-user-id", "u-1")).await,
+        (200, "user:u-1".into())
+    );
+    assert_eq!(
+        text(http.get(app.url("/p/%C3%A9t%C3%A9"))).await,
+        (200, "http:été".into())
+    );
+    assert_eq!(
+        text(http.get(app.url("/q?order=4%32"))).await,
+        (200, "http:42".into())
+    );
+    assert_eq!(
+        text(http.get(app.url("/pass"))).await,
+        (200, "unlocked".into())
+    );
+    assert_eq!(
+        text(http.get(app.url("/pass")).header("x-user-id", "u-2")).await,
+        (200, "http:u-2".into())
+    );
+    // Unmatched routes stay 404: `route_layer` runs only on a match.
+    assert_eq!(
+        http.get(app.url("/nowhere")).send().await.unwrap().status(),
+        404
+    );
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_gives_503_within_the_bound_and_recovers_after_restart() {
+    let mut server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_secs(2)).await;
+    let router = Router::new()
+        .route(
+            "/closed/{id}",
+            post(|lock: Option<Extension<HeldLock>>| async move {
+                if lock.is_some() { "locked" } else { "unlocked" }
+            })
+            .route_layer(
+                DistributedLockLayer::new(client.clone(), PathParam::new("id"))
+                    .wait(Duration::from_secs(10))
+                    .acquire_timeout(Duration::from_secs(1))
+                    .unavailable_retry_after(Duration::from_secs(3)),
+            ),
+        )
+        .route(
+            "/open/{id}",
+            post(|lock: Option<Extension<HeldLock>>| async move {
+                if lock.is_some() { "locked" } else { "unlocked" }
+            })
+            .route_layer(
+                DistributedLockLayer::new(client.clone(), PathParam::new("id"))
+                    .acquire_timeout(Duration::from_secs(1))
+                    .fail_mode(FailMode::Open),
+            ),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+    let res = http.post(app.url("/closed/1")).send().await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "locked");
+
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let res = within(
+            "a request while Redis is down",
+            10,
+            http.post(app.url("/closed/1")).send(),
+        )
+        .await
+        .unwrap();
+        let elapsed = started.elapsed();
+        let (status, retry_after, body) = problem(res).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after.as_deref(), Some("3"));
+        assert_eq!(body["code"], "lock_unavailable");
+        assert!(
+            elapsed < Duration::from_millis(2500),
+            "answered after {elapsed:?}, past the 1 s bound"
+        );
+    }
+    // Fail open runs the handler without the lock.
+    let res = within("fail open", 10, http.post(app.url("/open/1")).send())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), "unlocked");
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let res = within(
+            "a request after the restart",
+            10,
+            http.post(app.url("/closed/1")).send(),
+        )
+        .await
+        .unwrap();
+        if res.status() == 200 {
+            assert_eq!(res.text().await.unwrap(), "locked");
+            break;
+        }
+        assert_eq!(res.status(), 503);
+        assert!(
+            Instant::now() < deadline,
+            "never recovered after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let res = http.post(app.url("/open/1")).send().await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "locked");
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_body_keeps_the_lock_until_its_last_chunk() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let checker = lock_tests::fixtures::client(&server.url()).await;
+    // Each streaming request takes the next receiver: the test feeds its body chunk by chunk.
+    let feeds: Arc<Mutex<Vec<mpsc::Receiver<Bytes>>>> = Arc::default();
+    let stream = {
+        let feeds = feeds.clone();
+        move || async move {
+            let rx = feeds.lock().unwrap().pop().expect("a feed per request");
+            let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv()
+                    .await
+                    .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+            });
+            Body::from_stream(chunks)
+        }
+    };
+    let layer = DistributedLockLayer::new(client, PathParam::new("id")).prefix("export:");
+    let router = Router::new()
+        .route(
+            "/export/{id}",
+            get(stream.clone()).route_layer(layer.clone()),
+        )
+        .route(
+            "/early/{id}",
+            get(stream).route_layer(layer.release(Release::AfterHandler)),
+        )
+        .route(
+            "/try/{id}",
+            get(|| async { "ok" }).route_layer(
+                DistributedLockLayer::new(checker.clone(), PathParam::new("id")).prefix("export:"),
+            ),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+
+    let (tx, rx) = mpsc::channel(4);
+    feeds.lock().unwrap().push(rx);
+    tx.send(Bytes::from_static(b"first,")).await.unwrap();
+    let mut res = within(
+        "the response head",
+        10,
+        http.get(app.url("/export/1")).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    let first = within("the first chunk", 10, res.chunk())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], b"first,");
+    // Mid-stream: the handler has returned long ago, the lock is still held.
+    assert!(checker.lock_info("export:1").await.unwrap().held);
+    assert_eq!(
+        http.get(app.url("/try/1")).send().await.unwrap().status(),
+        409
+    );
+    tx.send(Bytes::from_static(b"second")).await.unwrap();
+    assert!(checker.lock_info("export:1").await.unwrap().held);
+    drop(tx);
+    let mut rest = Vec::new();
+    while let Some(chunk) = within("the rest of the body", 10, res.chunk())
+        .await
+        .unwrap()
+    {
+        rest.extend_from_slice(&chunk);
+    }
+    assert_eq!(rest, b"second");
+    // The lock was released before the body's end reached the client.
+    assert!(!checker.lock_info("export:1").await.unwrap().held);
+    assert_eq!(
+        http.get(app.url("/try/1")).send().await.unwrap().status(),
+        200
+    );
+
+    // Release::AfterHandler: the body streams without the lock.
+    let (tx, rx) = mpsc::channel(4);
+    feeds.lock().unwrap().push(rx);
+    tx.send(Bytes::from_static(b"early")).await.unwrap();
+    let mut res = within(
+        "the response head",
+        10,
+        http.get(app.url("/early/2")).send(),
+    )
+    .await
+    .unwrap();
+    let first = within("the first chunk", 10, res.chunk())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], b"early");
+    assert!(!checker.lock_info("export:2").await.unwrap().held);
+    drop(tx);
+    assert_eq!(within("the end", 10, res.chunk()).await.unwrap(), None);
+    assert_clean(&server).await;
+}
+
+/// Sets its flag when dropped: shows a handler future was cancelled.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_client_connection_mid_handler_releases_the_lock() {
+    let server = RedisServer::start();
+    // The default 30 s watchdog lease: only the release on drop can free the lock in time.
+    let client = client(&server.url()).await;
+    let checker = lock_tests::fixtures::client(&server.url()).await;
+    let (entered_tx, mut entered) = mpsc::channel(4);
+    let dropped = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let dropped = dropped.clone();
+        move || async move {
+            let _flag = DropFlag(dropped);
+            entered_tx.send(()).await.unwrap();
+            std::future::pending::<()>().await;
+            "never"
+        }
+    };
+    let layer = DistributedLockLayer::new(client, PathParam::new("id")).prefix("order:");
+    let app =
+        App::serve(Router::new().route("/orders/{id}", post(handler).route_layer(layer))).await;
+
+    // A raw connection, so closing it is unambiguous.
+    let mut conn = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    conn.write_all(b"POST /orders/9 HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    within("the handler", 10, entered.recv()).await.unwrap();
+    assert!(checker.lock_info("order:9").await.unwrap().held);
+    let started = Instant::now();
+    drop(conn);
+
+    eventually("the handler cancelled", || dropped.load(Ordering::SeqCst)).await;
+    eventually("the lock released", || lock_keys(&server).is_empty()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "released by the drop, not by the lease"
+    );
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_lease_aborts_the_handler_with_503_or_lets_it_finish() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    let slow = {
+        let (dropped, finished) = (dropped.clone(), finished.clone());
+        move || async move {
+            let _flag = DropFlag(dropped);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            finished.store(true, Ordering::SeqCst);
+            "finished"
+        }
+    };
+    let watching = |Extension(lock): Extension<HeldLock>| async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        format!("held={}", lock.is_held())
+    };
+    // A fixed 200 ms lease, never renewed: both handlers outlive it.
+    let layer =
+        DistributedLockLayer::new(client, PathParam::new("id")).lease(Duration::from_millis(200));
+    let router = Router::new()
+        .route("/abort/{id}", post(slow).route_layer(layer.clone()))
+        .route(
+            "/continue/{id}",
+            post(watching).route_layer(layer.on_lease_lost(LeaseLost::Continue)),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+
+    let started = Instant::now();
+    let res = within(
+        "the aborted request",
+        10,
+        http.post(app.url("/abort/1")).send(),
+    )
+    .await
+    .unwrap();
+    let elapsed = started.elapsed();
+    let (status, retry_after, body) = problem(res).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["code"], "lock_lost");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "aborted after {elapsed:?}"
+    );
+    assert!(dropped.load(Ordering::SeqCst), "the handler was cancelled");
+    assert!(!finished.load(Ordering::SeqCst));
+
+    let res = within(
+        "the continued request",
+        10,
+        http.post(app.url("/continue/2")).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), "held=false");
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_requests_on_one_key_never_find_it_busy() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let json = |Extension(lock): Extension<HeldLock>| async move {
+        axum::Json(serde_json::json!({ "token": lock.fencing_token() }))
+    };
+    let layer = DistributedLockLayer::new(client, PathParam::new("id"));
+    let router = Router::new()
+        .route("/after-body/{id}", post(json).route_layer(layer.clone()))
+        .route(
+            "/after-handler/{id}",
+            post(json).route_layer(layer.release(Release::AfterHandler)),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+    for path in ["/after-body/5", "/after-handler/5"] {
+        let mut last = 0;
+        for _ in 0..25 {
+            let res = http.post(app.url(path)).send().await.unwrap();
+            assert_eq!(
+                res.status(),
+                200,
+                "{path}: a finished request still held the lock"
+            );
+            let token = res.json::<serde_json::Value>().await.unwrap()["token"]
+                .as_u64()
+                .unwrap();
+            assert!(token > last, "fencing tokens increase");
+            last = token;
+        }
+    }
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_extractor_locks_its_name_through_oneshot() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    async fn name(Extension(lock): Extension<HeldLock>) -> String {
+        lock.name().to_owned()
+    }
+    fn routed<K>(layer: DistributedLockLayer<K>) -> Router
+    where
+        K: KeyExtractor<Body> + Send + Sync + 'static,
+    {
+        Router::new().route("/orders/{id}/pay", get(name).route_layer(layer))
+    }
+    let request = |uri: &str| {
+        Request::builder()
+            .uri(uri)
+            .header("x-user-id", "u-3")
+            .body(Body::empty())
+            .unwrap()
+    };
+    async fn text(router: Router, req: Request<Body>) -> String {
+        let res = router.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    }
+    let cases = [
+        (
+            routed(DistributedLockLayer::new(client.clone(), PathParam::new("id")).prefix("p:")),
+            "p:42",
+        ),
+        (
+            routed(DistributedLockLayer::new(client.clone(), PathSegment::new(1)).prefix("s:")),
+            "s:42",
+        ),
+        (
+            routed(DistributedLockLayer::new(client.clone(), QueryParam::new("q")).prefix("q:")),
+            "q:x-y",
+        ),
+    ];
+    for (router, expected) in cases {
+        assert_eq!(
+            text(router, request("/orders/4%32/pay?q=x%2Dy")).await,
+            expected
+        );
+    }
+    let header = Router::new().route(
+        "/orders/{id}/pay",
+        get(name).route_layer(DistributedLockLayer::new(
+            client.clone(),
+            Header::new(HeaderName::from_static("x-user-id")),
+        )),
+    );
+    assert_eq!(text(header, request("/orders/1/pay")).await, "http:u-3");
+    let closure = Router::new().route(
+        "/orders/{id}/pay",
+        get(name).route_layer(DistributedLockLayer::new(
+            client.clone(),
+            |req: &Request<Body>| {
+                header_value(req, "x-user-id").map(|user| format!("{user}/{}", req.method()))
+            },
+        )),
+    );
+    assert_eq!(
+        text(closure, request("/orders/1/pay")).await,
+        "http:u-3/GET"
+    );
+
+    // Plain tower, no axum: any body type, and the inner error type is kept.
+    #[derive(Debug, PartialEq)]
+    struct MyError;
+    let svc = ServiceBuilder::new()
+        .layer(DistributedLockLayer::new(client.clone(), PathSegment::new(0)).prefix("t:"))
+        .service_fn(|req: Request<Full<Bytes>>| async move {
+            let lock = req.extensions().get::<HeldLock>().cloned();
+            match lock {
+                Some(lock) if req.uri().path() != "/fail" => Ok(http::Response::new(Full::new(
+                    Bytes::from(lock.name().to_owned()),
+                ))),
+                _ => Err(MyError),
+            }
+        });
+    let res = svc
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/job")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(res.body().holds_lock());
+    assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "t:job");
+    let err = svc
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/fail")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, MyError);
+    let res = svc
+        .oneshot(Request::builder().uri("/").body(Full::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], "invalid_lock_key");
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_requests_queue_until_the_holder_finishes() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let (gate, mut entered) = Gate::new();
+    let slow = {
+        let gate = gate.clone();
+        move || async move { gate.pass().await }
+    };
+    let layer = DistributedLockLayer::new(client, PathParam::new("id"));
+    let router = Router::new()
+        .route("/slow/{id}", post(slow).route_layer(layer.clone()))
+        .route(
+            "/wait/{id}",
+            post(|| async { "waited" }).route_layer(layer.clone().wait(Duration::from_secs(10))),
+        )
+        .route(
+            "/short/{id}",
+            post(|| async { "waited" }).route_layer(layer.wait(Duration::from_millis(300))),
+        );
+    let app = App::serve(router).await;
+    let http = http();
+    let holder = tokio::spawn(http.post(app.url("/slow/1")).send());
+    within("the holder", 10, entered.recv()).await.unwrap();
+
+    let started = Instant::now();
+    let (status, _, _) = problem(http.post(app.url("/short/1")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "waited before giving up"
+    );
+
+    let waiter = tokio::spawn(http.post(app.url("/wait/1")).send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the waiter waits for the holder");
+    gate.finish.notify_one();
+    assert_eq!(
+        within("the holder", 10, holder)
+            .await
+            .unwrap()
+            .unwrap()
+            .status(),
+        200
+    );
+    let res = within("the waiter", 10, waiter).await.unwrap().unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), "waited");
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_is_released_before_the_last_byte_reaches_the_client() {
+    // The layer's client reaches Redis through a proxy that delays every packet, so a release
+    // still under way when the response ends would be seen by the direct checker.
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let client = client(&proxy.url()).await;
+    let checker = lock_tests::fixtures::client(&server.url()).await;
+    proxy.delay(Duration::from_millis(100));
+    let layer = DistributedLockLayer::new(client, PathParam::new("id"));
+    let router = Router::new()
+        .route(
+            "/body/{id}",
+            get(|| async { "0123456789" }).route_layer(layer.clone()),
+        )
+        .route(
+            "/handler/{id}",
+            get(|| async { "0123456789" }).route_layer(layer.release(Release::AfterHandler)),
+        );
+    let app = App::serve(router).await;
+    for (path, name) in [("/body/1", "http:1"), ("/handler/2", "http:2")] {
+        // A raw connection: the check runs as soon as the last byte has arrived.
+        let mut conn = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut received = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !received.ends_with(b"0123456789") {
+            let n = within("the response", 10, conn.read(&mut buf))
+                .await
+                .unwrap();
+            assert!(
+                n > 0,
+                "closed early: {:?}",
+                String::from_utf8_lossy(&received)
+            );
+            received.extend_from_slice(&buf[..n]);
+        }
+        assert!(received.starts_with(b"HTTP/1.1 200"));
+        assert!(
+            !checker.lock_info(name).await.unwrap().held,
+            "{path}: still locked after the response"
+        );
+    }
+    proxy.pass();
+    assert_clean(&server).await;
+}
