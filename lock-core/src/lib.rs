@@ -87,3 +87,8 @@ pub use lock_macros::distributed_lock;
 #[doc(hidden)]
 #[path = "__private.rs"]
 pub mod __private;
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
