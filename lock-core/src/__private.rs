@@ -8,7 +8,7 @@
 //!     ::lock_core::__private::run(__lock_acquire, E::from, on_lost, move |handle| async move {
 //!         body
 //!     })
-//!         .await
+//!     .await
 //! })
 //! .await
 //! ```

@@ -1,0 +1,16 @@
+use lock_core::{LockError, distributed_lock};
+
+#[distributed_lock(key = "report", ttl = "10s")]
+async fn report() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "queue", fair)]
+async fn fair() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {
+    let _ = report;
+    let _ = fair;
+}
