@@ -87,9 +87,10 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a lock's fencing counter lives (default 1 h, at least 1 s). A counter that
-    /// expired is recreated from the server clock in microseconds, so tokens keep growing as
-    /// long as the Redis server's clock never steps back by more than this.
+    /// How long a free lock keeps its hash, and with it its fencing counter (default 1 h, at
+    /// least 1 s); then it expires, so per-request names do not pile up. A counter that is gone
+    /// is seeded again from the server clock in microseconds, so tokens keep growing as long as
+    /// the Redis server's clock never steps back by more than the time the counter was gone.
     pub fn fence_ttl(mut self, ttl: Duration) -> Self {
         self.fence_ttl = ttl;
         self
@@ -258,24 +259,32 @@ impl LockClient {
     /// What Redis knows about the lock `name` right now, for operators and tests.
     pub async fn lock_info(&self, name: &str) -> Result<LockInfo, LockError> {
         let keys = LockKeys::new(&self.inner.config.prefix, name)?;
-        let (pttl, fields): (i64, Vec<String>) = self
+        let (pttl, fields): (i64, Vec<Option<String>>) = self
             .inner
             .backend
             .invoke(&scripts::INSPECT.key(&keys.hash))
             .await?;
-        let mut info = LockInfo {
-            held: pttl != -2,
-            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-            hold_count: 0,
-            fencing_token: None,
+        let [owner, count, token] = fields.as_slice() else {
+            return Err(LockError::UnexpectedReply(format!(
+                "inspect script returned {} fields",
+                fields.len()
+            )));
         };
-        for pair in fields.chunks_exact(2) {
-            if pair[0] == "fence" {
-                info.fencing_token = pair[1].parse().ok();
+        let held = owner.as_deref().is_some_and(|o| !o.is_empty());
+        let info = LockInfo {
+            held,
+            ttl: held
+                .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
+                .flatten(),
+            hold_count: if held {
+                count.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0)
             } else {
-                info.hold_count += pair[1].parse::<u32>().unwrap_or(0);
-            }
-        }
+                0
+            },
+            fencing_token: held
+                .then(|| token.as_deref().and_then(|t| t.parse().ok()))
+                .flatten(),
+        };
         Ok(info)
     }
 
@@ -287,7 +296,12 @@ impl LockClient {
         let deleted: i64 = self
             .inner
             .backend
-            .invoke(scripts::FORCE_UNLOCK.key(&keys.hash).arg(&keys.channel))
+            .invoke(
+                scripts::FORCE_UNLOCK
+                    .key(&keys.hash)
+                    .arg(&keys.channel)
+                    .arg(crate::mutex::millis(self.inner.config.fence_ttl)),
+            )
             .await?;
         Ok(deleted == 1)
     }

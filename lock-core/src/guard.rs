@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::error::LockError;
+use crate::mutex::millis;
 use crate::name::LockKeys;
 use crate::scripts;
 
@@ -181,11 +182,11 @@ impl Hold {
             .invoke(
                 scripts::RELEASE
                     .key(&self.keys.hash)
-                    .key(&self.keys.fence)
                     .arg(&self.owner)
                     .arg(count)
                     .arg(token)
-                    .arg(&self.keys.channel),
+                    .arg(&self.keys.channel)
+                    .arg(millis(inner.config.fence_ttl)),
             )
             .await?;
         match reply {
@@ -219,11 +220,11 @@ impl Hold {
             .invoke(
                 scripts::RELEASE
                     .key(&self.keys.hash)
-                    .key(&self.keys.fence)
                     .arg(&self.owner)
                     .arg(expected + 1)
                     .arg(if expected == 0 { 0 } else { token })
-                    .arg(&self.keys.channel),
+                    .arg(&self.keys.channel)
+                    .arg(millis(inner.config.fence_ttl)),
             )
             .await;
         if let Err(e) = result {

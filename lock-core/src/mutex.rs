@@ -67,11 +67,9 @@ pub(crate) async fn attempt(
                 .invoke(
                     scripts::ACQUIRE
                         .key(&hold.keys.hash)
-                        .key(&hold.keys.fence)
                         .arg(&owner)
                         .arg(millis(lease_len))
-                        .arg(expected)
-                        .arg(millis(inner.config.fence_ttl)),
+                        .arg(expected),
                 )
                 .await;
             // If the caller is gone, or goes before it reads this, dropping it undoes the

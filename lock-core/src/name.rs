@@ -1,13 +1,15 @@
 //! Lock-name validation and the Redis key layout.
 //!
-//! A lock named `N` under prefix `P` lives in three places that share the hash tag `{N}`, so a
-//! Redis Cluster puts them in one slot and one script may touch them all:
+//! A lock named `N` under prefix `P` is one hash and one channel that share the hash tag
+//! `{N}`, so a Redis Cluster puts them in one slot:
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P{N}` | hash | owner id -> hold count, `fence` -> the holder's fencing token |
-//! | `P{N}:fence` | hash | `n` -> last fencing token issued, `r` -> token of the last release |
+//! | `P{N}` | hash | `o` owner id (`""` when free), `c` hold count, `f` last fencing token, `r` token of the last full release |
 //! | `P{N}:released` | channel | a message on every full release |
+//!
+//! While held, the hash expires with the lease. A free lock keeps its hash (and so its
+//! fencing counter) for the client's `fence_ttl`, then it expires too.
 
 use crate::error::{LockError, shorten};
 
@@ -22,7 +24,6 @@ pub const MAX_PREFIX_LEN: usize = 128;
 pub(crate) struct LockKeys {
     pub(crate) name: String,
     pub(crate) hash: String,
-    pub(crate) fence: String,
     pub(crate) channel: String,
 }
 
@@ -32,7 +33,6 @@ impl LockKeys {
         let hash = format!("{prefix}{{{name}}}");
         Ok(Self {
             name: name.to_owned(),
-            fence: format!("{hash}:fence"),
             channel: format!("{hash}:released"),
             hash,
         })
@@ -91,17 +91,16 @@ mod tests {
     fn layout_shares_one_hash_tag() {
         let k = LockKeys::new("lock:", "order:42").unwrap();
         assert_eq!(k.hash, "lock:{order:42}");
-        assert_eq!(k.fence, "lock:{order:42}:fence");
         assert_eq!(k.channel, "lock:{order:42}:released");
     }
 
     #[test]
     fn suffixes_cannot_collide_with_other_names() {
-        // `a` + ":fence" must never equal the key of a lock named "a:fence".
+        // `a` + ":released" must never equal the key of a lock named "a:released".
         let a = LockKeys::new("lock:", "a").unwrap();
-        let b = LockKeys::new("lock:", "a:fence").unwrap();
-        assert_ne!(a.fence, b.hash);
+        let b = LockKeys::new("lock:", "a:released").unwrap();
         assert_ne!(a.channel, b.hash);
+        assert_ne!(a.channel, b.channel);
     }
 
     #[test]

@@ -1,49 +1,50 @@
 -- acquire: take a lock, or re-enter one this owner already holds.
 --
--- KEYS[1]: the lock hash (owner id -> hold count; field "fence" -> the holder's fencing token)
--- KEYS[2]: the fencing counter hash (field "n" -> last token issued, "r" -> token of the last release)
+-- KEYS[1]: the lock hash: o -> owner id ('' when free), c -> hold count,
+--          f -> the last fencing token issued, r -> the token of the last full release
 -- ARGV[1]: owner id
 -- ARGV[2]: lease in milliseconds
 -- ARGV[3]: the hold count the caller believes the owner has now (0 for a fresh acquisition)
--- ARGV[4]: time to live of a newly created fencing counter, in milliseconds
 --
--- Returns {1, token}  acquired; also the answer to a retry of an acquisition already applied
---         {0, pttl}   held by another owner; pttl = the holder's remaining lease in ms (-1: none)
---         {-1, held}  the owner's hold count is not ARGV[3] (or ARGV[3] + 1): the hold was lost
+-- Returns {1, token}  acquired; also the answer to a repeat of an acquisition already applied
+--         {0, pttl}   held by another owner; pttl = its remaining lease in ms (-1: none)
+--         {-1, held}  the owner's hold count is neither ARGV[3] nor ARGV[3] + 1: the hold was lost
 --
--- A fresh counter is seeded from the server clock in microseconds. Redis runs fewer than one
--- script per microsecond, so a counter recreated after expiry starts above every token issued
--- by the one before, as long as the server clock does not step back by more than its TTL.
-local count = tonumber(ARGV[3])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if count ~= 0 then
+-- The token is f + 1, or, when the hash is gone (never used, expired), the server clock in
+-- microseconds. Every token is at most its issue time in microseconds (Redis runs fewer than
+-- one script per microsecond), and a hash is gone for at least a lease before it is seeded
+-- again, so tokens only grow as long as the server clock does not step back by more than that.
+local lock = redis.call('HMGET', KEYS[1], 'o', 'c', 'f')
+local owner = lock[1]
+local expected = tonumber(ARGV[3])
+if not owner or owner == '' then
+  if expected ~= 0 then
     return {-1, 0}
   end
-  local token = redis.call('HINCRBY', KEYS[2], 'n', 1)
-  if token == 1 then
+  local token = tonumber(lock[3])
+  if token then
+    token = token + 1
+  else
     local now = redis.call('TIME')
-    local seed = now[1] .. string.format('%06d', tonumber(now[2]))
-    redis.call('HSET', KEYS[2], 'n', seed)
-    redis.call('PEXPIRE', KEYS[2], ARGV[4])
-    token = tonumber(seed)
+    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
   end
-  redis.call('HSET', KEYS[1], ARGV[1], 1, 'fence', token)
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', string.format('%.0f', token))
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, token}
 end
-local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
-if held == nil then
-  if count ~= 0 then
+if owner ~= ARGV[1] then
+  if expected ~= 0 then
     return {-1, 0}
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if held == count then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+local count = tonumber(lock[2])
+if count == expected then
+  redis.call('HSET', KEYS[1], 'c', count + 1)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
-elseif held ~= count + 1 then
-  return {-1, held}
+elseif count ~= expected + 1 then
+  return {-1, count}
 end
-return {1, tonumber(redis.call('HGET', KEYS[1], 'fence'))}
+return {1, tonumber(lock[3])}

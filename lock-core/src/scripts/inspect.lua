@@ -1,7 +1,7 @@
 -- inspect: read a lock's state in one atomic step, for operators.
 --
--- KEYS[1]: the lock hash
+-- KEYS[1]: the lock hash (see acquire.lua)
 --
--- Returns {pttl, {field1, value1, ...}}: the remaining lease in ms (-2: no lock, -1: no
--- expiry) and the hash (owner ids -> hold counts, "fence" -> the holder's fencing token)
-return {redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[1])}
+-- Returns {pttl, {owner, count, token}}: the remaining lease in ms (-2: no hash, -1: no
+-- expiry), then the owner ('' or nil when free), its hold count and the last fencing token
+return {redis.call('PTTL', KEYS[1]), redis.call('HMGET', KEYS[1], 'o', 'c', 'f')}
