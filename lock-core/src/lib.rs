@@ -37,10 +37,11 @@
 //!   overlap with the next holder: no lease-based lock can prevent that. Its guard reports
 //!   the loss ([`LockGuard::lost`], [`LockGuard::is_held`]), and a resource that checks
 //!   [`LockGuard::fencing_token`] refuses its late writes.
-//! * **Fencing tokens** strictly increase per lock name. The counter expires after
+//! * **Fencing tokens** strictly increase per lock name. A free lock's counter expires after
 //!   [`LockClientBuilder::fence_ttl`] so per-request names do not pile up; a new counter is
 //!   seeded from the server clock in microseconds, which stays ahead of every earlier token
-//!   as long as the server clock does not step back by more than that TTL.
+//!   as long as the server clock does not step back by more than the time the counter was
+//!   gone.
 //! * **Retries are safe**: every command carries the hold count the client expects, so a
 //!   command repeated after a lost reply is recognised and not applied twice; a release
 //!   retried after its reply was lost does not release twice.
