@@ -259,31 +259,23 @@ impl LockClient {
     /// What Redis knows about the lock `name` right now, for operators and tests.
     pub async fn lock_info(&self, name: &str) -> Result<LockInfo, LockError> {
         let keys = LockKeys::new(&self.inner.config.prefix, name)?;
-        let (pttl, fields): (i64, Vec<Option<String>>) = self
+        let (pttl, value): (i64, Option<String>) = self
             .inner
             .backend
             .invoke(&scripts::INSPECT.key(&keys.hash))
             .await?;
-        let [owner, count, token] = fields.as_slice() else {
-            return Err(LockError::UnexpectedReply(format!(
-                "inspect script returned {} fields",
-                fields.len()
-            )));
-        };
-        let held = owner.as_deref().is_some_and(|o| !o.is_empty());
+        let mut fields = value.as_deref().unwrap_or("").split('|');
+        let owner = fields.next().unwrap_or("");
+        let count = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let token = fields.next().and_then(|t| t.parse().ok());
+        let held = !owner.is_empty();
         let info = LockInfo {
             held,
             ttl: held
                 .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
                 .flatten(),
-            hold_count: if held {
-                count.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0)
-            } else {
-                0
-            },
-            fencing_token: held
-                .then(|| token.as_deref().and_then(|t| t.parse().ok()))
-                .flatten(),
+            hold_count: if held { count } else { 0 },
+            fencing_token: if held { token } else { None },
         };
         Ok(info)
     }

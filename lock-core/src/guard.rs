@@ -439,7 +439,9 @@ impl LockGuard {
             Lease::Watchdog => None,
             Lease::Fixed => Some(self.remaining().max(Duration::from_millis(10))),
         };
-        match crate::mutex::attempt(&self.inner, &self.hold.keys, &self.hold.owner, lease).await? {
+        match crate::mutex::attempt(&self.inner, &self.hold.keys, &self.hold.owner, lease, false)
+            .await?
+        {
             crate::mutex::Attempt::Acquired(guard) => Ok(guard),
             crate::mutex::Attempt::Busy(_) => Err(LockError::Lost {
                 name: self.hold.keys.name.clone(),

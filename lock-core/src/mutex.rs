@@ -35,6 +35,7 @@ pub(crate) async fn attempt(
     keys: &LockKeys,
     owner: &str,
     lease: Option<Duration>,
+    will_wait: bool,
 ) -> Result<Attempt, LockError> {
     let hold = inner.hold(keys, owner);
     let op = hold.op.clone().lock_owned().await;
@@ -69,7 +70,8 @@ pub(crate) async fn attempt(
                         .key(&hold.keys.hash)
                         .arg(&owner)
                         .arg(millis(lease_len))
-                        .arg(expected),
+                        .arg(expected)
+                        .arg(if will_wait { "1" } else { "0" }),
                 )
                 .await;
             // If the caller is gone, or goes before it reads this, dropping it undoes the
@@ -188,10 +190,11 @@ async fn acquire(
         holder_ttl,
     };
 
-    let mut holder_ttl = match attempt(&inner, &keys, &owner, lease).await? {
-        Attempt::Acquired(guard) => return Ok(guard),
-        Attempt::Busy(ttl) => ttl,
-    };
+    let mut holder_ttl =
+        match attempt(&inner, &keys, &owner, lease, wait != Some(Duration::ZERO)).await? {
+            Attempt::Acquired(guard) => return Ok(guard),
+            Attempt::Busy(ttl) => ttl,
+        };
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(timeout(holder_ttl));
     }
@@ -213,7 +216,7 @@ async fn acquire(
     sub.subscribed(confirm).await;
     loop {
         sub.mark_seen();
-        match attempt(&inner, &keys, &owner, lease).await? {
+        match attempt(&inner, &keys, &owner, lease, true).await? {
             Attempt::Acquired(guard) => return Ok(guard),
             Attempt::Busy(ttl) => holder_ttl = ttl,
         }
@@ -337,7 +340,7 @@ impl IntoFuture for TryLockRequest {
                     check_lease("lease", lease)?;
                 }
                 let owner = self.inner.owner_for_current_task();
-                match attempt(&self.inner, &keys, &owner, self.lease).await? {
+                match attempt(&self.inner, &keys, &owner, self.lease, false).await? {
                     Attempt::Acquired(guard) => Ok(Some(guard)),
                     Attempt::Busy(_) => Ok(None),
                 }

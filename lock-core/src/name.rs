@@ -1,15 +1,17 @@
 //! Lock-name validation and the Redis key layout.
 //!
-//! A lock named `N` under prefix `P` is one hash and one channel that share the hash tag
+//! A lock named `N` under prefix `P` is one key and one channel that share the hash tag
 //! `{N}`, so a Redis Cluster puts them in one slot:
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P{N}` | hash | `o` owner id (`""` when free), `c` hold count, `f` last fencing token, `r` token of the last full release |
-//! | `P{N}:released` | channel | a message on every full release |
+//! | `P{N}` | string | `owner|count|token|released|waiters`: the owner id (empty when free), its hold count, the last fencing token issued, the token of the last full release, and `1` while someone waits |
+//! | `P{N}:released` | channel | a message on a full release that someone waits for |
 //!
-//! While held, the hash expires with the lease. A free lock keeps its hash (and so its
-//! fencing counter) for the client's `fence_ttl`, then it expires too.
+//! While held, the key expires with the lease. A free lock keeps its key (and so its fencing
+//! counter) for the client's `fence_ttl`, then it expires too. One string rather than a hash:
+//! `SET … PX` writes the state and the lease in one call, and on Redis every call a script
+//! makes costs several microseconds.
 
 use crate::error::{LockError, shorten};
 

@@ -22,15 +22,15 @@ pub async fn client(url: &str) -> LockClient {
     LockClient::connect(url).await.unwrap()
 }
 
-/// The locks held right now under the default prefix (hashes whose owner field `o` is set;
-/// a free lock keeps its hash, with an empty owner, until its fencing counter expires).
+/// The locks held right now under the default prefix (keys whose value names an owner: a
+/// free lock keeps its key, `|0|<token>|...`, until its fencing counter expires).
 pub fn lock_keys(server: &RedisServer) -> Vec<String> {
     server
         .keys("lock:*")
         .into_iter()
         .filter(|k| {
-            let owner = server.cmd(&["HGET", k, "o"]);
-            !owner.is_empty() && owner != "(nil)" && !owner.starts_with("WRONGTYPE")
+            let value = server.cmd(&["GET", k]);
+            value != "(nil)" && !value.starts_with('|') && !value.starts_with("WRONGTYPE")
         })
         .collect()
 }
@@ -48,7 +48,7 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// The end-of-test checks: no lock left held, no channel subscribed, every lock hash with a
+/// The end-of-test checks: no lock left held, no channel subscribed, every lock key with a
 /// time to live (so per-request names cannot pile up).
 pub async fn assert_clean(server: &RedisServer) {
     eventually("every lock released", || lock_keys(server).is_empty()).await;

@@ -261,17 +261,7 @@ async fn a_waiter_takes_over_from_a_crashed_holder_at_its_lease() {
     let server = RedisServer::start();
     let b = client(&server.url()).await;
     // A holder that crashed: its lock exists, its lease runs, and nobody will publish.
-    server.cmd(&[
-        "HSET",
-        "lock:{crash}",
-        "o",
-        "dead-client:1",
-        "c",
-        "1",
-        "f",
-        "7",
-    ]);
-    server.cmd(&["PEXPIRE", "lock:{crash}", "600"]);
+    server.cmd(&["SET", "lock:{crash}", "dead-client:1|1|7||1", "PX", "600"]);
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let start = Instant::now();
     let g = b.lock("crash").wait(Duration::from_secs(20)).await.unwrap();

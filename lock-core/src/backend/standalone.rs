@@ -1,9 +1,10 @@
 //! A standalone Redis server: a bb8 pool of multiplexed connections for commands, and a
 //! `redis::Client` for the dedicated pub/sub connection.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bb8::{Pool, PooledConnection, RunError};
+use bb8::{Pool, RunError};
 use bb8_redis::RedisConnectionManager;
 use redis::{FromRedisValue, ScriptInvocation, aio::MultiplexedConnection};
 
@@ -14,6 +15,10 @@ pub(crate) struct Standalone {
     client: redis::Client,
     response_timeout: Duration,
     connect_timeout: Duration,
+    /// Serialises [`Standalone::heal`].
+    healing: tokio::sync::Mutex<()>,
+    /// Completed heals, so a failure seen before the last heal does not start another.
+    heals: AtomicU64,
 }
 
 impl Standalone {
@@ -28,6 +33,8 @@ impl Standalone {
             client,
             response_timeout,
             connect_timeout,
+            healing: tokio::sync::Mutex::new(()),
+            heals: AtomicU64::new(0),
         }
     }
 
@@ -54,9 +61,13 @@ impl Standalone {
         self.connect_timeout
     }
 
-    async fn connection(&self) -> Result<PooledConnection<'_, RedisConnectionManager>, LockError> {
+    /// A handle on a pooled multiplexed connection. The pool slot is given back at once: the
+    /// handle shares the connection, so concurrent commands from many tasks are pipelined on
+    /// the pool's connections instead of each holding one exclusively for a round trip.
+    async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
         match self.pool.get().await {
-            Ok(mut conn) => {
+            Ok(pooled) => {
+                let mut conn = (*pooled).clone();
                 conn.set_response_timeout(self.response_timeout);
                 Ok(conn)
             }
@@ -88,28 +99,60 @@ impl Standalone {
         }
     }
 
+    /// Replaces the pool's broken connections (after a server restart, a reset, a timeout).
+    /// One task heals at a time; a task that saw a failure before the last heal finished just
+    /// uses its result.
+    async fn heal(&self, failed_at: u64) {
+        let _healing = self.healing.lock().await;
+        if self.heals.load(Ordering::Acquire) != failed_at {
+            return;
+        }
+        let mut slots = Vec::new();
+        for _ in 0..self.pool.state().connections {
+            match tokio::time::timeout(self.connect_timeout, self.pool.get()).await {
+                Ok(Ok(slot)) => slots.push(slot),
+                _ => break,
+            }
+        }
+        let ping = redis::cmd("PING");
+        for slot in &mut slots {
+            let pong = ping.query_async::<String>(&mut **slot);
+            if !matches!(
+                tokio::time::timeout(self.response_timeout, pong).await,
+                Ok(Ok(_))
+            ) {
+                match self.fresh_connection().await {
+                    Ok(fresh) => **slot = fresh,
+                    Err(_) => break,
+                }
+            }
+        }
+        self.heals.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Runs a script (EVALSHA, EVAL on NOSCRIPT).
     ///
-    /// When the connection fails mid-command (reset, timeout) the pooled connection is replaced
-    /// by a fresh one and the script is sent once more. Every script of this crate is written to
+    /// When the connection fails mid-command (reset, timeout) the pool's broken connections
+    /// are replaced and the script is sent once more. Every script of this crate is written to
     /// be safe to repeat: a repeat of an applied command is recognised and not applied twice.
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
+        let heals = self.heals.load(Ordering::Acquire);
         let mut conn = self.connection().await?;
-        match invocation.invoke_async(&mut *conn).await {
+        match invocation.invoke_async(&mut conn).await {
             Ok(value) => Ok(value),
             Err(e) if is_connection_error(&e) => {
                 tracing::debug!(error = %e, "Redis connection failed; reconnecting and retrying once");
-                // If no fresh connection can be had, report the first failure: the command
-                // may have been applied, which `Unavailable` would deny.
-                *conn = match self.fresh_connection().await {
-                    Ok(fresh) => fresh,
-                    Err(_) => return Err(self.map_error(e)),
+                self.heal(heals).await;
+                // If no connection can be had, report the first failure: the command may have
+                // been applied, which `Unavailable` would deny.
+                let Ok(mut conn) = self.connection().await else {
+                    return Err(self.map_error(e));
                 };
                 invocation
-                    .invoke_async(&mut *conn)
+                    .invoke_async(&mut conn)
                     .await
                     .map_err(|e| self.map_error(e))
             }
@@ -133,7 +176,7 @@ impl Standalone {
         let mut conn = self.connection().await?;
         for script in scripts {
             script
-                .load_async(&mut *conn)
+                .load_async(&mut conn)
                 .await
                 .map_err(|e| self.map_error(e))?;
         }

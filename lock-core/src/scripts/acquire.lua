@@ -1,50 +1,63 @@
 -- acquire: take a lock, or re-enter one this owner already holds.
 --
--- KEYS[1]: the lock hash: o -> owner id ('' when free), c -> hold count,
---          f -> the last fencing token issued, r -> the token of the last full release
+-- KEYS[1]: the lock, a string "owner|count|token|released|waiters": owner id ('' when free),
+--          hold count, last fencing token issued, token of the last full release ('' if none),
+--          '1' when someone waits for a release ('' otherwise)
 -- ARGV[1]: owner id
 -- ARGV[2]: lease in milliseconds
 -- ARGV[3]: the hold count the caller believes the owner has now (0 for a fresh acquisition)
+-- ARGV[4]: '1' if the caller will wait for a release when the lock is busy
 --
 -- Returns {1, token}  acquired; also the answer to a repeat of an acquisition already applied
 --         {0, pttl}   held by another owner; pttl = its remaining lease in ms (-1: none)
 --         {-1, held}  the owner's hold count is neither ARGV[3] nor ARGV[3] + 1: the hold was lost
 --
--- The token is f + 1, or, when the hash is gone (never used, expired), the server clock in
--- microseconds. Every token is at most its issue time in microseconds (Redis runs fewer than
--- one script per microsecond), and a hash is gone for at least a lease before it is seeded
--- again, so tokens only grow as long as the server clock does not step back by more than that.
-local lock = redis.call('HMGET', KEYS[1], 'o', 'c', 'f')
-local owner = lock[1]
+-- The token is the last one + 1, or, when the key is gone (never used, expired), the server
+-- clock in microseconds. Every token is at most its issue time in microseconds (Redis runs
+-- fewer than one script per microsecond) and a key is gone for at least a lease before it is
+-- seeded again, so tokens only grow as long as the server clock does not step back by more
+-- than that.
+local value = redis.call('GET', KEYS[1])
+local owner, count, token, released, waiters = '', 0, nil, '', ''
+if value then
+  owner, count, token, released, waiters =
+    string.match(value, '^([^|]*)|(%d+)|(%d+)|(%d*)|(1?)$')
+  if not owner then
+    return redis.error_reply('WRONGTYPE the lock key holds a value lock-core did not write')
+  end
+  count = tonumber(count)
+end
 local expected = tonumber(ARGV[3])
-if not owner or owner == '' then
+if owner == '' then
   if expected ~= 0 then
     return {-1, 0}
   end
-  local token = tonumber(lock[3])
   if token then
-    token = token + 1
+    token = string.format('%.0f', tonumber(token) + 1)
   else
     local now = redis.call('TIME')
-    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    token = now[1] .. string.format('%06d', tonumber(now[2]))
   end
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', string.format('%.0f', token))
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, token}
+  redis.call('SET', KEYS[1], ARGV[1] .. '|1|' .. token .. '|' .. released .. '|', 'PX', ARGV[2])
+  return {1, tonumber(token)}
 end
 if owner ~= ARGV[1] then
   if expected ~= 0 then
     return {-1, 0}
   end
+  if ARGV[4] == '1' and waiters == '' then
+    redis.call('SET', KEYS[1], value .. '1', 'KEEPTTL')
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local count = tonumber(lock[2])
 if count == expected then
-  redis.call('HSET', KEYS[1], 'c', count + 1)
+  local next = owner .. '|' .. (count + 1) .. '|' .. token .. '|' .. released .. '|' .. waiters
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[1], next, 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[1], next, 'KEEPTTL')
   end
 elseif count ~= expected + 1 then
   return {-1, count}
 end
-return {1, tonumber(lock[3])}
+return {1, tonumber(token)}

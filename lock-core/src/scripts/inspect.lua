@@ -1,7 +1,7 @@
 -- inspect: read a lock's state in one atomic step, for operators.
 --
--- KEYS[1]: the lock hash (see acquire.lua)
+-- KEYS[1]: the lock (see acquire.lua)
 --
--- Returns {pttl, {owner, count, token}}: the remaining lease in ms (-2: no hash, -1: no
--- expiry), then the owner ('' or nil when free), its hold count and the last fencing token
-return {redis.call('PTTL', KEYS[1]), redis.call('HMGET', KEYS[1], 'o', 'c', 'f')}
+-- Returns {pttl, value}: the remaining lease in ms (-2: no key, -1: no expiry), and the value
+-- "owner|count|token|released|waiters" (nil when there is no key)
+return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}

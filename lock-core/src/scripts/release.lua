@@ -1,28 +1,38 @@
--- release: give back one hold of a lock; the last one frees it and wakes waiters.
+-- release: give back one hold of a lock; the last one frees it and wakes any waiters.
 --
--- KEYS[1]: the lock hash (see acquire.lua)
+-- KEYS[1]: the lock (see acquire.lua)
 -- ARGV[1]: owner id
 -- ARGV[2]: the hold count the caller believes the owner has now (>= 1)
 -- ARGV[3]: the hold's fencing token
 -- ARGV[4]: the lock's release channel
 -- ARGV[5]: how long a free lock keeps its fencing counter, in milliseconds
 --
--- Returns 1  released: the lock is free and the release was published
+-- Returns 1  released: the lock is free (and the release published if anyone waits)
 --         2  one hold given back; the owner still holds the lock
 --         3  a repeat of a release that was already applied (its first reply was lost)
 --         0  the owner does not hold the lock (expired, taken over or force-unlocked)
-local lock = redis.call('HMGET', KEYS[1], 'o', 'c', 'r')
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return 0
+end
+local owner, count, token, released, waiters =
+  string.match(value, '^([^|]*)|(%d+)|(%d+)|(%d*)|(1?)$')
+if not owner then
+  return redis.error_reply('WRONGTYPE the lock key holds a value lock-core did not write')
+end
+count = tonumber(count)
 local expected = tonumber(ARGV[2])
-if lock[1] == ARGV[1] then
-  local count = tonumber(lock[2])
+if owner == ARGV[1] then
   if count == expected then
     if count > 1 then
-      redis.call('HSET', KEYS[1], 'c', count - 1)
+      redis.call('SET', KEYS[1],
+        owner .. '|' .. (count - 1) .. '|' .. token .. '|' .. released .. '|' .. waiters, 'KEEPTTL')
       return 2
     end
-    redis.call('HSET', KEYS[1], 'o', '', 'c', 0, 'r', ARGV[3])
-    redis.call('PEXPIRE', KEYS[1], ARGV[5])
-    redis.call('PUBLISH', ARGV[4], ARGV[3])
+    redis.call('SET', KEYS[1], '|0|' .. token .. '|' .. ARGV[3] .. '|', 'PX', ARGV[5])
+    if waiters ~= '' then
+      redis.call('PUBLISH', ARGV[4], ARGV[3])
+    end
     return 1
   end
   if count == expected - 1 then
@@ -30,7 +40,7 @@ if lock[1] == ARGV[1] then
   end
   return 0
 end
-if expected == 1 and lock[3] == ARGV[3] then
+if expected == 1 and released == ARGV[3] then
   return 3
 end
 return 0

@@ -1,13 +1,16 @@
 -- renew: reset the lease of every lock in a batch that its owner still holds.
 --
--- KEYS[i]: the lock hash of the i-th lock (see acquire.lua)
+-- KEYS[i]: the i-th lock (see acquire.lua)
 -- ARGV[1]: lease in milliseconds
 -- ARGV[i + 1]: owner id of the i-th lock
 --
--- Returns an array: 1 where the owner still held KEYS[i] and its lease was reset, 0 where not
+-- Returns an array: 1 where the owner still held KEYS[i] and its lease was reset, 0 where not.
+-- A key of another type counts as not held instead of failing the whole batch.
 local out = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'o') == ARGV[i + 1] then
+  local value = redis.pcall('GET', key)
+  local prefix = ARGV[i + 1] .. '|'
+  if type(value) == 'string' and string.sub(value, 1, #prefix) == prefix then
     redis.call('PEXPIRE', key, ARGV[1])
     out[i] = 1
   else
