@@ -63,7 +63,7 @@ pub(crate) async fn attempt(
         let (inner, hold, owner) = (inner.clone(), hold.clone(), owner.to_owned());
         async move {
             let sent_at = Instant::now();
-            let result: Result<Vec<i64>, LockError> = inner
+            let result: Result<i64, LockError> = inner
                 .backend
                 .invoke(
                     scripts::ACQUIRE
@@ -89,7 +89,7 @@ pub(crate) async fn attempt(
         source: None,
     })?;
     let sent_at = delivered.sent_at;
-    let reply = match std::mem::replace(&mut delivered.result, Ok(Vec::new())) {
+    let reply = match std::mem::replace(&mut delivered.result, Ok(0)) {
         Ok(reply) => reply,
         Err(e) => {
             if !matches!(e, LockError::Unavailable { .. }) {
@@ -102,27 +102,26 @@ pub(crate) async fn attempt(
     let Some((_, _, _, op)) = delivered.undo.take() else {
         unreachable!("the task always sends an undo");
     };
-    let outcome = match reply[..] {
-        [1, token] => {
-            let token = u64::try_from(token).map_err(|_| bad_reply(&reply))?;
-            let generation = hold.acquired(token, sent_at, kind, lease_len);
+    let outcome = match reply {
+        token if token > 0 => {
+            let generation = hold.acquired(token.unsigned_abs(), sent_at, kind, lease_len);
             Ok(Attempt::Acquired(LockGuard::new(
                 hold.clone(),
                 inner.clone(),
                 generation,
             )))
         }
-        [0, pttl] => Ok(Attempt::Busy(
-            u64::try_from(pttl).ok().map(Duration::from_millis),
-        )),
-        [-1, _] => {
+        -1 => Ok(Attempt::Busy(None)),
+        0 => {
             let generation = hold.state().generation;
             hold.mark_lost(generation, "re-entry found the lock gone");
             Err(LockError::Lost {
                 name: keys.name.clone(),
             })
         }
-        _ => Err(bad_reply(&reply)),
+        pttl => Ok(Attempt::Busy(Some(Duration::from_millis(
+            (-2 - pttl).unsigned_abs(),
+        )))),
     };
     drop(op);
     outcome
@@ -140,7 +139,7 @@ type Undo = (
 /// The reply of an acquisition, handed from its task to the caller. Unless the caller takes
 /// `undo` out, dropping it undoes the acquisition if it was (or may have been) applied.
 struct Reply {
-    result: Result<Vec<i64>, LockError>,
+    result: Result<i64, LockError>,
     sent_at: Instant,
     undo: Option<Undo>,
 }
@@ -151,7 +150,7 @@ impl Drop for Reply {
             return;
         };
         let needed = match &self.result {
-            Ok(values) => values.first() == Some(&1),
+            Ok(reply) => *reply > 0,
             // Never sent (no connection): nothing to undo.
             Err(LockError::Unavailable { .. }) => false,
             Err(_) => true,
@@ -160,10 +159,6 @@ impl Drop for Reply {
             inner.compensate_in_background(hold, expected, op);
         }
     }
-}
-
-fn bad_reply(reply: &[i64]) -> LockError {
-    LockError::UnexpectedReply(format!("acquire script returned {reply:?}"))
 }
 
 pub(crate) fn millis(d: Duration) -> u64 {

@@ -8,9 +8,11 @@
 -- ARGV[3]: the hold count the caller believes the owner has now (0 for a fresh acquisition)
 -- ARGV[4]: '1' if the caller will wait for a release when the lock is busy
 --
--- Returns {1, token}  acquired; also the answer to a repeat of an acquisition already applied
---         {0, pttl}   held by another owner; pttl = its remaining lease in ms (-1: none)
---         {-1, held}  the owner's hold count is neither ARGV[3] nor ARGV[3] + 1: the hold was lost
+-- Returns one integer (a table reply costs the server more):
+--   token > 0     acquired; also the answer to a repeat of an acquisition already applied
+--   -2 - pttl     held by another owner with pttl >= 0 ms of lease left
+--   -1            held by another owner, with no expiry
+--   0             the owner's hold count is neither ARGV[3] nor ARGV[3] + 1: the hold was lost
 --
 -- The token is the last one + 1, or, when the key is gone (never used, expired), the server
 -- clock in microseconds. Every token is at most its issue time in microseconds (Redis runs
@@ -30,7 +32,7 @@ end
 local expected = tonumber(ARGV[3])
 if owner == '' then
   if expected ~= 0 then
-    return {-1, 0}
+    return 0
   end
   if token then
     token = string.format('%.0f', tonumber(token) + 1)
@@ -39,16 +41,20 @@ if owner == '' then
     token = now[1] .. string.format('%06d', tonumber(now[2]))
   end
   redis.call('SET', KEYS[1], ARGV[1] .. '|1|' .. token .. '|' .. released .. '|', 'PX', ARGV[2])
-  return {1, tonumber(token)}
+  return tonumber(token)
 end
 if owner ~= ARGV[1] then
   if expected ~= 0 then
-    return {-1, 0}
+    return 0
   end
   if ARGV[4] == '1' and waiters == '' then
     redis.call('SET', KEYS[1], value .. '1', 'KEEPTTL')
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    return -1
+  end
+  return -2 - pttl
 end
 if count == expected then
   local next = owner .. '|' .. (count + 1) .. '|' .. token .. '|' .. released .. '|' .. waiters
@@ -58,6 +64,6 @@ if count == expected then
     redis.call('SET', KEYS[1], next, 'KEEPTTL')
   end
 elseif count ~= expected + 1 then
-  return {-1, count}
+  return 0
 end
-return {1, tonumber(token)}
+return tonumber(token)
