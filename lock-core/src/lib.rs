@@ -79,7 +79,7 @@ pub use error::LockError;
 pub use global::{global_client, install_global};
 pub use guard::{HeldLock, LockGuard};
 pub use mutex::{LockRequest, TryLockRequest};
-pub use scope::{current_lock, reentrant};
+pub use scope::{ReentrantScope, current_lock, reentrant};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

@@ -7,19 +7,70 @@
 //! re-enters it (the hold count goes up) instead of deadlocking. A task spawned from inside
 //! the scope does not inherit it. Ownership never depends on the OS thread.
 
-use std::sync::Mutex;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::guard::HeldLock;
 
 tokio::task_local! {
-    static SCOPE: Scope;
+    static SCOPE: ReentrantScope;
+}
+
+/// One lock holder: what [`reentrant`] runs a future as, made available for code that polls
+/// futures by hand (a tower service's response future, say) through
+/// [`ReentrantScope::enter`]. Cheap to clone; clones are the same holder.
+#[derive(Clone)]
+pub struct ReentrantScope {
+    inner: Arc<Scope>,
 }
 
 struct Scope {
     holder: u64,
     /// Locks taken inside the scope, newest last (entries whose hold ended are pruned).
     held: Mutex<Vec<HeldLock>>,
+}
+
+impl ReentrantScope {
+    /// A new holder.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Scope {
+                holder: next_holder(),
+                held: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The scope the current task runs in, or a new one.
+    pub fn current_or_new() -> Self {
+        SCOPE.try_with(Clone::clone).unwrap_or_default()
+    }
+
+    /// Runs `f` (typically one `poll` of a future) in this scope: locks taken while it runs
+    /// belong to this holder, re-enter the ones it holds, and are visible to
+    /// [`current_lock`].
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        if current_holder() == Some(self.inner.holder) {
+            f()
+        } else {
+            SCOPE.sync_scope(self.clone(), f)
+        }
+    }
+}
+
+impl Default for ReentrantScope {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ReentrantScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReentrantScope")
+            .field("holder", &self.inner.holder)
+            .finish_non_exhaustive()
+    }
 }
 
 static NEXT_HOLDER: AtomicU64 = AtomicU64::new(1);
@@ -31,13 +82,13 @@ pub(crate) fn next_holder() -> u64 {
 
 /// The holder id of the enclosing [`reentrant`] scope, if any.
 pub(crate) fn current_holder() -> Option<u64> {
-    SCOPE.try_with(|s| s.holder).ok()
+    SCOPE.try_with(|s| s.inner.holder).ok()
 }
 
 /// Records a lock taken inside the current scope (no-op outside one).
 pub(crate) fn record(lock: HeldLock) {
     let _ = SCOPE.try_with(|s| {
-        let mut held = s.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = s.inner.held.lock().unwrap_or_else(|p| p.into_inner());
         held.retain(HeldLock::is_held);
         held.push(lock);
     });
@@ -63,11 +114,7 @@ pub async fn reentrant<F: Future>(future: F) -> F::Output {
     if current_holder().is_some() {
         future.await
     } else {
-        let scope = Scope {
-            holder: next_holder(),
-            held: Mutex::new(Vec::new()),
-        };
-        SCOPE.scope(scope, future).await
+        SCOPE.scope(ReentrantScope::new(), future).await
     }
 }
 
@@ -89,7 +136,7 @@ pub async fn reentrant<F: Future>(future: F) -> F::Output {
 pub fn current_lock(name: &str) -> Option<HeldLock> {
     SCOPE
         .try_with(|s| {
-            let held = s.held.lock().unwrap_or_else(|p| p.into_inner());
+            let held = s.inner.held.lock().unwrap_or_else(|p| p.into_inner());
             held.iter()
                 .rev()
                 .find(|l| l.name() == name && l.is_held())

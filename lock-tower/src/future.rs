@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use http_body::Body;
-use lock_core::{LockError, LockGuard};
+use lock_core::{LockError, LockGuard, ReentrantScope};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower::Service;
@@ -36,6 +36,9 @@ pin_project! {
         request: Option<Request<ReqBody>>,
         settings: Arc<Settings<R>>,
         span: Span,
+        // The acquisition and the handler run as one lock holder, so the handler can re-enter
+        // the request's lock and find it with `lock_core::current_lock`.
+        scope: ReentrantScope,
     }
 }
 
@@ -85,6 +88,7 @@ where
             request: Some(request),
             settings,
             span,
+            scope: ReentrantScope::current_or_new(),
         }
     }
 
@@ -99,6 +103,7 @@ where
             request: None,
             settings,
             span,
+            scope: ReentrantScope::current_or_new(),
         }
     }
 }
@@ -124,7 +129,8 @@ where
                     return Poll::Ready(Ok(this.settings.on_rejection.on_rejection(rejection)));
                 }
                 StateProj::Acquiring { acquire } => {
-                    let acquired = ready!(Pin::new(&mut acquire.future).poll(cx));
+                    let acquired =
+                        ready!(this.scope.enter(|| Pin::new(&mut acquire.future).poll(cx)));
                     let guard = match acquired.decide(this.settings, this.span) {
                         Ok(guard) => guard,
                         Err(rejection) => {
@@ -141,10 +147,10 @@ where
                         Hold::new(guard, watch_lost, this.span.clone())
                     });
                     let mut service = this.service.take().expect("service taken twice");
-                    let future = service.call(request);
+                    let future = this.scope.enter(|| service.call(request));
                     this.state.set(State::Running { future, hold });
                 }
-                StateProj::Running { future, hold } => match future.poll(cx) {
+                StateProj::Running { future, hold } => match this.scope.enter(|| future.poll(cx)) {
                     Poll::Ready(Ok(response)) => match (hold.take(), this.settings.release) {
                         (Some(hold), Release::AfterHandler) => this.state.set(State::Releasing {
                             hold,

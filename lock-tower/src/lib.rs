@@ -103,9 +103,11 @@
 //!   other, even from one task. The exception is a request future polled inside a
 //!   [`lock_core::reentrant`] scope (unusual for a server: its connection tasks are not): the
 //!   scope owns what it locks, so such requests would re-enter each other's locks.
-//! * The handler must not take the same lock again (with `LockClient::lock` or
-//!   `#[distributed_lock]` on the same name): the request holds it, so that would wait for
-//!   itself until its wait runs out. The [`HeldLock`] extension is the handler's view of it.
+//! * The handler runs as the request's lock holder (a [`lock_core::ReentrantScope`]): taking
+//!   the same lock again (with `LockClient::lock` on the same client or `#[distributed_lock]`
+//!   on the same name) re-enters it instead of waiting for itself, and
+//!   [`lock_core::current_lock`] finds it. The [`HeldLock`] extension is the handler's view
+//!   of it too. Tasks the handler spawns are other holders.
 //!
 //! # Tracing
 //!

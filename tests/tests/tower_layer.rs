@@ -1031,3 +1031,41 @@ async fn the_lock_is_released_before_the_last_byte_reaches_the_client() {
     proxy.pass();
     assert_clean(&server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_re_enters_the_request_lock_and_finds_it() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let handler_client = c.clone();
+    let router = Router::new().route(
+        "/orders/{order_id}",
+        post(move |Extension(held): Extension<HeldLock>| {
+            let c = handler_client.clone();
+            async move {
+                // The request's lock is this handler's: visible, and re-entered without waiting.
+                let current = lock_core::current_lock(held.name()).expect("the request's lock");
+                assert_eq!(current.fencing_token(), held.fencing_token());
+                let again = c.lock(held.name()).wait(Duration::ZERO).await.unwrap();
+                let count = again.hold_count();
+                assert!(again.unlock().await.unwrap());
+                // A spawned task is another holder: it finds the lock busy.
+                let other = tokio::spawn({
+                    let (c, name) = (c.clone(), held.name().to_owned());
+                    async move { c.try_lock(name).await.unwrap().is_none() }
+                });
+                format!("{count} {}", other.await.unwrap())
+            }
+        })
+        .route_layer(
+            DistributedLockLayer::new(c.clone(), PathParam::new("order_id")).prefix("order:"),
+        ),
+    );
+    let app = App::serve(router).await;
+    let res = within("request", 10, http().post(app.url("/orders/7")).send())
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    assert_eq!(res.text().await.unwrap(), "2 true");
+    assert!(!c.is_locked("order:7").await.unwrap());
+    assert_clean(&server).await;
+}
