@@ -530,3 +530,56 @@ async fn a_client_can_share_an_application_pool() {
     assert!(pool.state().connections >= 1);
     assert_clean(&server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_goes_quiet_after_release_and_with_the_client() {
+    let server = RedisServer::start();
+    let c = client_with_lease(&server.url(), SHORT).await;
+    let g = c.lock("quiet").await.unwrap();
+    // It renews while the guard lives...
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(SHORT).await;
+    assert!(command_calls(&server, "evalsha") >= 2);
+    // ...and sends nothing once the lock is released.
+    assert!(g.unlock().await.unwrap());
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(SHORT * 2).await;
+    assert_eq!(command_calls(&server, "evalsha"), 0);
+    // Dropping the client and its last guard ends its background work: the guard's release
+    // is the last command it sends.
+    let g = c.lock("quiet").await.unwrap();
+    drop(c);
+    drop(g);
+    eventually("released", || lock_keys(&server).is_empty()).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(SHORT * 2).await;
+    assert_eq!(command_calls(&server, "evalsha"), 0);
+    eventually("no pub/sub connection left", || {
+        server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).is_empty()
+    })
+    .await;
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn current_lock_and_handles_see_the_hold() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    assert!(lock_core::current_lock("seen").is_none());
+    lock_core::reentrant(async {
+        let g = c.lock("seen").await.unwrap();
+        let held = lock_core::current_lock("seen").unwrap();
+        assert_eq!(held.fencing_token(), g.fencing_token());
+        assert!(held.is_held());
+        let handle = g.handle();
+        assert!(g.unlock().await.unwrap());
+        assert!(!handle.is_held());
+        assert!(!held.is_held());
+        assert!(lock_core::current_lock("seen").is_none());
+        tokio::time::timeout(Duration::from_secs(1), handle.lost())
+            .await
+            .unwrap();
+    })
+    .await;
+    assert_clean(&server).await;
+}
