@@ -66,6 +66,7 @@ mod global;
 mod guard;
 mod mutex;
 pub mod name;
+pub mod redlock;
 mod scope;
 mod scripts;
 mod waiters;

@@ -1,0 +1,1 @@
+//! RedLock over independent Redis masters. (Being written.)
