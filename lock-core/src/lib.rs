@@ -64,6 +64,7 @@ mod client;
 mod error;
 mod global;
 mod guard;
+mod multi;
 mod mutex;
 pub mod name;
 pub mod redlock;
@@ -79,6 +80,7 @@ pub use client::{
 pub use error::LockError;
 pub use global::{global_client, install_global};
 pub use guard::{HeldLock, LockGuard};
+pub use multi::{MAX_MULTI_NAMES, MultiLockGuard, MultiLockRequest};
 pub use mutex::{LockRequest, TryLockRequest};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
-use crate::guard::{Lease, LockGuard, Status};
+use crate::guard::{Hold, Lease, LockGuard, Status};
 use crate::name::LockKeys;
 use crate::scripts;
 
@@ -39,21 +39,7 @@ pub(crate) async fn attempt(
 ) -> Result<Attempt, LockError> {
     let hold = inner.hold(keys, owner);
     let op = hold.op.clone().lock_owned().await;
-    let expected = {
-        let mut st = hold.state();
-        match st.status {
-            Status::Held | Status::Releasing => st.count,
-            Status::Lost if hold.guards() > 0 => {
-                return Err(LockError::Lost {
-                    name: keys.name.clone(),
-                });
-            }
-            Status::Idle | Status::Lost => {
-                st.count = 0;
-                0
-            }
-        }
-    };
+    let expected = expected_count(&hold)?;
     let (kind, lease_len) = match lease {
         Some(d) => (Lease::Fixed, d),
         None => (Lease::Watchdog, inner.config.watchdog_lease),
@@ -157,6 +143,22 @@ impl Drop for Reply {
         };
         if needed {
             inner.compensate_in_background(hold, expected, op);
+        }
+    }
+}
+
+/// The hold count an acquisition for `hold` starts from (call with its operation lock held).
+/// A hold that was lost while guards of it still live cannot be re-entered.
+pub(crate) fn expected_count(hold: &Hold) -> Result<u32, LockError> {
+    let mut st = hold.state();
+    match st.status {
+        Status::Held | Status::Releasing => Ok(st.count),
+        Status::Lost if hold.guards() > 0 => Err(LockError::Lost {
+            name: hold.keys.name.clone(),
+        }),
+        Status::Idle | Status::Lost => {
+            st.count = 0;
+            Ok(0)
         }
     }
 }

@@ -12,10 +12,19 @@ pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
+pub(crate) static MULTI_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/multi_acquire.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
 /// Every script, for loading them all up front.
-pub(crate) fn all() -> [&'static Script; 5] {
-    [&ACQUIRE, &RELEASE, &RENEW, &FORCE_UNLOCK, &INSPECT]
+pub(crate) fn all() -> [&'static Script; 6] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &RENEW,
+        &FORCE_UNLOCK,
+        &MULTI_ACQUIRE,
+        &INSPECT,
+    ]
 }
