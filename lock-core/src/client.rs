@@ -11,7 +11,7 @@ use tokio::sync::{OwnedMutexGuard, mpsc};
 
 use crate::backend::Backend;
 use crate::error::LockError;
-use crate::guard::{Hold, Lease, Status};
+use crate::guard::{Hold, Kind, Lease, Status};
 use crate::mutex::{LockRequest, TryLockRequest};
 use crate::name::{LockKeys, validate_prefix};
 use crate::waiters::Waiters;
@@ -358,12 +358,30 @@ impl Inner {
             return hold;
         }
         let hold = Arc::new(Hold::new(
+            Kind::Lock,
             keys.clone(),
             owner.to_owned(),
             Arc::downgrade(self),
         ));
         holds.insert(id, Arc::downgrade(&hold));
         hold
+    }
+
+    /// A new hold of `n` permits of the semaphore `keys`, registered for the watchdog.
+    pub(crate) fn permit_hold(self: &Arc<Self>, keys: &LockKeys, owner: &str, n: u32) -> Arc<Hold> {
+        let hold = Arc::new(Hold::new(
+            Kind::Permits(n),
+            keys.clone(),
+            owner.to_owned(),
+            Arc::downgrade(self),
+        ));
+        lock(&self.holds).insert((keys.hash.clone(), owner.to_owned()), Arc::downgrade(&hold));
+        hold
+    }
+
+    /// A new owner id that no reentrant scope shares.
+    pub(crate) fn fresh_owner(&self) -> String {
+        format!("{}:{}", self.client_id, scope::next_holder())
     }
 
     /// Called when a hold is dropped.

@@ -45,8 +45,19 @@ pub(crate) struct HoldState {
     pub(crate) generation: u64,
 }
 
+/// What a hold holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A reentrant lock (`keys.hash` is the lock).
+    Lock,
+    /// This many permits of a semaphore (`keys.hash` is the semaphore's sorted set), with ids
+    /// `<owner>:1..=n`.
+    Permits(u32),
+}
+
 /// One owner's hold on one lock, shared by all of the owner's guards for it.
 pub(crate) struct Hold {
+    pub(crate) kind: Kind,
     pub(crate) keys: LockKeys,
     pub(crate) owner: String,
     state: Mutex<HoldState>,
@@ -60,8 +71,9 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn new(keys: LockKeys, owner: String, client: Weak<Inner>) -> Self {
+    pub(crate) fn new(kind: Kind, keys: LockKeys, owner: String, client: Weak<Inner>) -> Self {
         Self {
+            kind,
             keys,
             owner,
             state: Mutex::new(HoldState {
@@ -177,6 +189,15 @@ impl Hold {
             }
             (st.count, st.token)
         };
+        if let Kind::Permits(n) = self.kind {
+            let valid = self.release_permits(inner, n).await?;
+            let mut st = self.state();
+            st.count = 0;
+            st.status = Status::Idle;
+            drop(st);
+            self.ended.send_replace(true);
+            return Ok(valid == i64::from(n));
+        }
         let reply: i64 = inner
             .backend
             .invoke(
@@ -211,9 +232,29 @@ impl Hold {
         }
     }
 
+    async fn release_permits(&self, inner: &Inner, n: u32) -> Result<i64, LockError> {
+        inner
+            .backend
+            .invoke(
+                scripts::SEM_RELEASE
+                    .key(&self.keys.hash)
+                    .arg(&self.owner)
+                    .arg(n)
+                    .arg(&self.keys.channel),
+            )
+            .await
+    }
+
     /// Undoes an acquisition whose reply never arrived (cancelled or failed in flight): gives
     /// back the hold it may have added. Harmless when the acquisition was not applied.
     pub(crate) async fn compensate(&self, inner: &Inner, expected: u32, _op: OwnedMutexGuard<()>) {
+        if let Kind::Permits(n) = self.kind {
+            if let Err(e) = self.release_permits(inner, n).await {
+                tracing::warn!(semaphore = %self.keys.name, error = %e,
+                    "could not undo an interrupted acquisition; its lease will expire it");
+            }
+            return;
+        }
         let token = self.state().token;
         let result: Result<i64, LockError> = inner
             .backend
@@ -233,12 +274,12 @@ impl Hold {
         }
     }
 
-    fn guard_added(&self) {
+    pub(crate) fn guard_added(&self) {
         self.guards.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Returns true when this was the last guard: renewal stops at once.
-    fn guard_removed(&self) -> bool {
+    pub(crate) fn guard_removed(&self) -> bool {
         if self.guards.fetch_sub(1, Ordering::AcqRel) == 1 {
             let mut st = self.state();
             if st.status == Status::Held {
@@ -308,7 +349,10 @@ impl fmt::Debug for HeldLock {
     }
 }
 
-fn lost_future(hold: Arc<Hold>, generation: u64) -> impl Future<Output = ()> + Send + 'static {
+pub(crate) fn lost_future(
+    hold: Arc<Hold>,
+    generation: u64,
+) -> impl Future<Output = ()> + Send + 'static {
     let mut ended = hold.ended.subscribe();
     async move {
         loop {

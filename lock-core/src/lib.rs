@@ -70,6 +70,7 @@ pub mod name;
 pub mod redlock;
 mod scope;
 mod scripts;
+mod semaphore;
 mod waiters;
 mod watchdog;
 
@@ -83,6 +84,9 @@ pub use guard::{HeldLock, LockGuard};
 pub use multi::{MAX_MULTI_NAMES, MultiLockGuard, MultiLockRequest};
 pub use mutex::{LockRequest, TryLockRequest};
 pub use scope::{ReentrantScope, current_lock, reentrant};
+pub use semaphore::{
+    MAX_PERMITS, MAX_PERMITS_PER_ACQUISITION, PermitRequest, Semaphore, SemaphoreGuard,
+};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

@@ -23,13 +23,8 @@ pub(crate) enum Attempt {
     Busy(Option<Duration>),
 }
 
-/// One try to take (or re-enter) the lock in Redis, for `owner`.
-///
-/// The request runs in a task of its own, so that dropping this future never abandons a
-/// request in flight: when the caller is gone (or the outcome is unknown) by the time the
-/// reply arrives, the task itself undoes an acquisition that took effect. Undoing it from the
-/// task, after the reply, orders the undo after the acquisition; sent from the dropped future
-/// on another connection, it could overtake the acquisition and leave an orphan.
+/// One try to take (or re-enter) the lock in Redis, for `owner` (see [`send_undoable`] for
+/// what happens when the caller goes away meanwhile).
 pub(crate) async fn attempt(
     inner: &Arc<Inner>,
     keys: &LockKeys,
@@ -44,50 +39,13 @@ pub(crate) async fn attempt(
         Some(d) => (Lease::Fixed, d),
         None => (Lease::Watchdog, inner.config.watchdog_lease),
     };
-    let (tx, rx) = oneshot::channel();
-    let task = {
-        let (inner, hold, owner) = (inner.clone(), hold.clone(), owner.to_owned());
-        async move {
-            let sent_at = Instant::now();
-            let result: Result<i64, LockError> = inner
-                .backend
-                .invoke(
-                    scripts::ACQUIRE
-                        .key(&hold.keys.hash)
-                        .arg(&owner)
-                        .arg(millis(lease_len))
-                        .arg(expected)
-                        .arg(if will_wait { "1" } else { "0" }),
-                )
-                .await;
-            // If the caller is gone, or goes before it reads this, dropping it undoes the
-            // acquisition.
-            let _ = tx.send(Reply {
-                result,
-                sent_at,
-                undo: Some((inner, hold, expected, op)),
-            });
-        }
-    };
-    tokio::spawn(task);
-    let mut delivered = rx.await.map_err(|_| LockError::Unavailable {
-        waited: Duration::ZERO,
-        source: None,
-    })?;
-    let sent_at = delivered.sent_at;
-    let reply = match std::mem::replace(&mut delivered.result, Ok(0)) {
-        Ok(reply) => reply,
-        Err(e) => {
-            if !matches!(e, LockError::Unavailable { .. }) {
-                // Put an error back: dropping `delivered` then undoes what may have run.
-                delivered.result = Err(LockError::UnexpectedReply(e.to_string()));
-            }
-            return Err(e);
-        }
-    };
-    let Some((_, _, _, op)) = delivered.undo.take() else {
-        unreachable!("the task always sends an undo");
-    };
+    let mut invocation = scripts::ACQUIRE.key(&hold.keys.hash);
+    invocation
+        .arg(owner)
+        .arg(millis(lease_len))
+        .arg(expected)
+        .arg(if will_wait { "1" } else { "0" });
+    let (reply, sent_at, op) = send_undoable(inner, &hold, expected, op, invocation).await?;
     let outcome = match reply {
         token if token > 0 => {
             let generation = hold.acquired(token.unsigned_abs(), sent_at, kind, lease_len);
@@ -145,6 +103,57 @@ impl Drop for Reply {
             inner.compensate_in_background(hold, expected, op);
         }
     }
+}
+
+/// Sends an acquisition script whose positive reply means "applied", in a task of its own, and
+/// returns the reply, when it was sent, and the operation lock back.
+///
+/// Dropping the returned future never abandons the request in flight: when the caller is gone
+/// (or the outcome is unknown) by the time the reply arrives, the undo runs from the task,
+/// after the reply, which orders it after the acquisition on the server. (Sent from the
+/// dropped future on another connection, an undo could overtake the acquisition and leave an
+/// orphan.) An error that may have left the acquisition applied is undone the same way.
+pub(crate) async fn send_undoable(
+    inner: &Arc<Inner>,
+    hold: &Arc<Hold>,
+    expected: u32,
+    op: OwnedMutexGuard<()>,
+    invocation: redis::ScriptInvocation<'static>,
+) -> Result<(i64, Instant, OwnedMutexGuard<()>), LockError> {
+    let (tx, rx) = oneshot::channel();
+    let task = {
+        let (inner, hold) = (inner.clone(), hold.clone());
+        async move {
+            let sent_at = Instant::now();
+            let result: Result<i64, LockError> = inner.backend.invoke(&invocation).await;
+            // If the caller is gone, or goes before it reads this, dropping it undoes the
+            // acquisition.
+            let _ = tx.send(Reply {
+                result,
+                sent_at,
+                undo: Some((inner, hold, expected, op)),
+            });
+        }
+    };
+    tokio::spawn(task);
+    let mut delivered = rx.await.map_err(|_| LockError::Unavailable {
+        waited: Duration::ZERO,
+        source: None,
+    })?;
+    let reply = match std::mem::replace(&mut delivered.result, Ok(0)) {
+        Ok(reply) => reply,
+        Err(e) => {
+            if !matches!(e, LockError::Unavailable { .. }) {
+                // Put an error back: dropping `delivered` then undoes what may have run.
+                delivered.result = Err(LockError::UnexpectedReply(e.to_string()));
+            }
+            return Err(e);
+        }
+    };
+    let Some((_, _, _, op)) = delivered.undo.take() else {
+        unreachable!("the task always sends an undo");
+    };
+    Ok((reply, delivered.sent_at, op))
 }
 
 /// The hold count an acquisition for `hold` starts from (call with its operation lock held).

@@ -14,17 +14,26 @@ pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
 pub(crate) static MULTI_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/multi_acquire.lua")));
+pub(crate) static SEM_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/sem_acquire.lua")));
+pub(crate) static SEM_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/sem_renew.lua")));
+pub(crate) static SEM_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/sem_release.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
 /// Every script, for loading them all up front.
-pub(crate) fn all() -> [&'static Script; 6] {
+pub(crate) fn all() -> [&'static Script; 9] {
     [
         &ACQUIRE,
         &RELEASE,
         &RENEW,
         &FORCE_UNLOCK,
         &MULTI_ACQUIRE,
+        &SEM_ACQUIRE,
+        &SEM_RENEW,
+        &SEM_RELEASE,
         &INSPECT,
     ]
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Inner;
-use crate::guard::Hold;
+use crate::guard::{Hold, Kind};
 use crate::mutex::millis;
 use crate::scripts;
 
@@ -29,7 +29,14 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
         let holds = inner.watched_holds();
         let started = Instant::now();
         let mut failed = false;
-        for batch in holds.chunks(BATCH) {
+        let (locks, permits): (Vec<_>, Vec<_>) = holds
+            .iter()
+            .cloned()
+            .partition(|(hold, _)| hold.kind == Kind::Lock);
+        for batch in locks.chunks(BATCH) {
+            failed |= !renew(&inner, batch, lease, period).await;
+        }
+        for batch in permits.chunks(BATCH) {
             failed |= !renew(&inner, batch, lease, period).await;
         }
         let now = Instant::now();
@@ -58,10 +65,17 @@ async fn renew(
     lease: Duration,
     limit: Duration,
 ) -> bool {
-    let mut invocation = scripts::RENEW.prepare_invoke();
+    // A batch holds one kind only (see `run`).
+    let mut invocation = match batch.first().map(|(hold, _)| hold.kind) {
+        Some(Kind::Permits(_)) => scripts::SEM_RENEW.prepare_invoke(),
+        _ => scripts::RENEW.prepare_invoke(),
+    };
     invocation.arg(millis(lease));
     for (hold, _) in batch {
         invocation.key(&hold.keys.hash).arg(&hold.owner);
+        if let Kind::Permits(n) = hold.kind {
+            invocation.arg(n);
+        }
     }
     let sent_at = Instant::now();
     let reply = tokio::time::timeout(limit, inner.backend.invoke::<Vec<i64>>(&invocation)).await;
