@@ -352,13 +352,18 @@ impl Inner {
 
     /// The hold of `owner` on `keys`, created if there is none.
     pub(crate) fn hold(self: &Arc<Self>, keys: &LockKeys, owner: &str) -> Arc<Hold> {
+        self.hold_of(Kind::Lock, keys, owner)
+    }
+
+    /// The hold of `owner` on `keys` (of `kind`), created if there is none.
+    pub(crate) fn hold_of(self: &Arc<Self>, kind: Kind, keys: &LockKeys, owner: &str) -> Arc<Hold> {
         let mut holds = lock(&self.holds);
         let id = (keys.hash.clone(), owner.to_owned());
         if let Some(hold) = holds.get(&id).and_then(Weak::upgrade) {
             return hold;
         }
         let hold = Arc::new(Hold::new(
-            Kind::Lock,
+            kind,
             keys.clone(),
             owner.to_owned(),
             Arc::downgrade(self),
@@ -422,6 +427,19 @@ impl Inner {
         });
     }
 
+    /// Runs a best-effort cleanup script on the client's runtime.
+    pub(crate) fn script_in_background(
+        self: &Arc<Self>,
+        invocation: redis::ScriptInvocation<'static>,
+        what: &'static str,
+    ) {
+        let _ = self.jobs.send(Job::Script {
+            inner: self.clone(),
+            invocation,
+            what,
+        });
+    }
+
     /// Undoes an interrupted acquisition on the client's runtime, keeping `op` locked until
     /// it is done so the owner's next command sees the right hold count.
     pub(crate) fn compensate_in_background(
@@ -455,6 +473,12 @@ enum Job {
         expected: u32,
         op: OwnedMutexGuard<()>,
     },
+    /// A script to run once, whose answer nobody needs (a best-effort cleanup).
+    Script {
+        inner: Arc<Inner>,
+        invocation: redis::ScriptInvocation<'static>,
+        what: &'static str,
+    },
 }
 
 /// Runs background releases. Ends when every sender (the client and its guards) is gone.
@@ -478,6 +502,15 @@ async fn run_jobs(mut jobs: mpsc::UnboundedReceiver<Job>) {
                     expected,
                     op,
                 } => hold.compensate(&inner, expected, op).await,
+                Job::Script {
+                    inner,
+                    invocation,
+                    what,
+                } => {
+                    if let Err(e) = inner.backend.invoke::<redis::Value>(&invocation).await {
+                        tracing::warn!(error = %e, "background {what} failed");
+                    }
+                }
             }
         });
     }

@@ -53,6 +53,8 @@ pub(crate) enum Kind {
     /// This many permits of a semaphore (`keys.hash` is the semaphore's sorted set), with ids
     /// `<owner>:1..=n`.
     Permits(u32),
+    /// A read share of a read-write lock (`keys.hash` is the readers' hash).
+    Read,
 }
 
 /// One owner's hold on one lock, shared by all of the owner's guards for it.
@@ -198,18 +200,31 @@ impl Hold {
             self.ended.send_replace(true);
             return Ok(valid == i64::from(n));
         }
-        let reply: i64 = inner
-            .backend
-            .invoke(
-                scripts::RELEASE
-                    .key(&self.keys.hash)
-                    .arg(&self.owner)
-                    .arg(count)
-                    .arg(token)
-                    .arg(&self.keys.channel)
-                    .arg(millis(inner.config.fence_ttl)),
-            )
-            .await?;
+        let reply: i64 = if self.kind == Kind::Read {
+            inner
+                .backend
+                .invoke(
+                    scripts::RW_READ_RELEASE
+                        .key(&self.keys.hash)
+                        .arg(&self.owner)
+                        .arg(count)
+                        .arg(&self.keys.channel),
+                )
+                .await?
+        } else {
+            inner
+                .backend
+                .invoke(
+                    scripts::RELEASE
+                        .key(&self.keys.hash)
+                        .arg(&self.owner)
+                        .arg(count)
+                        .arg(token)
+                        .arg(&self.keys.channel)
+                        .arg(millis(inner.config.fence_ttl)),
+                )
+                .await?
+        };
         match reply {
             1..=3 => {
                 let mut st = self.state();
@@ -251,6 +266,23 @@ impl Hold {
         if let Kind::Permits(n) = self.kind {
             if let Err(e) = self.release_permits(inner, n).await {
                 tracing::warn!(semaphore = %self.keys.name, error = %e,
+                    "could not undo an interrupted acquisition; its lease will expire it");
+            }
+            return;
+        }
+        if self.kind == Kind::Read {
+            let result: Result<i64, LockError> = inner
+                .backend
+                .invoke(
+                    scripts::RW_READ_RELEASE
+                        .key(&self.keys.hash)
+                        .arg(&self.owner)
+                        .arg(expected + 1)
+                        .arg(&self.keys.channel),
+                )
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(lock = %self.keys.name, error = %e,
                     "could not undo an interrupted acquisition; its lease will expire it");
             }
             return;

@@ -68,6 +68,7 @@ mod multi;
 mod mutex;
 pub mod name;
 pub mod redlock;
+mod rwlock;
 mod scope;
 mod scripts;
 mod semaphore;
@@ -83,6 +84,7 @@ pub use global::{global_client, install_global};
 pub use guard::{HeldLock, LockGuard};
 pub use multi::{MAX_MULTI_NAMES, MultiLockGuard, MultiLockRequest};
 pub use mutex::{LockRequest, TryLockRequest};
+pub use rwlock::{ReadGuard, ReadWriteLock, RwRequest};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{
     MAX_PERMITS, MAX_PERMITS_PER_ACQUISITION, PermitRequest, Semaphore, SemaphoreGuard,

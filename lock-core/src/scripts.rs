@@ -20,11 +20,21 @@ pub(crate) static SEM_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/sem_renew.lua")));
 pub(crate) static SEM_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/sem_release.lua")));
+pub(crate) static RW_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_write.lua")));
+pub(crate) static RW_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_read.lua")));
+pub(crate) static RW_READ_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_read_release.lua")));
+pub(crate) static RW_READ_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_read_renew.lua")));
+pub(crate) static RW_UNMARK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_unmark.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
 /// Every script, for loading them all up front.
-pub(crate) fn all() -> [&'static Script; 9] {
+pub(crate) fn all() -> [&'static Script; 14] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -34,6 +44,11 @@ pub(crate) fn all() -> [&'static Script; 9] {
         &SEM_ACQUIRE,
         &SEM_RENEW,
         &SEM_RELEASE,
+        &RW_WRITE,
+        &RW_READ,
+        &RW_READ_RELEASE,
+        &RW_READ_RENEW,
+        &RW_UNMARK,
         &INSPECT,
     ]
 }

@@ -29,15 +29,15 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
         let holds = inner.watched_holds();
         let started = Instant::now();
         let mut failed = false;
-        let (locks, permits): (Vec<_>, Vec<_>) = holds
-            .iter()
-            .cloned()
-            .partition(|(hold, _)| hold.kind == Kind::Lock);
-        for batch in locks.chunks(BATCH) {
-            failed |= !renew(&inner, batch, lease, period).await;
-        }
-        for batch in permits.chunks(BATCH) {
-            failed |= !renew(&inner, batch, lease, period).await;
+        for kind in [Kind::Lock, Kind::Read, Kind::Permits(0)] {
+            let same: Vec<_> = holds
+                .iter()
+                .filter(|(hold, _)| same_kind(hold.kind, kind))
+                .cloned()
+                .collect();
+            for batch in same.chunks(BATCH) {
+                failed |= !renew(&inner, batch, lease, period).await;
+            }
         }
         let now = Instant::now();
         let mut earliest = None::<Instant>;
@@ -58,6 +58,11 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
     }
 }
 
+/// Whether two kinds renew with the same script (permit counts aside).
+fn same_kind(a: Kind, b: Kind) -> bool {
+    std::mem::discriminant(&a) == std::mem::discriminant(&b)
+}
+
 /// Renews one batch; returns false when Redis could not be asked or did not answer.
 async fn renew(
     inner: &Inner,
@@ -68,6 +73,7 @@ async fn renew(
     // A batch holds one kind only (see `run`).
     let mut invocation = match batch.first().map(|(hold, _)| hold.kind) {
         Some(Kind::Permits(_)) => scripts::SEM_RENEW.prepare_invoke(),
+        Some(Kind::Read) => scripts::RW_READ_RENEW.prepare_invoke(),
         _ => scripts::RENEW.prepare_invoke(),
     };
     invocation.arg(millis(lease));
