@@ -55,6 +55,9 @@ pub(crate) enum Kind {
     Permits(u32),
     /// A read share of a read-write lock (`keys.hash` is the readers' hash).
     Read,
+    /// A fair lock (`keys.hash` is the lock; its queue and deadlines are `<hash>:queue` and
+    /// `<hash>:deadlines`; `keys.channel` is the prefix of the waiters' wake channels).
+    Fair,
 }
 
 /// One owner's hold on one lock, shared by all of the owner's guards for it.
@@ -200,7 +203,22 @@ impl Hold {
             self.ended.send_replace(true);
             return Ok(valid == i64::from(n));
         }
-        let reply: i64 = if self.kind == Kind::Read {
+        let reply: i64 = if self.kind == Kind::Fair {
+            inner
+                .backend
+                .invoke(
+                    scripts::FAIR_RELEASE
+                        .key(&self.keys.hash)
+                        .key(format!("{}:queue", self.keys.hash))
+                        .key(format!("{}:deadlines", self.keys.hash))
+                        .arg(&self.owner)
+                        .arg(count)
+                        .arg(token)
+                        .arg(&self.keys.channel)
+                        .arg(millis(inner.config.fence_ttl)),
+                )
+                .await?
+        } else if self.kind == Kind::Read {
             inner
                 .backend
                 .invoke(
@@ -288,6 +306,27 @@ impl Hold {
             return;
         }
         let token = self.state().token;
+        if self.kind == Kind::Fair {
+            let result: Result<i64, LockError> = inner
+                .backend
+                .invoke(
+                    scripts::FAIR_RELEASE
+                        .key(&self.keys.hash)
+                        .key(format!("{}:queue", self.keys.hash))
+                        .key(format!("{}:deadlines", self.keys.hash))
+                        .arg(&self.owner)
+                        .arg(expected + 1)
+                        .arg(if expected == 0 { 0 } else { token })
+                        .arg(&self.keys.channel)
+                        .arg(millis(inner.config.fence_ttl)),
+                )
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(lock = %self.keys.name, error = %e,
+                    "could not undo an interrupted acquisition; its lease will expire it");
+            }
+            return;
+        }
         let result: Result<i64, LockError> = inner
             .backend
             .invoke(

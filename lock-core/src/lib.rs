@@ -62,6 +62,7 @@
 mod backend;
 mod client;
 mod error;
+mod fair;
 mod global;
 mod guard;
 mod multi;
@@ -80,6 +81,7 @@ pub use client::{
     LockInfo, MAX_LEASE, MIN_LEASE,
 };
 pub use error::LockError;
+pub use fair::{DEFAULT_WAITER_TIMEOUT, FairLock, FairRequest};
 pub use global::{global_client, install_global};
 pub use guard::{HeldLock, LockGuard};
 pub use multi::{MAX_MULTI_NAMES, MultiLockGuard, MultiLockRequest};

@@ -30,11 +30,17 @@ pub(crate) static RW_READ_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/rw_read_renew.lua")));
 pub(crate) static RW_UNMARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/rw_unmark.lua")));
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_acquire.lua")));
+pub(crate) static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_release.lua")));
+pub(crate) static FAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_leave.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
 /// Every script, for loading them all up front.
-pub(crate) fn all() -> [&'static Script; 14] {
+pub(crate) fn all() -> [&'static Script; 17] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -49,6 +55,9 @@ pub(crate) fn all() -> [&'static Script; 14] {
         &RW_READ_RELEASE,
         &RW_READ_RENEW,
         &RW_UNMARK,
+        &FAIR_ACQUIRE,
+        &FAIR_RELEASE,
+        &FAIR_LEAVE,
         &INSPECT,
     ]
 }

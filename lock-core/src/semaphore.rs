@@ -287,7 +287,7 @@ impl SemaphoreGuard {
     pub fn permits(&self) -> u32 {
         match self.hold.kind {
             crate::guard::Kind::Permits(n) => n,
-            crate::guard::Kind::Lock | crate::guard::Kind::Read => 0,
+            _ => 0,
         }
     }
 

@@ -32,7 +32,7 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
         for kind in [Kind::Lock, Kind::Read, Kind::Permits(0)] {
             let same: Vec<_> = holds
                 .iter()
-                .filter(|(hold, _)| same_kind(hold.kind, kind))
+                .filter(|(hold, _)| same_kind(renewed_as(hold.kind), kind))
                 .cloned()
                 .collect();
             for batch in same.chunks(BATCH) {
@@ -55,6 +55,14 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
             started + period
         };
         drop(holds);
+    }
+}
+
+/// A fair lock renews like a lock: its lease is on the same kind of string.
+fn renewed_as(kind: Kind) -> Kind {
+    match kind {
+        Kind::Fair => Kind::Lock,
+        other => other,
     }
 }
 
