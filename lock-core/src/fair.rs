@@ -35,6 +35,7 @@ use crate::guard::{Kind, Lease, LockGuard};
 use crate::mutex::{expected_count, millis, send_undoable};
 use crate::name::LockKeys;
 use crate::scripts;
+use crate::waiters::Waiter;
 
 /// How long a waiter stays queued without calling again, unless
 /// [`FairRequest::waiter_timeout`] says otherwise.
@@ -204,14 +205,16 @@ async fn acquire(request: FairRequest) -> Result<LockGuard, LockError> {
     } else {
         Duration::ZERO
     };
+    let mut waiter = Waiter::new(
+        deadline,
+        inner.config.watchdog_lease,
+        inner.backend.connect_timeout(),
+    );
     // Subscribe to our own wake channel before we can be queued, so no wake-up is missed.
-    let mut sub = will_wait.then(|| inner.waiters.subscribe(&format!("{}{owner}", keys.channel)));
-    if let Some(sub) = &sub {
-        let confirm = inner.backend.connect_timeout();
-        let confirm = deadline.map_or(confirm, |d| {
-            confirm.min(d.saturating_duration_since(Instant::now()))
-        });
-        sub.subscribed(confirm).await;
+    if will_wait {
+        waiter
+            .subscribe(&inner.waiters, &format!("{}{owner}", keys.channel))
+            .await;
     }
     let mut leave = Leave {
         inner,
@@ -220,9 +223,7 @@ async fn acquire(request: FairRequest) -> Result<LockGuard, LockError> {
         armed: will_wait,
     };
     loop {
-        if let Some(sub) = sub.as_mut() {
-            sub.mark_seen();
-        }
+        waiter.mark_seen();
         let retry_in = match attempt(inner, &keys, &owner, lease, queue_for).await? {
             Ok(guard) => {
                 leave.armed = false;
@@ -230,27 +231,16 @@ async fn acquire(request: FairRequest) -> Result<LockGuard, LockError> {
             }
             Err(retry_in) => retry_in,
         };
-        let now = Instant::now();
-        let Some(sub) = sub.as_mut().filter(|_| deadline.is_none_or(|d| now < d)) else {
+        if !will_wait || waiter.expired() {
             return Err(LockError::Timeout {
                 name: keys.name.clone(),
                 waited: start.elapsed(),
                 holder_ttl: Some(retry_in),
             });
-        };
-        // Call again when told, when the holder's (or the head's) time runs out, and at
+        }
+        // Call again when woken, when the holder's (or the head's) time runs out, and at
         // least every third of the waiter timeout to stay queued.
-        let mut wake = now + retry_in.min(waiter_timeout / 3) + Duration::from_millis(1);
-        if !sub.is_subscribed() {
-            wake = wake.min(now + Duration::from_millis(200));
-        }
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = sub.changed() => {}
-            _ = tokio::time::sleep_until(wake) => {}
-        }
+        waiter.sleep(Some(retry_in.min(waiter_timeout / 3))).await;
     }
 }
 

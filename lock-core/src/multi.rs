@@ -37,6 +37,7 @@ use crate::guard::{Hold, Lease, LockGuard};
 use crate::mutex::{expected_count, millis};
 use crate::name::LockKeys;
 use crate::scripts;
+use crate::waiters::Waiter;
 
 /// The most names one multi-lock takes.
 pub const MAX_MULTI_NAMES: usize = 64;
@@ -217,49 +218,26 @@ async fn acquire(
         holder_ttl,
     };
 
-    let mut subscription = None::<(usize, crate::waiters::Subscription)>;
+    let mut waiter = Waiter::new(
+        deadline,
+        inner.config.watchdog_lease,
+        inner.backend.connect_timeout(),
+    );
     loop {
-        if let Some((_, sub)) = subscription.as_mut() {
-            sub.mark_seen();
-        }
+        waiter.mark_seen();
         let (busy, holder_ttl) =
             match attempt(&inner, &keys, &order, &owner, lease, will_wait).await? {
                 MultiAttempt::Acquired(guard) => return Ok(guard),
                 MultiAttempt::Busy(busy, ttl) => (busy, ttl),
             };
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if waiter.expired() {
             return Err(timeout(busy, holder_ttl));
         }
         // Wait on the busy lock's channel: subscribe first, then try again right away.
-        if subscription
-            .as_ref()
-            .is_none_or(|(index, _)| *index != busy)
-        {
-            let sub = inner.waiters.subscribe(&keys[busy].channel);
-            let confirm = inner.backend.connect_timeout();
-            let confirm = deadline.map_or(confirm, |d| {
-                confirm.min(d.saturating_duration_since(Instant::now()))
-            });
-            sub.subscribed(confirm).await;
-            subscription = Some((busy, sub));
+        if waiter.subscribe(&inner.waiters, &keys[busy].channel).await {
             continue;
         }
-        let Some((_, sub)) = subscription.as_mut() else {
-            continue;
-        };
-        let mut wake =
-            now + holder_ttl.unwrap_or(inner.config.watchdog_lease) + Duration::from_millis(1);
-        if !sub.is_subscribed() {
-            wake = wake.min(now + Duration::from_millis(200));
-        }
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = sub.changed() => {}
-            _ = tokio::time::sleep_until(wake) => {}
-        }
+        waiter.sleep(holder_ttl).await;
     }
 }
 

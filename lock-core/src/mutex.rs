@@ -15,6 +15,7 @@ use crate::error::LockError;
 use crate::guard::{Hold, Lease, LockGuard, Status};
 use crate::name::LockKeys;
 use crate::scripts;
+use crate::waiters::Waiter;
 
 /// The outcome of one try in Redis.
 pub(crate) enum Attempt {
@@ -205,50 +206,38 @@ async fn acquire(
         return Err(timeout(holder_ttl));
     }
 
-    // Subscribe first, then try again, then wait for the release message or the holder's
-    // lease to run out, whichever comes first.
-    let mut sub = inner.waiters.subscribe(&keys.channel);
+    // Subscribe first, then take this process's turn for the name, then try again; then
+    // wait for the release message or the holder's lease to run out, whichever comes first.
+    let mut waiter = Waiter::new(
+        deadline,
+        inner.config.watchdog_lease,
+        inner.backend.connect_timeout(),
+    );
+    waiter.subscribe(&inner.waiters, &keys.channel).await;
+    let Some(sub) = waiter.subscription() else {
+        unreachable!("just subscribed");
+    };
+    let turn = sub.queue();
     let _turn = match deadline {
-        Some(d) => match tokio::time::timeout_at(d, sub.queue()).await {
+        Some(d) => match tokio::time::timeout_at(d, turn).await {
             Ok(turn) => turn,
             Err(_) => return Err(timeout(holder_ttl)),
         },
-        None => sub.queue().await,
+        None => turn.await,
     };
-    let confirm = inner.backend.connect_timeout();
-    let confirm = deadline.map_or(confirm, |d| {
-        confirm.min(d.saturating_duration_since(Instant::now()))
-    });
-    sub.subscribed(confirm).await;
     loop {
-        sub.mark_seen();
+        waiter.mark_seen();
         match attempt(&inner, &keys, &owner, lease, true).await? {
             Attempt::Acquired(guard) => return Ok(guard),
             Attempt::Busy(ttl) => holder_ttl = ttl,
         }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if waiter.expired() {
             return Err(timeout(holder_ttl));
         }
         // A crashed holder never publishes: look again when its lease runs out.
-        let mut wake =
-            now + holder_ttl.unwrap_or(inner.config.watchdog_lease) + Duration::from_millis(1);
-        if !sub.is_subscribed() {
-            // Without pub/sub (connection down) releases go unseen: look more often.
-            wake = wake.min(now + UNSUBSCRIBED_RECHECK);
-        }
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = sub.changed() => {}
-            _ = tokio::time::sleep_until(wake) => {}
-        }
+        waiter.sleep(holder_ttl).await;
     }
 }
-
-/// How often a waiter looks again while the pub/sub connection is down.
-const UNSUBSCRIBED_RECHECK: Duration = Duration::from_millis(200);
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 

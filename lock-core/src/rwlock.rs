@@ -41,6 +41,7 @@ use crate::guard::{Hold, Kind, Lease, LockGuard, Status, lost_future};
 use crate::mutex::{expected_count, millis, send_undoable};
 use crate::name::LockKeys;
 use crate::scripts;
+use crate::waiters::Waiter;
 
 impl LockClient {
     /// The read-write lock `name`.
@@ -247,11 +248,13 @@ async fn acquire(
         owner: &owner,
         armed: mode == Mode::Write && will_wait,
     };
-    let mut subscription = None::<crate::waiters::Subscription>;
+    let mut waiter = Waiter::new(
+        deadline,
+        inner.config.watchdog_lease,
+        inner.backend.connect_timeout(),
+    );
     loop {
-        if let Some(sub) = subscription.as_mut() {
-            sub.mark_seen();
-        }
+        waiter.mark_seen();
         let retry_in = match attempt(inner, &keys, &owner, mode, lease, will_wait).await? {
             Ok(held) => {
                 unmark.armed = false;
@@ -259,36 +262,18 @@ async fn acquire(
             }
             Err(retry_in) => retry_in,
         };
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if waiter.expired() {
             return Err(LockError::Timeout {
                 name: keys.writer.name.clone(),
                 waited: start.elapsed(),
                 holder_ttl: retry_in,
             });
         }
-        let Some(sub) = subscription.as_mut() else {
-            let sub = inner.waiters.subscribe(&keys.writer.channel);
-            let confirm = inner.backend.connect_timeout();
-            let confirm = deadline.map_or(confirm, |d| {
-                confirm.min(d.saturating_duration_since(Instant::now()))
-            });
-            sub.subscribed(confirm).await;
-            subscription = Some(sub);
+        // Subscribe first, then try again right away.
+        if waiter.subscribe(&inner.waiters, &keys.writer.channel).await {
             continue;
-        };
-        let mut wake =
-            now + retry_in.unwrap_or(inner.config.watchdog_lease) + Duration::from_millis(1);
-        if !sub.is_subscribed() {
-            wake = wake.min(now + Duration::from_millis(200));
         }
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = sub.changed() => {}
-            _ = tokio::time::sleep_until(wake) => {}
-        }
+        waiter.sleep(retry_in).await;
     }
 }
 

@@ -35,6 +35,7 @@ use crate::guard::{Hold, Lease, Status};
 use crate::mutex::{millis, send_undoable};
 use crate::name::LockKeys;
 use crate::scripts;
+use crate::waiters::Waiter;
 
 /// The largest semaphore accepted.
 pub const MAX_PERMITS: u32 = 100_000;
@@ -193,45 +194,29 @@ async fn acquire(request: PermitRequest) -> Result<SemaphoreGuard, LockError> {
     let inner = &semaphore.inner;
     let hold = inner.permit_hold(&keys, &inner.fresh_owner(), n);
     let deadline = wait.and_then(|w| start.checked_add(w));
-    let mut subscription = None;
+    let mut waiter = Waiter::new(
+        deadline,
+        inner.config.watchdog_lease,
+        inner.backend.connect_timeout(),
+    );
     loop {
-        if let Some(sub) = subscription.as_mut() {
-            crate::waiters::Subscription::mark_seen(sub);
-        }
+        waiter.mark_seen();
         let retry_in = match attempt(inner, &hold, semaphore.size, lease).await? {
             Ok(guard) => return Ok(guard),
             Err(retry_in) => retry_in,
         };
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if waiter.expired() {
             return Err(LockError::Timeout {
                 name: keys.name.clone(),
                 waited: start.elapsed(),
                 holder_ttl: Some(retry_in),
             });
         }
-        let Some(sub) = subscription.as_mut() else {
-            // Subscribe first, then try again right away.
-            let sub = inner.waiters.subscribe(&keys.channel);
-            let confirm = inner.backend.connect_timeout();
-            let confirm = deadline.map_or(confirm, |d| {
-                confirm.min(d.saturating_duration_since(Instant::now()))
-            });
-            sub.subscribed(confirm).await;
-            subscription = Some(sub);
+        // Subscribe first, then try again right away.
+        if waiter.subscribe(&inner.waiters, &keys.channel).await {
             continue;
-        };
-        let mut wake = now + retry_in + Duration::from_millis(1);
-        if !sub.is_subscribed() {
-            wake = wake.min(now + Duration::from_millis(200));
         }
-        if let Some(d) = deadline {
-            wake = wake.min(d);
-        }
-        tokio::select! {
-            _ = sub.changed() => {}
-            _ = tokio::time::sleep_until(wake) => {}
-        }
+        waiter.sleep(Some(retry_in)).await;
     }
 }
 

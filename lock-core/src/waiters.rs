@@ -278,3 +278,90 @@ async fn run(
         }
     }
 }
+
+/// How often a waiter looks again while the pub/sub connection is down.
+const UNSUBSCRIBED_RECHECK: Duration = Duration::from_millis(200);
+
+/// One waiting request of any primitive: its deadline and its subscription.
+pub(crate) struct Waiter {
+    deadline: Option<tokio::time::Instant>,
+    /// How long to wait when nothing says when to look again (no expiry known).
+    fallback: Duration,
+    /// The longest wait for Redis to confirm a subscription.
+    confirm: Duration,
+    sub: Option<Subscription>,
+}
+
+impl Waiter {
+    pub(crate) fn new(
+        deadline: Option<tokio::time::Instant>,
+        fallback: Duration,
+        confirm: Duration,
+    ) -> Self {
+        Self {
+            deadline,
+            fallback,
+            confirm,
+            sub: None,
+        }
+    }
+
+    /// True once the deadline has passed.
+    pub(crate) fn expired(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+    }
+
+    /// Subscribes to `channel` (giving up a subscription to another one) and waits, within
+    /// the deadline, for Redis to confirm it. Returns true when the subscription is new: the
+    /// caller then tries again at once, since a release may have come before it.
+    pub(crate) async fn subscribe(&mut self, waiters: &Waiters, channel: &str) -> bool {
+        if self.sub.as_ref().is_some_and(|s| s.channel == channel) {
+            return false;
+        }
+        self.sub = None;
+        let sub = waiters.subscribe(channel);
+        let confirm = self.deadline.map_or(self.confirm, |d| {
+            self.confirm
+                .min(d.saturating_duration_since(tokio::time::Instant::now()))
+        });
+        sub.subscribed(confirm).await;
+        self.sub = Some(sub);
+        true
+    }
+
+    /// The current subscription.
+    pub(crate) fn subscription(&self) -> Option<&Subscription> {
+        self.sub.as_ref()
+    }
+
+    /// Marks every message so far as seen; call before each attempt.
+    pub(crate) fn mark_seen(&mut self) {
+        if let Some(sub) = self.sub.as_mut() {
+            sub.mark_seen();
+        }
+    }
+
+    /// Waits for a message on the subscription, for `retry_in` (None: the fallback), or for
+    /// the deadline, whichever comes first. Without a confirmed subscription releases go
+    /// unseen, so it looks again more often.
+    pub(crate) async fn sleep(&mut self, retry_in: Option<Duration>) {
+        let now = tokio::time::Instant::now();
+        let mut wake = now + retry_in.unwrap_or(self.fallback) + Duration::from_millis(1);
+        if !self.sub.as_ref().is_some_and(Subscription::is_subscribed) {
+            wake = wake.min(now + UNSUBSCRIBED_RECHECK);
+        }
+        if let Some(d) = self.deadline {
+            wake = wake.min(d);
+        }
+        match self.sub.as_mut() {
+            Some(sub) => {
+                tokio::select! {
+                    _ = sub.changed() => {}
+                    _ = tokio::time::sleep_until(wake) => {}
+                }
+            }
+            None => tokio::time::sleep_until(wake).await,
+        }
+    }
+}
