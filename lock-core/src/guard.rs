@@ -137,7 +137,9 @@ impl Hold {
     pub(crate) fn renewed(&self, generation: u64, sent_at: Instant, lease_len: Duration) {
         let mut st = self.state();
         if st.generation == generation && matches!(st.status, Status::Held | Status::Releasing) {
-            st.valid_until = st.valid_until.max(sent_at + validity(lease_len));
+            // A renewal sets the lease to exactly `lease_len` on the server (even if an
+            // `extend` had set a longer one), so the validity follows it exactly.
+            st.valid_until = sent_at + validity(lease_len);
         }
     }
 
@@ -447,6 +449,67 @@ pub(crate) fn lost_future(
     }
 }
 
+/// What every guard shares: its hold and generation, and whether it was given back. Dropped
+/// without [`GuardCore::release`], it releases in the background.
+pub(crate) struct GuardCore {
+    pub(crate) hold: Arc<Hold>,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) generation: u64,
+    done: bool,
+}
+
+impl GuardCore {
+    pub(crate) fn new(hold: Arc<Hold>, inner: Arc<Inner>, generation: u64) -> Self {
+        hold.guard_added();
+        Self {
+            hold,
+            inner,
+            generation,
+            done: false,
+        }
+    }
+
+    /// Not given back, not lost, and within its lease as last confirmed by Redis.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.done && self.hold.is_held(self.generation)
+    }
+
+    /// How much longer it is ours unless a renewal extends it; zero once it is not held.
+    pub(crate) fn remaining(&self) -> Duration {
+        if !self.is_held() {
+            return Duration::ZERO;
+        }
+        self.hold
+            .state()
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Resolves when it is known or presumed lost, or released.
+    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        lost_future(self.hold.clone(), self.generation)
+    }
+
+    /// Gives it back; returns whether it was still held until now.
+    pub(crate) async fn release(mut self) -> Result<bool, LockError> {
+        self.done = true;
+        self.hold.guard_removed();
+        self.hold.release_one(&self.inner, self.generation).await
+    }
+}
+
+impl Drop for GuardCore {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.hold.guard_removed();
+        self.inner
+            .release_in_background(self.hold.clone(), self.generation);
+    }
+}
+
 /// Proof that this process holds a lock.
 ///
 /// * [`fencing_token`](LockGuard::fencing_token): a number that grows with every new holder of
@@ -459,20 +522,13 @@ pub(crate) fn lost_future(
 ///   gone, the lease expires it).
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    hold: Arc<Hold>,
-    inner: Arc<Inner>,
-    generation: u64,
-    done: bool,
+    core: GuardCore,
 }
 
 impl LockGuard {
     pub(crate) fn new(hold: Arc<Hold>, inner: Arc<Inner>, generation: u64) -> Self {
-        hold.guard_added();
         let guard = Self {
-            hold,
-            inner,
-            generation,
-            done: false,
+            core: GuardCore::new(hold, inner, generation),
         };
         crate::scope::record(guard.handle());
         guard
@@ -480,35 +536,29 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.hold.keys.name
+        &self.core.hold.keys.name
     }
 
     /// The fencing token of this hold: strictly greater than the token of every earlier holder
     /// of this name (re-entries of one hold share its token).
     pub fn fencing_token(&self) -> u64 {
-        self.hold.state().token
+        self.core.hold.state().token
     }
 
     /// The owner's hold count: how many guards (re-entries) share this hold.
     pub fn hold_count(&self) -> u32 {
-        self.hold.state().count
+        self.core.hold.state().count
     }
 
     /// True while the lock is ours: not released, not lost, and within its lease as last
     /// confirmed by Redis (measured on a monotonic clock from when the request was sent).
     pub fn is_held(&self) -> bool {
-        !self.done && self.hold.is_held(self.generation)
+        self.core.is_held()
     }
 
     /// How much longer the lock is ours unless a renewal extends it; zero once it is not held.
     pub fn remaining(&self) -> Duration {
-        if !self.is_held() {
-            return Duration::ZERO;
-        }
-        self.hold
-            .state()
-            .valid_until
-            .saturating_duration_since(Instant::now())
+        self.core.remaining()
     }
 
     /// Resolves when the lock is known or presumed lost: the watchdog found it gone, no
@@ -528,15 +578,15 @@ impl LockGuard {
     /// # async fn build_report() {}
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        lost_future(self.hold.clone(), self.generation)
+        self.core.lost()
     }
 
     /// A cloneable view of this hold (name, fencing token, lost signal) that cannot release
     /// it.
     pub fn handle(&self) -> HeldLock {
         HeldLock {
-            hold: self.hold.clone(),
-            generation: self.generation,
+            hold: self.core.hold.clone(),
+            generation: self.core.generation,
         }
     }
 
@@ -546,20 +596,26 @@ impl LockGuard {
     pub async fn reenter(&self) -> Result<LockGuard, LockError> {
         if !self.is_held() {
             return Err(LockError::Lost {
-                name: self.hold.keys.name.clone(),
+                name: self.core.hold.keys.name.clone(),
             });
         }
-        let lease = self.hold.state().lease;
+        let lease = self.core.hold.state().lease;
         let lease = match lease {
             Lease::Watchdog => None,
             Lease::Fixed => Some(self.remaining().max(Duration::from_millis(10))),
         };
-        match crate::mutex::attempt(&self.inner, &self.hold.keys, &self.hold.owner, lease, false)
-            .await?
+        match crate::mutex::attempt(
+            &self.core.inner,
+            &self.core.hold.keys,
+            &self.core.hold.owner,
+            lease,
+            false,
+        )
+        .await?
         {
             crate::mutex::Attempt::Acquired(guard) => Ok(guard),
             crate::mutex::Attempt::Busy(_) => Err(LockError::Lost {
-                name: self.hold.keys.name.clone(),
+                name: self.core.hold.keys.name.clone(),
             }),
         }
     }
@@ -570,37 +626,39 @@ impl LockGuard {
         crate::client::check_lease("lease", lease)?;
         if !self.is_held() {
             return Err(LockError::Lost {
-                name: self.hold.keys.name.clone(),
+                name: self.core.hold.keys.name.clone(),
             });
         }
-        let _op = self.hold.op.lock().await;
+        let _op = self.core.hold.op.lock().await;
         if !self.is_held() {
             return Err(LockError::Lost {
-                name: self.hold.keys.name.clone(),
+                name: self.core.hold.keys.name.clone(),
             });
         }
         let sent_at = Instant::now();
         let reply: Vec<i64> = self
+            .core
             .inner
             .backend
             .invoke(
                 scripts::RENEW
-                    .key(&self.hold.keys.hash)
-                    .arg(lease.as_millis() as u64)
-                    .arg(&self.hold.owner),
+                    .key(&self.core.hold.keys.hash)
+                    .arg(millis(lease))
+                    .arg(&self.core.hold.owner),
             )
             .await?;
         if reply.first() == Some(&1) {
-            let mut st = self.hold.state();
-            if st.status == Status::Held && st.generation == self.generation {
+            let mut st = self.core.hold.state();
+            if st.status == Status::Held && st.generation == self.core.generation {
                 st.valid_until = sent_at + validity(lease);
             }
             Ok(())
         } else {
-            self.hold
-                .mark_lost(self.generation, "extend found the lock gone");
+            self.core
+                .hold
+                .mark_lost(self.core.generation, "extend found the lock gone");
             Err(LockError::Lost {
-                name: self.hold.keys.name.clone(),
+                name: self.core.hold.keys.name.clone(),
             })
         }
     }
@@ -611,22 +669,8 @@ impl LockGuard {
     ///
     /// If Redis cannot be reached the error is returned and the lock is no longer renewed:
     /// its lease expires it.
-    pub async fn unlock(mut self) -> Result<bool, LockError> {
-        self.done = true;
-        self.hold.guard_removed();
-        self.hold.release_one(&self.inner, self.generation).await
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.done = true;
-        self.hold.guard_removed();
-        self.inner
-            .release_in_background(self.hold.clone(), self.generation);
+    pub async fn unlock(self) -> Result<bool, LockError> {
+        self.core.release().await
     }
 }
 
@@ -634,7 +678,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The owner id stays out: whoever has it can release or extend the lock.
         f.debug_struct("LockGuard")
-            .field("name", &self.hold.keys.name)
+            .field("name", &self.core.hold.keys.name)
             .field("fencing_token", &self.fencing_token())
             .field("held", &self.is_held())
             .finish()

@@ -86,6 +86,7 @@ pub use global::{global_client, install_global};
 pub use guard::{HeldLock, LockGuard};
 pub use multi::{MAX_MULTI_NAMES, MultiLockGuard, MultiLockRequest};
 pub use mutex::{LockRequest, TryLockRequest};
+pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockRequest, RedLockTryRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, RwRequest};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{

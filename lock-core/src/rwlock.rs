@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
-use crate::guard::{Hold, Kind, Lease, LockGuard, Status, lost_future};
+use crate::guard::{GuardCore, Hold, Kind, Lease, LockGuard};
 use crate::mutex::{expected_count, millis, send_undoable};
 use crate::name::LockKeys;
 use crate::scripts;
@@ -339,66 +339,41 @@ async fn attempt(
 /// the background when dropped.
 #[must_use = "dropping the guard releases the read share"]
 pub struct ReadGuard {
-    hold: Arc<Hold>,
-    inner: Arc<Inner>,
-    generation: u64,
-    done: bool,
+    core: GuardCore,
 }
 
 impl ReadGuard {
     fn new(hold: Arc<Hold>, inner: Arc<Inner>, generation: u64) -> Self {
-        hold.guard_added();
         Self {
-            hold,
-            inner,
-            generation,
-            done: false,
+            core: GuardCore::new(hold, inner, generation),
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.hold.keys.name
+        &self.core.hold.keys.name
     }
 
     /// True while the share is ours: not released, not lost, within its lease.
     pub fn is_held(&self) -> bool {
-        let st = self.hold.state();
-        !self.done
-            && st.generation == self.generation
-            && st.status == Status::Held
-            && Instant::now() < st.valid_until
+        self.core.is_held()
     }
 
     /// Resolves when the share is known or presumed lost, or released.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        lost_future(self.hold.clone(), self.generation)
+        self.core.lost()
     }
 
     /// Gives the share back. Returns whether it was still held until now.
-    pub async fn unlock(mut self) -> Result<bool, LockError> {
-        self.done = true;
-        self.hold.guard_removed();
-        self.hold.release_one(&self.inner, self.generation).await
-    }
-}
-
-impl Drop for ReadGuard {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.done = true;
-        self.hold.guard_removed();
-        self.inner
-            .release_in_background(self.hold.clone(), self.generation);
+    pub async fn unlock(self) -> Result<bool, LockError> {
+        self.core.release().await
     }
 }
 
 impl fmt::Debug for ReadGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReadGuard")
-            .field("name", &self.hold.keys.name)
+            .field("name", &self.core.hold.keys.name)
             .field("held", &self.is_held())
             .finish()
     }

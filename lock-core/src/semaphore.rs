@@ -31,7 +31,7 @@ use tracing::Instrument;
 
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
-use crate::guard::{Hold, Lease, Status};
+use crate::guard::{GuardCore, Hold, Lease};
 use crate::mutex::{millis, send_undoable};
 use crate::name::LockKeys;
 use crate::scripts;
@@ -245,10 +245,7 @@ async fn attempt(
     let outcome = if reply > 0 {
         let generation = hold.acquired(0, sent_at, kind, lease_len);
         Ok(SemaphoreGuard {
-            hold: hold.clone(),
-            inner: inner.clone(),
-            generation,
-            done: false,
+            core: GuardCore::new(hold.clone(), inner.clone(), generation),
         })
     } else {
         Err(Duration::from_millis(reply.unsigned_abs()))
@@ -261,16 +258,13 @@ async fn attempt(
 /// background when dropped.
 #[must_use = "dropping the guard releases the permits"]
 pub struct SemaphoreGuard {
-    hold: Arc<Hold>,
-    inner: Arc<Inner>,
-    generation: u64,
-    done: bool,
+    core: GuardCore,
 }
 
 impl SemaphoreGuard {
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
-        match self.hold.kind {
+        match self.core.hold.kind {
             crate::guard::Kind::Permits(n) => n,
             _ => 0,
         }
@@ -278,42 +272,24 @@ impl SemaphoreGuard {
 
     /// True while the permits are ours: not released, not lost, within their lease.
     pub fn is_held(&self) -> bool {
-        let st = self.hold.state();
-        !self.done
-            && st.generation == self.generation
-            && st.status == Status::Held
-            && Instant::now() < st.valid_until
+        self.core.is_held()
     }
 
     /// Resolves when the permits are known or presumed lost, or released.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        crate::guard::lost_future(self.hold.clone(), self.generation)
+        self.core.lost()
     }
 
     /// Gives the permits back. Returns whether all of them were still held until now.
-    pub async fn release(mut self) -> Result<bool, LockError> {
-        self.done = true;
-        self.hold.guard_removed();
-        self.hold.release_one(&self.inner, self.generation).await
-    }
-}
-
-impl Drop for SemaphoreGuard {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.done = true;
-        self.hold.guard_removed();
-        self.inner
-            .release_in_background(self.hold.clone(), self.generation);
+    pub async fn release(self) -> Result<bool, LockError> {
+        self.core.release().await
     }
 }
 
 impl fmt::Debug for SemaphoreGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SemaphoreGuard")
-            .field("semaphore", &self.hold.keys.name)
+            .field("semaphore", &self.core.hold.keys.name)
             .field("permits", &self.permits())
             .field("held", &self.is_held())
             .finish()

@@ -583,3 +583,20 @@ async fn current_lock_and_handles_see_the_hold() {
     .await;
     assert_clean(&server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_follows_the_watchdog_after_an_extend() {
+    let server = RedisServer::start();
+    let c = client_with_lease(&server.url(), SHORT).await;
+    let g = c.lock("extended").await.unwrap();
+    g.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(g.remaining() > Duration::from_secs(4));
+    // The watchdog's next renewals set the server's lease back to SHORT; the guard must not
+    // believe it holds the lock longer than the server keeps it.
+    tokio::time::sleep(SHORT).await;
+    let server_ttl = c.lock_info("extended").await.unwrap().ttl.unwrap();
+    assert!(server_ttl <= SHORT, "{server_ttl:?}");
+    assert!(g.remaining() <= server_ttl + Duration::from_millis(50), "{:?}", g.remaining());
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}

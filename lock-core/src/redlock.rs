@@ -1,1 +1,0 @@
-//! RedLock over independent Redis masters. (Being written.)
