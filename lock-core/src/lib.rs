@@ -50,7 +50,19 @@
 //!   releases it in the background; it never blocks and never panics, and if the runtime is
 //!   gone the lease expires the lock.
 //! * **Replication**: a failover to a replica that had not received the lock can grant it
-//!   twice. Replica acknowledgement and RedLock over independent masters are future work.
+//!   twice. [`RedLock`] over independent masters survives the loss of a minority of them (with
+//!   the caveats written in [`redlock`]); replica acknowledgement (`WAIT`) is future work.
+//!
+//! # The primitives
+//!
+//! | what | made by | guard |
+//! |---|---|---|
+//! | reentrant lock | [`LockClient::lock`], [`LockClient::try_lock`] | [`LockGuard`] |
+//! | several locks, all or none | [`LockClient::multi_lock`] | [`MultiLockGuard`] |
+//! | fair lock (arrival order) | [`LockClient::fair_lock`] | [`LockGuard`] |
+//! | read-write lock | [`LockClient::read_write_lock`] | [`ReadGuard`] / [`LockGuard`] |
+//! | semaphore (leased permits) | [`LockClient::semaphore`] | [`SemaphoreGuard`] |
+//! | RedLock over independent masters | [`RedLock::new`] | [`RedLockGuard`] |
 //!
 //! # Redis data model
 //!
