@@ -74,17 +74,17 @@
 mod backend;
 mod client;
 mod error;
-mod fair;
+pub mod fair;
 mod global;
 mod guard;
-mod multi;
+pub mod multi;
 mod mutex;
 pub mod name;
 pub mod redlock;
-mod rwlock;
+pub mod rwlock;
 mod scope;
 mod scripts;
-mod semaphore;
+pub mod semaphore;
 mod waiters;
 mod watchdog;
 
