@@ -596,7 +596,11 @@ async fn validity_follows_the_watchdog_after_an_extend() {
     tokio::time::sleep(SHORT).await;
     let server_ttl = c.lock_info("extended").await.unwrap().ttl.unwrap();
     assert!(server_ttl <= SHORT, "{server_ttl:?}");
-    assert!(g.remaining() <= server_ttl + Duration::from_millis(50), "{:?}", g.remaining());
+    assert!(
+        g.remaining() <= server_ttl + Duration::from_millis(50),
+        "{:?}",
+        g.remaining()
+    );
     assert!(g.unlock().await.unwrap());
     assert_clean(&server).await;
 }

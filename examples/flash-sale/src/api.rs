@@ -1,0 +1,180 @@
+//! The HTTP API (axum) and the storefront page.
+//!
+//! | route | what | answers |
+//! |---|---|---|
+//! | `GET /` | the storefront page | `200` HTML |
+//! | `POST /api/sales` | create a sale (`sku`, `name`, `stock`, optional `price_cents`, `per_user_limit`, `starts_at`, `ends_at`) | `201`, `400` |
+//! | `GET /api/sales` | the 100 most recent sales | `200` |
+//! | `GET /api/sales/{sale_id}` | one sale | `200`, `400`, `404` |
+//! | `GET /api/sales/{sale_id}/stats` | its numbers, from the database | `200`, `400`, `404` |
+//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id` | `201`, `400`, `404`, `409` (already ordered, double click, not started), `410` (sold out, ended), `503` (busy: retry) |
+//! | `GET /api/orders/{order_id}` | one order | `200`, `400`, `404` |
+//! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent | `200`, `400`, `404`, `409` (paid by another payment) |
+//!
+//! Errors are JSON problem documents with a `code` (see [`crate::error`]).
+//!
+//! # Locks on the routes
+//!
+//! * `POST /api/sales/{sale_id}/orders` goes through a `lock-tower` [`DistributedLockLayer`]
+//!   keyed on the buyer per sale (`buyer:<sale_id>:<user_id>`), with no wait: a double click,
+//!   on any instance, is answered `409 lock_busy` at once instead of queueing for the sale's
+//!   stock lock. The purchase inside takes that stock lock (see [`crate::shop`]).
+//! * `POST /api/orders/{order_id}/pay` goes through one keyed on the order
+//!   (`order:<order_id>`) that waits up to 2 s, so a replayed callback waits for the first and
+//!   then gets its answer.
+//!
+//! Both layers let requests with a malformed id through unlocked
+//! ([`MissingKey::PassThrough`]) so the handler answers them with its own `400`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use http::header::{CACHE_CONTROL, HeaderValue, LOCATION};
+use http::{HeaderMap, Request, StatusCode};
+use lock_tower::{
+    DistributedLockLayer, KeyExtractor, LeaseLost, MissingKey, PathParam, header_value,
+};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::model::{NewSale, OrderId, PaymentCallback, SaleId, UserId};
+use crate::shop::Shop;
+
+/// The storefront page: static HTML, CSS and JavaScript, embedded in the binary.
+pub const INDEX_HTML: &str = include_str!("page/index.html");
+
+/// The lock key of a purchase request: `<sale_id>:<user_id>`, if both are well-formed.
+fn buyer_key(req: &Request<Body>) -> Option<String> {
+    let sale = PathParam::new("sale_id").extract(req)?;
+    let user = header_value(req, "x-user-id")?;
+    (SaleId::parse(&sale).is_ok() && UserId::is_valid(&user)).then(|| format!("{sale}:{user}"))
+}
+
+/// The lock key of a payment callback: the order id, if well-formed.
+fn order_key(req: &Request<Body>) -> Option<String> {
+    PathParam::new("order_id")
+        .extract(req)
+        .filter(|id| OrderId::parse(id).is_ok())
+}
+
+/// The app's router. With locking off (`--no-lock`) the routes have no lock layers.
+pub fn router(shop: Arc<Shop>) -> Router {
+    let mut orders = post(create_order);
+    let mut pay = post(pay_order);
+    if shop.locking() {
+        let locks = shop.locks().clone();
+        orders = orders.route_layer(
+            DistributedLockLayer::new(locks.clone(), buyer_key)
+                .prefix("buyer:")
+                .missing_key(MissingKey::PassThrough)
+                // The purchase inside is fenced at the database; the buyer lock only turns
+                // double clicks away, so a lost buyer lock need not cut a purchase in two.
+                .on_lease_lost(LeaseLost::Continue),
+        );
+        pay = pay.route_layer(
+            DistributedLockLayer::new(locks, order_key)
+                .prefix("order:")
+                .wait(Duration::from_secs(2))
+                .missing_key(MissingKey::PassThrough),
+        );
+    }
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/api/sales", get(list_sales).post(create_sale))
+        .route("/api/sales/{sale_id}", get(get_sale))
+        .route("/api/sales/{sale_id}/stats", get(sale_stats))
+        .route("/api/sales/{sale_id}/orders", orders)
+        .route("/api/orders/{order_id}", get(get_order))
+        .route("/api/orders/{order_id}/pay", pay)
+        .fallback(not_found)
+        .with_state(shop)
+}
+
+async fn index() -> Response {
+    let mut response = Html(INDEX_HTML).into_response();
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("not_found", "no such route".to_owned())
+}
+
+fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_body",
+            format!("the body must be a JSON object of the documented shape: {e}"),
+        )
+    })
+}
+
+async fn list_sales(State(shop): State<Arc<Shop>>) -> Result<Response, ApiError> {
+    Ok(Json(shop.list_sales().await?).into_response())
+}
+
+async fn create_sale(State(shop): State<Arc<Shop>>, body: Bytes) -> Result<Response, ApiError> {
+    let new: NewSale = parse_json(&body)?;
+    let sale = shop.create_sale(new).await?;
+    let location = HeaderValue::try_from(format!("/api/sales/{}", sale.id))
+        .map_err(|e| ApiError::internal(&e))?;
+    Ok((StatusCode::CREATED, [(LOCATION, location)], Json(sale)).into_response())
+}
+
+async fn get_sale(
+    State(shop): State<Arc<Shop>>,
+    Path(sale_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = SaleId::parse(&sale_id)?;
+    Ok(Json(shop.sale(&id).await?).into_response())
+}
+
+async fn sale_stats(
+    State(shop): State<Arc<Shop>>,
+    Path(sale_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = SaleId::parse(&sale_id)?;
+    Ok(Json(shop.stats(&id).await?).into_response())
+}
+
+async fn create_order(
+    State(shop): State<Arc<Shop>>,
+    Path(sale_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = SaleId::parse(&sale_id)?;
+    let user = headers
+        .get("x-user-id")
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let user = UserId::parse(user)?;
+    let order = shop.buy(&id, &user).await?;
+    let location = HeaderValue::try_from(format!("/api/orders/{}", order.id))
+        .map_err(|e| ApiError::internal(&e))?;
+    Ok((StatusCode::CREATED, [(LOCATION, location)], Json(order)).into_response())
+}
+
+async fn get_order(
+    State(shop): State<Arc<Shop>>,
+    Path(order_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = OrderId::parse(&order_id)?;
+    Ok(Json(shop.order(&id).await?).into_response())
+}
+
+async fn pay_order(
+    State(shop): State<Arc<Shop>>,
+    Path(order_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let id = OrderId::parse(&order_id)?;
+    let callback: PaymentCallback = parse_json(&body)?;
+    Ok(Json(shop.pay(&id, &callback).await?).into_response())
+}

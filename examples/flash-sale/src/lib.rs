@@ -1,0 +1,30 @@
+//! A flash-sale inventory app that sells exactly its stock across several instances.
+//!
+//! Several `flash-sale serve` processes share one Redis and one database (SQLite by default,
+//! PostgreSQL with `DATABASE_URL=postgres://...`). The locks from `lock-core` make the sale
+//! safe across them:
+//!
+//! * the purchase — a multi-step business transaction — runs under
+//!   `#[distributed_lock(key = "sale:{sale_id}:stock")]`, and its stock write carries the
+//!   lock's fencing token so a holder that stalled past its lease cannot write stale stock
+//!   ([`shop`]);
+//! * a `lock-tower` layer keyed on the buyer per sale turns double clicks away with `409`,
+//!   and one keyed on the order id makes payment callbacks idempotent ([`api`]).
+//!
+//! The binary also has the load tool ([`load`], `flash-sale load`) that checks the sale's
+//! invariants straight in the database ([`invariants`]), and the demo ([`demo`],
+//! `flash-sale demo`) that starts everything, sells 100 items to 5,000 requests over 3
+//! instances, and ends with a `RESULT` line.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cluster;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod invariants;
+pub mod load;
+pub mod model;
+pub mod serve;
+pub mod shop;

@@ -1,0 +1,457 @@
+//! The load tool: many buyers over HTTP against running instances, with duplicates.
+//!
+//! [`plan`] makes the list of purchase requests: `buyers` requests of which a share
+//! (`duplicate_rate`) repeat an earlier buyer on *another* instance — half of them right
+//! after the original (a double click that lands on two instances at once), half later (a
+//! retry). [`run`] sends them with `concurrency` workers, bounded in count and in time, then
+//! (optionally) pays every accepted order twice, at once, on two instances (a replayed
+//! payment callback), and returns a [`LoadReport`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+/// One purchase request of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shot {
+    /// The buyer id (`X-User-Id`).
+    pub user: String,
+    /// Index of the instance it goes to.
+    pub target: usize,
+    /// Whether it repeats an earlier buyer.
+    pub duplicate: bool,
+}
+
+/// Makes the request plan: `buyers` requests over `targets` instances, `duplicate_rate` of
+/// them repeating an earlier buyer on another instance. Deterministic for a given `seed`.
+pub fn plan(buyers: usize, duplicate_rate: f64, targets: usize, seed: u64) -> Vec<Shot> {
+    let targets = targets.max(1);
+    let duplicates = ((buyers as f64) * duplicate_rate.clamp(0.0, 1.0)).round() as usize;
+    let duplicates = duplicates.min(buyers.saturating_sub(1));
+    let unique = buyers - duplicates;
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Sort keys: originals at 2*i; a double click just after its original; a retry later.
+    let mut keyed: Vec<(f64, Shot)> = (0..unique)
+        .map(|i| {
+            let shot = Shot {
+                user: format!("buyer-{i:06}"),
+                target: i % targets,
+                duplicate: false,
+            };
+            (i as f64 * 2.0, shot)
+        })
+        .collect();
+    for n in 0..duplicates {
+        let i = rng.random_range(0..unique);
+        let key = if n % 2 == 0 {
+            i as f64 * 2.0 + 0.5
+        } else {
+            rng.random_range(i as f64 * 2.0 + 1.0..unique as f64 * 2.0 + 1.0)
+        };
+        let shot = Shot {
+            user: format!("buyer-{i:06}"),
+            target: (i + 1 + n % targets.saturating_sub(1).max(1)) % targets,
+            duplicate: true,
+        };
+        keyed.push((key, shot));
+    }
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    keyed.into_iter().map(|(_, shot)| shot).collect()
+}
+
+/// How to run the load.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Base URLs of the instances (`http://127.0.0.1:PORT`).
+    pub targets: Vec<String>,
+    /// The sale to buy from.
+    pub sale_id: String,
+    /// Purchase requests to send.
+    pub buyers: usize,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Share of requests that repeat an earlier buyer.
+    pub duplicate_rate: f64,
+    /// Pay every accepted order, twice (a replayed callback).
+    pub pay: bool,
+    /// Seed of the plan.
+    pub seed: u64,
+    /// Timeout of one request.
+    pub request_timeout: Duration,
+    /// Stop sending new requests after this long.
+    pub max_duration: Duration,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+/// What the load saw.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    /// Purchase requests sent.
+    pub requests: usize,
+    /// Planned requests not sent because time ran out.
+    pub not_sent: usize,
+    /// `201`: an order.
+    pub accepted: usize,
+    /// `410 sold_out`.
+    pub sold_out: usize,
+    /// `409 already_ordered` or `409 lock_busy` (a double click).
+    pub duplicate: usize,
+    /// `503` busy or lock lost: retryable.
+    pub busy: usize,
+    /// `503 stale_lock`: a stale write refused by the fencing check.
+    pub stale: usize,
+    /// Anything else: other statuses, transport errors, timeouts.
+    pub errors: usize,
+    /// A few examples of errors.
+    pub error_samples: Vec<String>,
+    /// Wall time of the purchase phase.
+    pub elapsed: Duration,
+    /// Latency percentiles of purchase requests, in milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile latency, in milliseconds.
+    pub p99_ms: f64,
+    /// Ids of the orders created.
+    pub orders: Vec<String>,
+    /// Payment callbacks that paid an order.
+    pub payments_applied: usize,
+    /// Replayed callbacks answered without paying again.
+    pub payments_replayed: usize,
+    /// Payment callbacks that failed.
+    pub payment_errors: usize,
+}
+
+impl LoadReport {
+    /// Purchase requests per second.
+    pub fn rps(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            self.requests as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// The report, as lines for people.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![
+            format!("  accepted      {:>6}", self.accepted),
+            format!("  sold out      {:>6}", self.sold_out),
+            format!(
+                "  duplicate     {:>6}   (409: already ordered, or a double click caught by the buyer lock)",
+                self.duplicate
+            ),
+            format!("  busy          {:>6}   (503: retry)", self.busy),
+            format!(
+                "  stale         {:>6}   (503: write refused by the fencing check)",
+                self.stale
+            ),
+            format!("  errors        {:>6}", self.errors),
+        ];
+        if self.not_sent > 0 {
+            lines.push(format!(
+                "  not sent      {:>6}   (time limit reached)",
+                self.not_sent
+            ));
+        }
+        lines.push(format!(
+            "  {} requests in {:.2} s: {:.0} req/s, p50 {:.1} ms, p99 {:.1} ms",
+            self.requests,
+            self.elapsed.as_secs_f64(),
+            self.rps(),
+            self.p50_ms,
+            self.p99_ms
+        ));
+        if self.payments_applied + self.payments_replayed + self.payment_errors > 0 {
+            lines.push(format!(
+                "  payments: {} callbacks paid an order, {} replays answered without paying again, {} failed",
+                self.payments_applied, self.payments_replayed, self.payment_errors
+            ));
+        }
+        for sample in &self.error_samples {
+            lines.push(format!("  error: {sample}"));
+        }
+        lines
+    }
+}
+
+/// What one request's answer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Accepted,
+    SoldOut,
+    Duplicate,
+    Busy,
+    Stale,
+    Error,
+}
+
+fn classify(status: u16, code: &str) -> Outcome {
+    match (status, code) {
+        (201, _) => Outcome::Accepted,
+        (410, "sold_out") => Outcome::SoldOut,
+        (409, "already_ordered" | "lock_busy") => Outcome::Duplicate,
+        (503, "stale_lock") => Outcome::Stale,
+        (503, _) => Outcome::Busy,
+        _ => Outcome::Error,
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    outcomes: [usize; 6],
+    latencies_us: Vec<u64>,
+    orders: Vec<String>,
+    samples: Vec<String>,
+    sent: usize,
+}
+
+/// Creates a sale of `stock` items on `target` and returns its id.
+pub async fn create_sale(
+    http: &reqwest::Client,
+    target: &str,
+    stock: i64,
+) -> Result<String, String> {
+    let body = serde_json::json!({
+        "sku": "FLASH-1",
+        "name": "Limited sneakers",
+        "stock": stock,
+        "price_cents": 9900,
+    });
+    let res = http
+        .post(format!("{target}/api/sales"))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("POST /api/sales: {e}"))?;
+    let status = res.status();
+    let value: Value = res
+        .json()
+        .await
+        .map_err(|e| format!("POST /api/sales: {e}"))?;
+    if status.as_u16() != 201 {
+        return Err(format!("POST /api/sales: {status}: {value}"));
+    }
+    value["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("POST /api/sales: no id in {value}"))
+}
+
+/// An HTTP client for the load: many connections per instance, a timeout per request.
+pub fn http_client(timeout: Duration, concurrency: usize) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(concurrency.max(1))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Runs the load described by `options`.
+pub async fn run(options: &LoadOptions) -> LoadReport {
+    let shots = Arc::new(plan(
+        options.buyers,
+        options.duplicate_rate,
+        options.targets.len(),
+        options.seed,
+    ));
+    let http = http_client(options.request_timeout, options.concurrency);
+    let targets = Arc::new(options.targets.clone());
+    let bar = if options.progress {
+        ProgressBar::new(shots.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "  {spinner} {elapsed_precise} [{wide_bar}] {pos}/{len} requests {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    let next = Arc::new(AtomicUsize::new(0));
+    let sold = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let deadline = started + options.max_duration;
+    let mut workers = JoinSet::new();
+    for _ in 0..options.concurrency.max(1) {
+        let (shots, targets, http, next, sold, bar) = (
+            shots.clone(),
+            targets.clone(),
+            http.clone(),
+            next.clone(),
+            sold.clone(),
+            bar.clone(),
+        );
+        let sale = options.sale_id.clone();
+        workers.spawn(async move {
+            let mut tally = Tally::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= shots.len() || Instant::now() >= deadline {
+                    break;
+                }
+                let shot = &shots[i];
+                let url = format!("{}/api/sales/{sale}/orders", targets[shot.target]);
+                let t0 = Instant::now();
+                let result = http.post(&url).header("x-user-id", &shot.user).send().await;
+                let outcome = match result {
+                    Ok(res) => {
+                        let status = res.status().as_u16();
+                        let body: Value = res.json().await.unwrap_or(Value::Null);
+                        let code = body["code"].as_str().unwrap_or("");
+                        let outcome = classify(status, code);
+                        if outcome == Outcome::Accepted {
+                            if let Some(id) = body["id"].as_str() {
+                                tally.orders.push(id.to_owned());
+                            }
+                            let n = sold.fetch_add(1, Ordering::Relaxed) + 1;
+                            bar.set_message(format!("({n} orders)"));
+                        } else if outcome == Outcome::Error && tally.samples.len() < 3 {
+                            tally.samples.push(format!("{status} {body}"));
+                        }
+                        outcome
+                    }
+                    Err(e) => {
+                        if tally.samples.len() < 3 {
+                            tally.samples.push(format!("{url}: {e}"));
+                        }
+                        Outcome::Error
+                    }
+                };
+                tally
+                    .latencies_us
+                    .push(t0.elapsed().as_micros().min(u64::MAX as u128) as u64);
+                tally.outcomes[outcome as usize] += 1;
+                tally.sent += 1;
+                bar.inc(1);
+            }
+            tally
+        });
+    }
+    let mut all = Tally::default();
+    while let Some(joined) = workers.join_next().await {
+        let Ok(t) = joined else { continue };
+        for (a, b) in all.outcomes.iter_mut().zip(t.outcomes) {
+            *a += b;
+        }
+        all.latencies_us.extend(t.latencies_us);
+        all.orders.extend(t.orders);
+        all.sent += t.sent;
+        for s in t.samples {
+            if all.samples.len() < 5 {
+                all.samples.push(s);
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    all.latencies_us.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if all.latencies_us.is_empty() {
+            return 0.0;
+        }
+        let idx = ((all.latencies_us.len() as f64 * p).ceil() as usize)
+            .clamp(1, all.latencies_us.len())
+            - 1;
+        all.latencies_us[idx] as f64 / 1000.0
+    };
+    let mut report = LoadReport {
+        requests: all.sent,
+        not_sent: shots.len() - all.sent,
+        accepted: all.outcomes[Outcome::Accepted as usize],
+        sold_out: all.outcomes[Outcome::SoldOut as usize],
+        duplicate: all.outcomes[Outcome::Duplicate as usize],
+        busy: all.outcomes[Outcome::Busy as usize],
+        stale: all.outcomes[Outcome::Stale as usize],
+        errors: all.outcomes[Outcome::Error as usize],
+        error_samples: all.samples,
+        elapsed,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        orders: all.orders,
+        ..LoadReport::default()
+    };
+    if options.pay {
+        pay_all(&http, &targets, &mut report, options.concurrency).await;
+    }
+    report
+}
+
+/// Pays every order twice at once on two instances, with the same payment reference.
+async fn pay_all(
+    http: &reqwest::Client,
+    targets: &Arc<Vec<String>>,
+    report: &mut LoadReport,
+    concurrency: usize,
+) {
+    let semaphore = Arc::new(tokio::sync::Semaphore::new((concurrency / 2).max(1)));
+    let mut calls = JoinSet::new();
+    for (n, order) in report.orders.iter().enumerate() {
+        for copy in 0..2 {
+            let target = targets[(n + copy) % targets.len()].clone();
+            let (http, semaphore, order) = (http.clone(), semaphore.clone(), order.clone());
+            calls.spawn(async move {
+                let _permit = semaphore.acquire_owned().await;
+                let res = http
+                    .post(format!("{target}/api/orders/{order}/pay"))
+                    .json(&serde_json::json!({ "payment_ref": format!("psp-{order}") }))
+                    .send()
+                    .await;
+                match res {
+                    Ok(res) if res.status().as_u16() == 200 => {
+                        let body: Value = res.json().await.unwrap_or(Value::Null);
+                        Some(body["applied"].as_bool() == Some(true))
+                    }
+                    _ => None,
+                }
+            });
+        }
+    }
+    while let Some(joined) = calls.join_next().await {
+        match joined.ok().flatten() {
+            Some(true) => report.payments_applied += 1,
+            Some(false) => report.payments_replayed += 1,
+            None => report.payment_errors += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_has_the_asked_shape() {
+        let shots = plan(5000, 0.2, 3, 7);
+        assert_eq!(shots.len(), 5000);
+        let dups: Vec<_> = shots.iter().filter(|s| s.duplicate).collect();
+        assert_eq!(dups.len(), 1000);
+        let distinct: std::collections::HashSet<_> = shots.iter().map(|s| &s.user).collect();
+        assert_eq!(distinct.len(), 4000);
+        // Every duplicate comes after its original, on another instance.
+        for (i, s) in shots.iter().enumerate().filter(|(_, s)| s.duplicate) {
+            let orig = shots[..i]
+                .iter()
+                .find(|o| o.user == s.user && !o.duplicate)
+                .expect("original first");
+            assert_ne!(orig.target, s.target);
+        }
+        assert_eq!(plan(5000, 0.2, 3, 7), shots);
+    }
+
+    #[test]
+    fn outcomes() {
+        assert_eq!(classify(201, ""), Outcome::Accepted);
+        assert_eq!(classify(409, "lock_busy"), Outcome::Duplicate);
+        assert_eq!(classify(503, "stale_lock"), Outcome::Stale);
+        assert_eq!(classify(500, "internal"), Outcome::Error);
+    }
+}

@@ -1,0 +1,135 @@
+//! `flash-sale serve`: one instance of the shop.
+
+use std::io::{BufRead, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::LockClient;
+use tokio::sync::watch;
+
+use crate::db::Db;
+use crate::shop::{Shop, ShopOptions, StallHook};
+
+/// Any error of the commands, for `main` to print.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How to run one instance.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    pub host: IpAddr,
+    /// Port to listen on (0: a free one; the chosen one is printed).
+    pub port: u16,
+    /// The database URL (`sqlite://...` or `postgres://...`).
+    pub database_url: String,
+    /// The Redis URL.
+    pub redis_url: String,
+    /// Take the locks.
+    pub locking: bool,
+    /// The lock client's watchdog lease.
+    pub lease: Duration,
+    /// The reservation step inside the critical section.
+    pub work: Duration,
+    /// Arm the test-only stall point.
+    pub stall_once: bool,
+    /// Exit when stdin closes, and read `resume` lines for the stall point.
+    pub supervised: bool,
+    /// Database connections of this instance.
+    pub db_connections: u32,
+}
+
+/// Connects, migrates (under a Redis lock, so instances starting together take turns), prints
+/// `LISTENING http://ADDR` on stdout and serves until Ctrl-C, SIGTERM or (supervised) the end
+/// of stdin.
+pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
+    let db = Db::connect(&options.database_url, options.db_connections)
+        .await
+        .map_err(|e| format!("cannot open the database: {e}"))?;
+    let locks = LockClient::builder(&options.redis_url)
+        .watchdog_lease(options.lease)
+        .pool_size(32)
+        .build()
+        .await
+        .map_err(|e| format!("cannot use Redis at the given URL (--redis-url / REDIS_URL): {e}"))?;
+    {
+        let guard = locks
+            .lock("flash-sale:migrate")
+            .wait(Duration::from_secs(60))
+            .await?;
+        db.migrate()
+            .await
+            .map_err(|e| format!("cannot migrate the database: {e}"))?;
+        guard.unlock().await?;
+    }
+    let stall = options.stall_once.then(|| Arc::new(StallHook::new()));
+    let shop = Arc::new(Shop::new(
+        db.clone(),
+        locks,
+        ShopOptions {
+            locking: options.locking,
+            work: options.work,
+            stall: stall.clone(),
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(options.host, options.port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", options.host, options.port))?;
+    let addr = listener.local_addr()?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "LISTENING http://{addr}")?;
+        out.flush()?;
+    }
+    tracing::info!(%addr, locking = options.locking, "serving");
+
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    if options.supervised {
+        watch_stdin(stop_tx.clone(), stall);
+    }
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let shutdown = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
+    axum::serve(listener, crate::api::router(shop))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    db.close().await;
+    Ok(())
+}
+
+/// Reads stdin on a thread of its own (so it never holds up the runtime's shutdown): each
+/// `resume` line releases the stall point; the end of stdin stops the server.
+fn watch_stdin(stop: watch::Sender<bool>, stall: Option<Arc<StallHook>>) {
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim() == "resume"
+                && let Some(hook) = &stall
+            {
+                hook.resume();
+            }
+        }
+        let _ = stop.send(true);
+    });
+}
+
+/// Resolves on Ctrl-C or SIGTERM; returns the signal's name.
+pub async fn shutdown_signal() -> &'static str {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        () = term => "SIGTERM",
+    }
+}

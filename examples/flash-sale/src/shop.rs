@@ -1,0 +1,370 @@
+//! The shop's business logic, and the locks it runs under.
+//!
+//! # The purchase
+//!
+//! Buying one item is a multi-step business transaction, the kind one SQL statement does not
+//! express: is the sale open, has this buyer reached the sale's per-person limit, is stock
+//! left, reserve the item (a call to another service), then write the order and the new
+//! stock. Run by several instances at once it oversells: two buyers read "1 left", both
+//! write "0 left", two orders exist for one item. So it runs under the sale's stock lock,
+//! `#[distributed_lock(key = "sale:{sale_id}:stock")]`, shared by every instance through
+//! Redis.
+//!
+//! A lock with a lease cannot stop a holder that stalls past its lease (a long pause, a
+//! frozen VM) from waking up and writing after the next holder. The fencing token stops its
+//! write at the database:
+//!
+//! 1. **claim**: `UPDATE sales SET fence = $token WHERE id = $sale AND fence < $token` — the
+//!    sale now belongs to this token, and to no older one;
+//! 2. **read** the sale and the buyer's orders, **reserve** the item;
+//! 3. **write**, in one transaction, `UPDATE sales SET stock = $new WHERE id = $sale AND
+//!    fence = $token` and the order — or nothing, if a newer holder has claimed the sale since.
+//!
+//! Claiming before reading (rather than only checking `fence < token` at the write) also
+//! refuses the late write when it lands between a newer holder's read and its write: the
+//! newer holder claimed first, so the stale token no longer matches. Refused writes are
+//! recorded in `stale_writes` and answered `503 stale_lock` (nothing was written: retry).
+//!
+//! # Payments
+//!
+//! A payment callback may be delivered twice, at once or later. `POST /api/orders/{id}/pay`
+//! runs under the order's lock (the `lock-tower` layer in [`crate::api`]), so a replay waits
+//! for the first delivery and then finds the order paid by the same reference: it is answered
+//! `200` with `applied: false` and charges nothing. The write itself is conditional
+//! (`... WHERE status = 'reserved'`) as a second line of defence.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::StatusCode;
+use lock_core::{HeldLock, LockClient, distributed_lock};
+use tokio::sync::Notify;
+
+use crate::db::{Db, WriteOutcome};
+use crate::error::ApiError;
+use crate::model::{
+    NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, SaleId,
+    SaleStats, SaleView, UserId, now_ms,
+};
+
+/// How a [`Shop`] runs.
+#[derive(Debug, Clone)]
+pub struct ShopOptions {
+    /// Take the locks (`false` only to show what they prevent: `--no-lock`).
+    pub locking: bool,
+    /// How long the reservation step inside the critical section takes (a call to a
+    /// warehouse or payment service in a real shop).
+    pub work: Duration,
+    /// The test-only stall point, if armed: see [`StallHook`].
+    pub stall: Option<Arc<StallHook>>,
+}
+
+impl Default for ShopOptions {
+    fn default() -> Self {
+        Self {
+            locking: true,
+            work: Duration::from_millis(2),
+            stall: None,
+        }
+    }
+}
+
+/// A test-only pause inside the stock critical section, for `demo --stall-holder`.
+///
+/// The first purchase that reaches the point between its lock check and its stock write
+/// prints `STALL-POINT pid=<pid> sale=<id> token=<token>` on stdout and waits for
+/// [`StallHook::resume`]. The supervisor then freezes the whole process (`kill -STOP`) for
+/// longer than the lock's lease, so its watchdog cannot renew the lock and another instance
+/// takes it; after `kill -CONT` and the resume, the stale write meets the fencing check.
+#[derive(Debug)]
+pub struct StallHook {
+    armed: AtomicBool,
+    resume: Notify,
+}
+
+impl StallHook {
+    /// An armed hook: it stops the first purchase that reaches it.
+    pub fn new() -> Self {
+        Self {
+            armed: AtomicBool::new(true),
+            resume: Notify::new(),
+        }
+    }
+
+    /// Lets the stopped purchase go on (or the next one to reach the hook, if none waits).
+    pub fn resume(&self) {
+        self.resume.notify_one();
+    }
+
+    async fn reached(&self, sale: &SaleId, token: Option<i64>) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(
+                    out,
+                    "STALL-POINT pid={} sale={sale} token={}",
+                    std::process::id(),
+                    token.unwrap_or(0)
+                );
+                let _ = out.flush();
+            }
+            self.resume.notified().await;
+        }
+    }
+}
+
+impl Default for StallHook {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The shop: sales, purchases and payments over one database and one lock client.
+#[derive(Debug, Clone)]
+pub struct Shop {
+    db: Db,
+    locks: LockClient,
+    options: ShopOptions,
+}
+
+fn sale_not_found(id: &SaleId) -> ApiError {
+    ApiError::not_found("sale_not_found", format!("no sale {id}"))
+}
+
+fn order_not_found(id: &OrderId) -> ApiError {
+    ApiError::not_found("order_not_found", format!("no order {id}"))
+}
+
+impl Shop {
+    /// A shop over `db`, locking through `locks`.
+    pub fn new(db: Db, locks: LockClient, options: ShopOptions) -> Self {
+        Self { db, locks, options }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The lock client.
+    pub fn locks(&self) -> &LockClient {
+        &self.locks
+    }
+
+    /// Whether the shop takes its locks.
+    pub fn locking(&self) -> bool {
+        self.options.locking
+    }
+
+    /// Creates a sale.
+    pub async fn create_sale(&self, new: NewSale) -> Result<SaleView, ApiError> {
+        let now = now_ms();
+        let sale = new.validate(now)?;
+        self.db.insert_sale(&sale).await?;
+        Ok(sale.view(now))
+    }
+
+    /// The 100 most recent sales.
+    pub async fn list_sales(&self) -> Result<Vec<SaleView>, ApiError> {
+        let now = now_ms();
+        Ok(self
+            .db
+            .list_sales()
+            .await?
+            .iter()
+            .map(|s| s.view(now))
+            .collect())
+    }
+
+    /// One sale, or `404`.
+    pub async fn sale(&self, id: &SaleId) -> Result<SaleView, ApiError> {
+        let sale = self.db.sale(id).await?.ok_or_else(|| sale_not_found(id))?;
+        Ok(sale.view(now_ms()))
+    }
+
+    /// A sale's numbers, or `404`.
+    pub async fn stats(&self, id: &SaleId) -> Result<SaleStats, ApiError> {
+        self.db.stats(id).await?.ok_or_else(|| sale_not_found(id))
+    }
+
+    /// One order, or `404`.
+    pub async fn order(&self, id: &OrderId) -> Result<Order, ApiError> {
+        let (order, _) = self
+            .db
+            .order(id)
+            .await?
+            .ok_or_else(|| order_not_found(id))?;
+        Ok(order)
+    }
+
+    /// Buys one item of sale `sale_id` for `user`: the order, or why not (`404`, `409`,
+    /// `410`, `503`).
+    pub async fn buy(&self, sale_id: &SaleId, user: &UserId) -> Result<Order, ApiError> {
+        // Outside the lock, the cheap refusals: stock never comes back, so a sale seen sold
+        // out (or closed) is final and need not queue for the lock.
+        let sale = self
+            .db
+            .sale(sale_id)
+            .await?
+            .ok_or_else(|| sale_not_found(sale_id))?;
+        sale.check_buyable(now_ms())?;
+        if self.options.locking {
+            // Boxed: the lock's future is deep, and the handler's would otherwise nest it.
+            Box::pin(self.buy_locked(sale_id, user)).await
+        } else {
+            self.purchase(sale_id, user, None).await
+        }
+    }
+
+    /// The purchase under the sale's stock lock. `on_lost = "continue"`: the body is not cut
+    /// at an await when the lease runs out; the fencing token stops its write instead.
+    #[distributed_lock(
+        key = "sale:{sale_id}:stock",
+        client = self.locks,
+        wait = "5s",
+        on_lost = "continue",
+        handle = held
+    )]
+    async fn buy_locked(&self, sale_id: &SaleId, user: &UserId) -> Result<Order, ApiError> {
+        self.purchase(sale_id, user, Some(&held)).await
+    }
+
+    /// The critical section: claim, read, reserve, write. See the module docs.
+    async fn purchase(
+        &self,
+        sale_id: &SaleId,
+        user: &UserId,
+        lock: Option<&HeldLock>,
+    ) -> Result<Order, ApiError> {
+        let token = lock
+            .map(|l| i64::try_from(l.fencing_token()).map_err(|e| ApiError::internal(&e)))
+            .transpose()?;
+        // 1. Claim the sale's stock for this token: refused if a newer holder has.
+        if let Some(token) = token
+            && !self.db.claim_fence(sale_id, token).await?
+        {
+            return Err(self.stale(sale_id, token).await);
+        }
+        // 2. Read: open, the buyer's limit, stock left.
+        let sale = self
+            .db
+            .sale(sale_id)
+            .await?
+            .ok_or_else(|| sale_not_found(sale_id))?;
+        sale.check_buyable(now_ms())?;
+        let mine = self.db.count_orders_of(sale_id, user).await?;
+        if mine >= sale.per_user_limit {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "already_ordered",
+                format!(
+                    "buyer {user} already has {mine} order(s) for this sale (limit {})",
+                    sale.per_user_limit
+                ),
+            ));
+        }
+        // 3. Reserve the item elsewhere: the read-then-write window.
+        if !self.options.work.is_zero() {
+            tokio::time::sleep(self.options.work).await;
+        }
+        // 4. Still ours? A pause can come after this check all the same: the fence catches it.
+        if let Some(lock) = lock
+            && !lock.is_held()
+        {
+            return Err(ApiError::unavailable(
+                "lock_lost",
+                "the purchase lost its lock before writing; nothing was written: try again"
+                    .to_owned(),
+                Duration::from_secs(1),
+            ));
+        }
+        if let Some(hook) = &self.options.stall {
+            hook.reached(sale_id, token).await;
+        }
+        // 5. Write the order and the new stock together, if the sale is still ours.
+        let order = NewOrder {
+            id: OrderId::generate(),
+            sale_id: sale_id.clone(),
+            user_id: user.clone(),
+            fence: token.unwrap_or(0),
+            created_at: now_ms(),
+        };
+        match self
+            .db
+            .write_purchase(&order, sale.stock - 1, token)
+            .await?
+        {
+            WriteOutcome::Written => Ok(order.view()),
+            WriteOutcome::Fenced => Err(self.stale(sale_id, token.unwrap_or(0)).await),
+        }
+    }
+
+    /// Records a write refused by the fencing check and builds the answer.
+    async fn stale(&self, sale_id: &SaleId, token: i64) -> ApiError {
+        match self.db.record_stale_write(sale_id, token).await {
+            Ok(fence) => tracing::warn!(
+                sale = %sale_id, token, fence,
+                "fencing check refused a stale stock write: the lock had moved on"
+            ),
+            Err(e) => tracing::error!(sale = %sale_id, token, error = %e,
+                "could not record a refused stale write"),
+        }
+        ApiError::unavailable(
+            "stale_lock",
+            "this purchase's lock expired while it ran and a newer holder took over; nothing \
+             was written: try again"
+                .to_owned(),
+            Duration::from_secs(1),
+        )
+    }
+
+    /// Applies a payment callback to an order, once: a replay with the same reference is
+    /// answered with `applied: false`; another reference for a paid order is `409`.
+    pub async fn pay(
+        &self,
+        order_id: &OrderId,
+        callback: &PaymentCallback,
+    ) -> Result<PaymentResult, ApiError> {
+        callback.validate()?;
+        let (order, price) = self
+            .db
+            .order(order_id)
+            .await?
+            .ok_or_else(|| order_not_found(order_id))?;
+        if order.status == OrderStatus::Reserved
+            && self
+                .db
+                .apply_payment(order_id, &callback.payment_ref, price)
+                .await?
+        {
+            let order = self.order(order_id).await?;
+            return Ok(PaymentResult {
+                order,
+                payment_ref: callback.payment_ref.clone(),
+                amount_cents: price,
+                applied: true,
+            });
+        }
+        // Paid already (or meanwhile): a replay of the same callback, or another payment.
+        let order = self.order(order_id).await?;
+        let (paid_ref, amount) = self.db.payment_of(order_id).await?.ok_or_else(|| {
+            ApiError::internal(&format!("order {order_id} is paid without a payment"))
+        })?;
+        if paid_ref == callback.payment_ref {
+            Ok(PaymentResult {
+                order,
+                payment_ref: paid_ref,
+                amount_cents: amount,
+                applied: false,
+            })
+        } else {
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "already_paid",
+                format!("order {order_id} was already paid by another payment"),
+            ))
+        }
+    }
+}

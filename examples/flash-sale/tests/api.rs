@@ -1,0 +1,284 @@
+//! The HTTP API against a real `serve` process, a real redis-server and SQLite.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Env, Setup, buy, create_sale, http, read};
+use flash_sale::invariants::Invariants;
+use flash_sale::model::SaleId;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sales_orders_and_payments() {
+    let env = Env::start(Setup::default()).await;
+    let base = env.url(0);
+    let c = http();
+
+    // The page.
+    let res = c.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    assert!(res.text().await.unwrap().contains("Flash sale"));
+
+    // Creating sales: good and bad bodies.
+    let sale = create_sale(&base, 2).await;
+    for (body, what) in [
+        (json!({"sku": "A", "name": "B"}), "no stock"),
+        (
+            json!({"sku": "A", "name": "B", "stock": -1}),
+            "negative stock",
+        ),
+        (json!({"sku": "", "name": "B", "stock": 1}), "empty sku"),
+        (
+            json!({"sku": "A", "name": "B", "stock": 1, "starts_at": "soon"}),
+            "bad time",
+        ),
+        (
+            json!({"sku": "A", "name": "B", "stock": 1, "starts_at": "2030-01-01T00:00:00Z", "ends_at": "2029-01-01T00:00:00Z"}),
+            "ends before start",
+        ),
+        (
+            json!({"sku": "A", "name": "B", "stock": 1, "color": "red"}),
+            "unknown field",
+        ),
+    ] {
+        let (status, body) = read(
+            c.post(format!("{base}/api/sales"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{what}: {body}");
+        assert_eq!(body["code"], "invalid_body", "{what}: {body}");
+    }
+    let (status, body) = read(
+        c.post(format!("{base}/api/sales"))
+            .body("{not json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_body")));
+
+    // Reading sales.
+    let (status, list) = read(c.get(format!("{base}/api/sales")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert!(list.as_array().unwrap().iter().any(|s| s["id"] == sale));
+    let (status, one) = read(
+        c.get(format!("{base}/api/sales/{sale}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, one["stock"].as_i64()), (200, Some(2)));
+    assert_eq!(one["status"], "open");
+    let unknown = SaleId::generate();
+    let (status, body) = read(
+        c.get(format!("{base}/api/sales/{unknown}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("sale_not_found"))
+    );
+    let (status, body) = read(c.get(format!("{base}/api/sales/42")).send().await.unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_sale_id"))
+    );
+    let (status, _) = read(c.get(format!("{base}/api/nope")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+
+    // Buying: bad input first.
+    let (status, body) = read(
+        c.post(format!("{base}/api/sales/{sale}/orders"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("missing_user_id"))
+    );
+    let (status, body) = buy(&base, &sale, "two words").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_user_id"))
+    );
+    let (status, body) = buy(&base, "sale_nope", "alice").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_sale_id"))
+    );
+    let (status, body) = buy(&base, unknown.as_str(), "alice").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("sale_not_found"))
+    );
+
+    // One order per person; then sold out.
+    let (status, order) = buy(&base, &sale, "alice").await;
+    assert_eq!(status, 201, "{order}");
+    assert_eq!(order["status"], "reserved");
+    assert!(
+        order["fence"].as_i64().unwrap() > 0,
+        "written under a fencing token"
+    );
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    let (status, body) = buy(&base, &sale, "alice").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("already_ordered"))
+    );
+    let (status, _) = buy(&base, &sale, "bob").await;
+    assert_eq!(status, 201);
+    let (status, body) = buy(&base, &sale, "carol").await;
+    assert_eq!((status, body["code"].as_str()), (410, Some("sold_out")));
+
+    // Orders.
+    let (status, got) = read(
+        c.get(format!("{base}/api/orders/{order_id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, got["user_id"].as_str()), (200, Some("alice")));
+    let (status, body) = read(
+        c.get(format!("{base}/api/orders/ord_00000000000000000000"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("order_not_found"))
+    );
+    let (status, body) = read(
+        c.get(format!("{base}/api/orders/bogus"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_order_id"))
+    );
+
+    // Payments: applied once, replays idempotent, another payment refused.
+    let pay = |body: serde_json::Value| {
+        let c = c.clone();
+        let url = format!("{base}/api/orders/{order_id}/pay");
+        async move { read(c.post(url).json(&body).send().await.unwrap()).await }
+    };
+    let (status, body) = pay(json!({"payment_ref": ""})).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_body")));
+    let (status, first) = pay(json!({"payment_ref": "psp-1"})).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["applied"], true);
+    assert_eq!(first["order"]["status"], "paid");
+    assert_eq!(first["amount_cents"], 500);
+    let (status, replay) = pay(json!({"payment_ref": "psp-1"})).await;
+    assert_eq!((status, replay["applied"].as_bool()), (200, Some(false)));
+    let (status, body) = pay(json!({"payment_ref": "psp-2"})).await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("already_paid")));
+    let (status, body) = read(
+        c.post(format!("{base}/api/orders/ord_00000000000000000000/pay"))
+            .json(&json!({"payment_ref": "x"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("order_not_found"))
+    );
+
+    // Stats and invariants, straight from the database.
+    let (status, stats) = read(
+        c.get(format!("{base}/api/sales/{sale}/stats"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (
+            stats["orders"].as_i64(),
+            stats["stock"].as_i64(),
+            stats["paid"].as_i64()
+        ),
+        (Some(2), Some(0), Some(1))
+    );
+    let inv = Invariants::check(&env.db, &SaleId::parse(&sale).unwrap())
+        .await
+        .unwrap();
+    assert!(inv.violations().is_empty(), "{inv:?}");
+    assert_eq!((inv.sold, inv.paid_orders), (2, 1));
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_sales_and_double_clicks() {
+    let env = Env::start(Setup {
+        // A slow reservation step keeps the first click inside its purchase.
+        work: Duration::from_millis(300),
+        ..Setup::default()
+    })
+    .await;
+    let base = env.url(0);
+    let c = http();
+    let create = |body: serde_json::Value| {
+        let c = c.clone();
+        let url = format!("{base}/api/sales");
+        async move { read(c.post(url).json(&body).send().await.unwrap()).await }
+    };
+    let (status, upcoming) = create(json!({"sku": "U", "name": "Later", "stock": 5,
+        "starts_at": "2999-01-01T00:00:00Z", "ends_at": "2999-01-02T00:00:00Z"}))
+    .await;
+    assert_eq!(status, 201);
+    assert_eq!(upcoming["status"], "upcoming");
+    let (status, body) = buy(&base, upcoming["id"].as_str().unwrap(), "dave").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("sale_not_started"))
+    );
+    let (status, ended) = create(json!({"sku": "E", "name": "Past", "stock": 5,
+        "starts_at": "2001-01-01T00:00:00Z", "ends_at": "2001-01-02T00:00:00Z"}))
+    .await;
+    assert_eq!(status, 201);
+    let (status, body) = buy(&base, ended["id"].as_str().unwrap(), "dave").await;
+    assert_eq!((status, body["code"].as_str()), (410, Some("sale_ended")));
+
+    // A double click: two requests of one buyer at once. One order; the other is 409.
+    let sale = create_sale(&base, 10).await;
+    let (a, b) = tokio::join!(buy(&base, &sale, "erin"), buy(&base, &sale, "erin"));
+    let mut statuses = [a.0, b.0];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409], "{a:?} {b:?}");
+    let rejected = if a.0 == 409 { &a.1 } else { &b.1 };
+    assert!(
+        matches!(
+            rejected["code"].as_str(),
+            Some("lock_busy" | "already_ordered")
+        ),
+        "{rejected}"
+    );
+    let inv = Invariants::check(&env.db, &SaleId::parse(&sale).unwrap())
+        .await
+        .unwrap();
+    assert_eq!((inv.sold, inv.stock_left, inv.duplicate_orders), (1, 9, 0));
+    env.finish().await;
+}

@@ -1,0 +1,226 @@
+//! End to end: the storefront page in headless Chromium, driven over WebDriver (fantoccini
+//! and Debian's chromedriver). Loads the page, buys, sees the stock drop and the order
+//! confirmed, pays. Skipped, with the reason printed, where Chromium or its driver is not
+//! installed (`apt-get install chromium chromium-driver`).
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Env, Setup, create_sale, http, read};
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A chromedriver process, stopped on drop together with any browser it left behind.
+struct Driver {
+    child: Child,
+    port: u16,
+    profile: tempfile::TempDir,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let driver = Driver {
+            child,
+            port,
+            profile: tempfile::tempdir().expect("profile dir"),
+        };
+        // Bounded wait for the driver's port to accept connections.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        driver
+    }
+
+    async fn connect(&self) -> Client {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", "--window-size=1200,900",
+                    format!("--user-data-dir={}", self.profile.path().display()),
+                ],
+            }),
+        );
+        ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .expect("WebDriver session")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A browser whose session was not closed (a failed test) outlives its driver: stop
+        // the processes that use this test's own profile directory, by pid.
+        kill_processes_using(self.profile.path());
+    }
+}
+
+fn kill_processes_using(profile: &Path) {
+    let needle = format!("--user-data-dir={}", profile.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(&needle) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storefront_buy_and_pay_in_chromium() {
+    for tool in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(tool).exists() {
+            common::skip(
+                "storefront_buy_and_pay_in_chromium",
+                &format!("{tool} is not installed (apt-get install chromium chromium-driver)"),
+            );
+            return;
+        }
+    }
+    let env = Env::start(Setup::default()).await;
+    let base = env.url(0);
+    let sale = create_sale(&base, 3).await;
+    let driver = Driver::start();
+    let client = driver.connect().await;
+    let outcome = drive(&client, &base, &sale).await;
+    // A picture of the page at the end, for people: target/tmp/flash-sale-storefront.png.
+    if let Some(dir) = option_env!("CARGO_TARGET_TMPDIR")
+        && let Ok(png) = client.screenshot().await
+    {
+        let _ = std::fs::write(Path::new(dir).join("flash-sale-storefront.png"), png);
+    }
+    let _ = client.close().await;
+    drop(driver);
+    let order_id = outcome.unwrap_or_else(|e| panic!("{e}"));
+
+    // The page's order is in the database, paid, for the buyer typed in.
+    let (status, order) = read(
+        http()
+            .get(format!("{base}/api/orders/{order_id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{order}");
+    assert_eq!(order["user_id"], "e2e-buyer");
+    assert_eq!(order["status"], "paid");
+    env.finish().await;
+}
+
+/// The browser steps; the order id the page confirmed.
+async fn drive(client: &Client, base: &str, sale: &str) -> Result<String, String> {
+    let e = |what: &'static str| move |err: fantoccini::error::CmdError| format!("{what}: {err}");
+    let stock_is = |n: u32| {
+        format!(
+            "//article[@data-sale-id='{sale}']//span[@class='stock' and normalize-space()='{n}']"
+        )
+    };
+    let wait = Duration::from_secs(15);
+    client.goto(base).await.map_err(e("open the page"))?;
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::XPath(&stock_is(3)))
+        .await
+        .map_err(e("the sale with 3 left"))?;
+    let buyer = client
+        .find(Locator::Css("#buyer"))
+        .await
+        .map_err(e("buyer field"))?;
+    buyer.clear().await.map_err(e("clear buyer"))?;
+    buyer
+        .send_keys("e2e-buyer")
+        .await
+        .map_err(e("type buyer"))?;
+    client
+        .find(Locator::Css(&format!(
+            "article[data-sale-id='{sale}'] button.buy"
+        )))
+        .await
+        .map_err(e("buy button"))?
+        .click()
+        .await
+        .map_err(e("click buy"))?;
+    let order = client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::Css("#outcome.ok .order-id"))
+        .await
+        .map_err(e("the order confirmation"))?;
+    let order_id = order.text().await.map_err(e("order id"))?;
+    let text = client
+        .find(Locator::Css("#outcome"))
+        .await
+        .map_err(e("outcome"))?
+        .text()
+        .await
+        .map_err(e("outcome text"))?;
+    if !text.contains("Order confirmed") || !order_id.starts_with("ord_") {
+        return Err(format!("unexpected outcome: {text:?}"));
+    }
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::XPath(&stock_is(2)))
+        .await
+        .map_err(e("the stock dropping to 2"))?;
+    client
+        .find(Locator::Css("#outcome button.pay"))
+        .await
+        .map_err(e("pay button"))?
+        .click()
+        .await
+        .map_err(e("click pay"))?;
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::XPath(
+            "//span[@class='order-status' and normalize-space()='paid']",
+        ))
+        .await
+        .map_err(e("the order shown paid"))?;
+    Ok(order_id)
+}
