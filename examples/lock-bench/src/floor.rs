@@ -1,49 +1,278 @@
-//! The floor: the minimal correct lock, with no reentrancy, fencing, watchdog or waiting.
+//! The floor: the minimal correct lock, written here to measure lock-core against.
+//!
+//! * acquire: `SET key token NX PX lease` on one multiplexed connection;
+//! * release: one compare-and-delete script (EVALSHA) that also `PUBLISH`es on the name's
+//!   channel;
+//! * wait: subscribe to the name's channel (one pub/sub connection per `Floor`, channels
+//!   reference counted), try again, and then try again on every message, or after
+//!   [`RECHECK`] in case the holder crashed and its lease ran out without a message.
+//!
+//! No reentrancy, no fencing tokens, no watchdog, no local queueing: every local waiter
+//! retries on every message. [`Watchdog`] is a minimal batched renewal for W5 only.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use futures_util::StreamExt;
+use redis::aio::{MultiplexedConnection, PubSubSink};
+use tokio::sync::Notify;
 
-static CAD: LazyLock<redis::Script> = LazyLock::new(|| {
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 \
+         end return 0",
     )
 });
 
+static RENEW: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "local lost = 0 \
+         for i, key in ipairs(KEYS) do \
+           if redis.call('GET', key) == ARGV[i + 1] then redis.call('PEXPIRE', key, ARGV[1]) \
+           else lost = lost + 1 end \
+         end return lost",
+    )
+});
+
+/// How long a waiter waits for a message before it tries again anyway.
+const RECHECK: Duration = Duration::from_secs(1);
+/// Bound on a single command or subscription.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The floor lock client. Cloning shares the connections.
 #[derive(Clone)]
 pub(crate) struct Floor {
     con: MultiplexedConnection,
+    subs: Arc<Subs>,
+    lease_ms: u64,
+}
+
+struct Subs {
+    /// Orders SUBSCRIBE / UNSUBSCRIBE and holds the sink they go through.
+    sink: tokio::sync::Mutex<PubSubSink>,
+    /// channel -> (waiters, their wake-up); read by the message task.
+    channels: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
+}
+
+/// A held floor lock.
+#[derive(Debug)]
+pub(crate) struct FloorGuard {
+    key: String,
+    token: String,
+}
+
+impl FloorGuard {
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+fn channel(key: &str) -> String {
+    format!("{key}:released")
 }
 
 impl Floor {
-    pub(crate) async fn connect(url: &str) -> Self {
-        let con = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
+    pub(crate) async fn connect(url: &str, lease: Duration) -> Self {
+        let client = redis::Client::open(url).expect("floor: bad URL");
+        // W5 sends hundreds of 256-key renewal scripts at once; redis-rs' default 500 ms
+        // response timeout would fail the last ones while the server is still working on them.
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(COMMAND_TIMEOUT));
+        let con = client
+            .get_multiplexed_async_connection_with_config(&config)
             .await
-            .unwrap();
-        Self { con }
+            .expect("floor: connect");
+        let (sink, mut stream) = client
+            .get_async_pubsub()
+            .await
+            .expect("floor: pub/sub connect")
+            .split();
+        let subs = Arc::new(Subs {
+            sink: tokio::sync::Mutex::new(sink),
+            channels: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&subs);
+        tokio::spawn(async move {
+            while let Some(msg) = stream.next().await {
+                let Some(subs) = weak.upgrade() else { return };
+                let notify = lock(&subs.channels)
+                    .get(msg.get_channel_name())
+                    .map(|(_, n)| n.clone());
+                if let Some(n) = notify {
+                    n.notify_waiters();
+                }
+            }
+        });
+        Self {
+            con,
+            subs,
+            lease_ms: lease.as_millis() as u64,
+        }
     }
 
-    /// One uncontended acquire + release.
-    pub(crate) async fn cycle(mut self, name: &str) {
+    /// One attempt: `SET key token NX PX lease`.
+    pub(crate) async fn try_lock(&self, key: &str) -> Result<Option<FloorGuard>, String> {
         let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut con = self.con.clone();
         let ok: Option<String> = redis::cmd("SET")
-            .arg(name)
+            .arg(key)
             .arg(&token)
             .arg("NX")
             .arg("PX")
-            .arg(30_000)
-            .query_async(&mut self.con)
+            .arg(self.lease_ms)
+            .query_async(&mut con)
             .await
-            .unwrap();
-        assert!(ok.is_some(), "floor: {name} was taken");
-        let deleted: i64 = CAD
-            .key(name)
-            .arg(&token)
-            .invoke_async(&mut self.con)
+            .map_err(|e| format!("floor SET: {e}"))?;
+        Ok(ok.map(|_| FloorGuard {
+            key: key.to_owned(),
+            token,
+        }))
+    }
+
+    /// Takes the lock, waiting at most `wait` (pub/sub wake-ups).
+    pub(crate) async fn lock(&self, key: &str, wait: Duration) -> Result<FloorGuard, String> {
+        if let Some(g) = self.try_lock(key).await? {
+            return Ok(g);
+        }
+        let deadline = Instant::now() + wait;
+        let chan = channel(key);
+        let notify = self.join(&chan).await?;
+        let result = async {
+            loop {
+                let notified = notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if let Some(g) = self.try_lock(key).await? {
+                    return Ok(g);
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(format!("floor: timed out waiting for {key}"));
+                }
+                let _ = tokio::time::timeout(RECHECK.min(deadline - now), notified).await;
+            }
+        }
+        .await;
+        self.leave(&chan).await;
+        result
+    }
+
+    /// Compare-and-delete, publishing on the name's channel.
+    pub(crate) async fn unlock(&self, guard: FloorGuard) -> Result<bool, String> {
+        let mut con = self.con.clone();
+        let n: i64 = RELEASE
+            .key(&guard.key)
+            .arg(&guard.token)
+            .arg(channel(&guard.key))
+            .invoke_async(&mut con)
             .await
-            .unwrap();
-        assert_eq!(deleted, 1);
+            .map_err(|e| format!("floor release: {e}"))?;
+        Ok(n == 1)
+    }
+
+    async fn join(&self, chan: &str) -> Result<Arc<Notify>, String> {
+        let mut sink = self.subs.sink.lock().await;
+        let (notify, first) = {
+            let mut channels = lock(&self.subs.channels);
+            let entry = channels
+                .entry(chan.to_owned())
+                .or_insert_with(|| (0, Arc::new(Notify::new())));
+            entry.0 += 1;
+            (entry.1.clone(), entry.0 == 1)
+        };
+        if first {
+            match tokio::time::timeout(COMMAND_TIMEOUT, sink.subscribe(chan)).await {
+                Ok(Ok(())) => {}
+                other => {
+                    drop(sink);
+                    self.leave(chan).await;
+                    return Err(format!("floor SUBSCRIBE: {other:?}"));
+                }
+            }
+        }
+        Ok(notify)
+    }
+
+    async fn leave(&self, chan: &str) {
+        let mut sink = self.subs.sink.lock().await;
+        let last = {
+            let mut channels = lock(&self.subs.channels);
+            match channels.get_mut(chan) {
+                Some(entry) if entry.0 > 1 => {
+                    entry.0 -= 1;
+                    false
+                }
+                Some(_) => {
+                    channels.remove(chan);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            let _ = tokio::time::timeout(COMMAND_TIMEOUT, sink.unsubscribe(chan)).await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The floor's watchdog for W5: every `lease / 3` one compare-and-`PEXPIRE` script per 256
+/// locks, all batches sent at once on the multiplexed connection.
+pub(crate) struct Watchdog {
+    lost: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watchdog {
+    pub(crate) fn start(floor: &Floor, held: Arc<Vec<(String, String)>>, lease: Duration) -> Self {
+        let lost = Arc::new(AtomicU64::new(0));
+        let (con, lost2) = (floor.con.clone(), lost.clone());
+        let lease_ms = lease.as_millis() as u64;
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let batches = held.chunks(256).map(|chunk| {
+                    let mut con = con.clone();
+                    let mut inv = RENEW.prepare_invoke();
+                    inv.arg(lease_ms);
+                    for (key, token) in chunk {
+                        inv.key(key).arg(token);
+                    }
+                    async move { inv.invoke_async::<u64>(&mut con).await }
+                });
+                for r in futures_util::future::join_all(batches).await {
+                    match r {
+                        Ok(n) => {
+                            lost2.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Err(e) => eprintln!("floor watchdog: {e}"),
+                    }
+                }
+            }
+        });
+        Self { lost, task }
+    }
+
+    /// Locks the renewals found gone so far (counted once per renewal that missed them).
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

@@ -1,48 +1,111 @@
-//! `lock-bench`: lock-core against the floor (the minimal correct lock: `SET key token NX PX`
-//! and a compare-and-delete script on one multiplexed connection), measured in one run on one
-//! private redis-server. Every figure is also reported as a ratio, ours / floor.
+//! `lock-bench`: lock-core ("ours") against the floor (the minimal correct lock, written in
+//! this crate: `SET key token NX PX` + a compare-and-delete script on one multiplexed
+//! connection, pub/sub wake-ups where it waits) and against rslock (crates.io), measured in
+//! one run on one private redis-server. Every figure is also reported as a ratio.
 //!
 //! ```text
-//! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE]
+//! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
+//!                                      [--only W1,W3h,...] [--rslock-retry-ms N] [--pool N]
 //! ```
 //!
-//! Scenarios so far: W1 (1 task, distinct names) and W2 (64 tasks, distinct names).
+//! | scenario | what |
+//! |---|---|
+//! | W1 | 1 task, 20,000 acquire + release cycles on distinct names |
+//! | W2 | 64 tasks, 100,000 cycles on distinct names; server µs per cycle |
+//! | W3h | 16 tasks in this process on one name, 2,000 sections of 1 ms, strict hand-off |
+//! | W3x | the same across 4 processes × 4 tasks (this binary run as child processes) |
+//! | W4 | one waiter on another client; the holder releases after 100 ms; 20 trials |
+//! | W5 | 100,000 watchdog-leased locks (9 s lease; quick: 25,000 on 3 s) held for 3 renewal periods |
+//! | W6 | axum handler behind `DistributedLockLayer` vs the same handler locking itself |
+//!
+//! `--quick` runs a quarter of the cycles, sections, locks and requests (≤ 60 s); the full
+//! run takes about 3 minutes. See the README of this directory for what each number means.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod chart;
+mod contender;
 mod floor;
+mod handoff;
+mod http;
+mod monitor;
 mod stats;
+mod sys;
+mod watchdog;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::LockClient;
+use contender::{Kind, Locker, Opts};
 use lock_tests::RedisServer;
-use stats::{Sample, commandstats_usec};
+use redis::aio::MultiplexedConnection;
+use stats::{CmdStats, Sample};
+
+const SCENARIOS: [&str; 7] = ["W1", "W2", "W3h", "W3x", "W4", "W5", "W6"];
 
 struct Args {
     quick: bool,
     redis: Option<String>,
-    json: Option<String>,
+    json: Option<PathBuf>,
+    svg: Option<PathBuf>,
+    only: Option<Vec<String>>,
+    rslock_retry_ms: u64,
+    pool: u32,
 }
 
-fn parse_args() -> Args {
+const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
+                     [--only W1,W2,W3h,W3x,W4,W5,W6] [--rslock-retry-ms N] [--pool N]";
+
+fn parse_args(argv: &[String]) -> Args {
     let mut args = Args {
         quick: false,
         redis: None,
         json: None,
+        svg: None,
+        only: None,
+        rslock_retry_ms: 10,
+        pool: 16,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = argv[1.min(argv.len())..].iter();
+    let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| -> String {
+        it.next().cloned().unwrap_or_else(|| {
+            eprintln!("{flag} needs a value; {USAGE}");
+            std::process::exit(2)
+        })
+    };
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => args.quick = true,
-            "--redis" => args.redis = it.next(),
-            "--json" => args.json = it.next(),
+            "--redis" => args.redis = Some(value(&mut it, a)),
+            "--json" => args.json = Some(value(&mut it, a).into()),
+            "--svg" => args.svg = Some(value(&mut it, a).into()),
+            "--only" => {
+                let list = value(&mut it, a);
+                let only: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).collect();
+                if let Some(bad) = only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+                    eprintln!("unknown scenario {bad:?}; known: {SCENARIOS:?}");
+                    std::process::exit(2);
+                }
+                args.only = Some(only);
+            }
+            "--rslock-retry-ms" => {
+                args.rslock_retry_ms = value(&mut it, a).parse().unwrap_or_else(|_| {
+                    eprintln!("--rslock-retry-ms needs a number of milliseconds");
+                    std::process::exit(2)
+                })
+            }
+            "--pool" => {
+                args.pool = value(&mut it, a).parse().unwrap_or_else(|_| {
+                    eprintln!("--pool needs a number");
+                    std::process::exit(2)
+                })
+            }
             "-h" | "--help" => {
-                println!("usage: lock-bench [--quick] [--redis URL] [--json FILE]");
+                println!("{USAGE}");
                 std::process::exit(0);
             }
             other => {
-                eprintln!("unknown argument {other:?}; see --help");
+                eprintln!("unknown argument {other:?}; {USAGE}");
                 std::process::exit(2);
             }
         }
@@ -50,9 +113,146 @@ fn parse_args() -> Args {
     args
 }
 
-#[tokio::main]
-async fn main() {
-    let args = parse_args();
+/// How much of each scenario to run.
+struct Plan {
+    w1_cycles: usize,
+    w2_cycles: usize,
+    w2_tasks: usize,
+    w3_tasks: usize,
+    w3_sections: u64,
+    w3x_procs: usize,
+    w3_hold: Duration,
+    w4_trials: usize,
+    w4_hold: Duration,
+    w5_locks: usize,
+    w5_lease: Duration,
+    w5_periods: u32,
+    w6_requests: usize,
+    w6_concurrency: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        let q = if quick { 4 } else { 1 };
+        Plan {
+            w1_cycles: 20_000 / q,
+            w2_cycles: 100_000 / q,
+            w2_tasks: 64,
+            w3_tasks: 16,
+            w3_sections: 2_000 / q as u64,
+            w3x_procs: 4,
+            w3_hold: Duration::from_millis(1),
+            w4_trials: if quick { 10 } else { 20 },
+            w4_hold: Duration::from_millis(100),
+            w5_locks: 100_000 / q,
+            // A period is lease / 3. 100,000 locks on a 3 s lease are 100,000 key renewals a
+            // second, which saturate a single Redis core on this kind of machine (all three
+            // contenders lost locks that way); 9 s keeps the full run near the quick one's rate.
+            w5_lease: Duration::from_secs(if quick { 3 } else { 9 }),
+            w5_periods: 3,
+            w6_requests: if quick { 2_000 } else { 10_000 },
+            w6_concurrency: 32,
+        }
+    }
+}
+
+/// One scenario's headline figure per contender, for its `BENCH` line.
+struct Bench {
+    scenario: &'static str,
+    /// `[ours, floor, rslock]`
+    values: [Option<f64>; 3],
+    decimals: usize,
+}
+
+impl Bench {
+    fn line(&self) -> String {
+        let fmt = |v: f64| format!("{v:.*}", self.decimals);
+        let mut s = format!("BENCH {}", self.scenario);
+        for (kind, v) in Kind::ALL.iter().zip(self.values) {
+            if let Some(v) = v {
+                s += &format!(" {}={}", kind.name(), fmt(v));
+            }
+        }
+        if let Some(x) = self.values[0] {
+            for (i, label) in [(1, "ratio_floor"), (2, "ratio_rslock")] {
+                if let Some(y) = self.values[i] {
+                    s += &format!(" {label}={:.3}", x / y);
+                }
+            }
+        }
+        s
+    }
+}
+
+/// A target of the issue, checked against this run.
+struct Target {
+    scenario: &'static str,
+    what: String,
+    measured: String,
+    met: Option<bool>,
+}
+
+#[derive(Default)]
+struct Report {
+    tables: Vec<String>,
+    benches: Vec<Bench>,
+    targets: Vec<Target>,
+    json: serde_json::Map<String, serde_json::Value>,
+    /// (scenario, contender, hand-off sample) for the chart.
+    handoffs: Vec<(&'static str, &'static str, Sample)>,
+}
+
+impl Report {
+    fn target(&mut self, scenario: &'static str, what: &str, measured: String, met: Option<bool>) {
+        self.targets.push(Target {
+            scenario,
+            what: what.to_owned(),
+            measured,
+            met,
+        });
+    }
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match argv.get(1).map(String::as_str) {
+        Some("__w3x-child") => {
+            let Some(args) = handoff::ChildArgs::parse(&argv[2..]) else {
+                eprintln!("bad __w3x-child arguments");
+                std::process::exit(2);
+            };
+            rt.block_on(handoff::child_main(args));
+        }
+        Some("__w5-child") => {
+            let Some(args) = watchdog::ChildArgs::parse(&argv[2..]) else {
+                eprintln!("bad __w5-child arguments");
+                std::process::exit(2);
+            };
+            rt.block_on(watchdog::child_main(args));
+        }
+        _ => {
+            let args = parse_args(&argv);
+            let ok = rt.block_on(bench(args));
+            // Child processes and the redis-server are gone by now; do not wait for stray
+            // background tasks (W5's rslock holders, watchdogs) to notice.
+            rt.shutdown_timeout(Duration::from_secs(1));
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+    }
+}
+
+fn wants(args: &Args, scenario: &str) -> bool {
+    args.only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|s| s == scenario))
+}
+
+async fn bench(args: Args) -> bool {
+    let t_start = Instant::now();
     let server = match &args.redis {
         Some(_) => None,
         None => Some(RedisServer::start()),
@@ -61,106 +261,798 @@ async fn main() {
         .redis
         .clone()
         .unwrap_or_else(|| server.as_ref().map(RedisServer::url).unwrap_or_default());
-    let ours = LockClient::builder(&url)
-        .pool_size(
-            std::env::var("POOL")
-                .ok()
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(16),
-        )
-        .build()
-        .await
-        .expect("connect lock-core");
-    let floor = floor::Floor::connect(&url).await;
+    let opts = Opts {
+        url: url.clone(),
+        pool: args.pool,
+        rslock_retry: Duration::from_millis(args.rslock_retry_ms),
+    };
+    let plan = Plan::new(args.quick);
     let mut admin = redis::Client::open(url.as_str())
-        .unwrap()
+        .expect("redis URL")
         .get_multiplexed_async_connection()
         .await
-        .unwrap();
+        .expect("connect to redis");
+    let redis_version = redis_version(&mut admin).await;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
-    let scale = if args.quick { 4 } else { 1 };
-    let mut results = Vec::new();
-    println!("| scenario | contender | cycles/s | p50 µs | p99 µs | server µs/cycle |");
-    println!("|---|---|---:|---:|---:|---:|");
-
-    for (scenario, tasks, cycles) in [("W1", 1usize, 20_000 / scale), ("W2", 64, 100_000 / scale)] {
-        let mut row = Vec::new();
-        for contender in ["floor", "ours"] {
-            let before = commandstats_usec(&mut admin).await;
-            let sample = match contender {
-                "floor" => {
-                    run(tasks, cycles, floor.clone(), |f, name| async move {
-                        f.cycle(&name).await
-                    })
-                    .await
-                }
-                _ => {
-                    run(tasks, cycles, ours.clone(), |c, name| async move {
-                        let g = c.lock(name).await.expect("lock");
-                        g.unlock().await.expect("unlock");
-                    })
-                    .await
-                }
-            };
-            let server_us = (commandstats_usec(&mut admin).await - before) / cycles as f64;
-            println!(
-                "| {scenario} | {contender} | {:.0} | {:.0} | {:.0} | {server_us:.2} |",
-                sample.rate(),
-                sample.percentile(50.0),
-                sample.percentile(99.0)
-            );
-            row.push((contender, sample, server_us));
-        }
-        let (_, floor_s, _) = &row[0];
-        let (_, ours_s, _) = &row[1];
-        println!(
-            "BENCH {scenario} ours={:.0} floor={:.0} ratio_floor={:.3}",
-            ours_s.rate(),
-            floor_s.rate(),
-            ours_s.rate() / floor_s.rate()
-        );
-        results.push(serde_json::json!({
-            "scenario": scenario,
-            "tasks": tasks,
-            "cycles": cycles,
-            "contenders": row.iter().map(|(c, s, us)| serde_json::json!({
-                "name": c, "cycles_per_s": s.rate(), "p50_us": s.percentile(50.0),
-                "p99_us": s.percentile(99.0), "server_us_per_cycle": us,
-            })).collect::<Vec<_>>(),
-        }));
+    let mut lockers = Vec::new();
+    for kind in Kind::ALL {
+        lockers.push(Locker::connect(kind, &opts).await);
     }
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
+    let mut report = Report::default();
+    let mut failures = Vec::new();
+    eprintln!(
+        "lock-bench: redis {redis_version} at {url}, {} run, run id {run}",
+        if args.quick { "quick" } else { "full" }
+    );
+
+    macro_rules! scenario {
+        ($name:literal, $body:expr) => {
+            if wants(&args, $name) {
+                let t = Instant::now();
+                eprintln!("lock-bench: {} ...", $name);
+                if let Err(e) = $body.await {
+                    eprintln!("lock-bench: {} failed: {e}", $name);
+                    failures.push(format!("{}: {e}", $name));
+                }
+                eprintln!(
+                    "lock-bench: {} done in {:.1} s",
+                    $name,
+                    t.elapsed().as_secs_f64()
+                );
+            }
+        };
+    }
+
+    scenario!(
+        "W1",
+        cycles(
+            &mut report,
+            &lockers,
+            &mut admin,
+            &url,
+            &run,
+            "W1",
+            1,
+            plan.w1_cycles
+        )
+    );
+    scenario!(
+        "W2",
+        cycles(
+            &mut report,
+            &lockers,
+            &mut admin,
+            &url,
+            &run,
+            "W2",
+            plan.w2_tasks,
+            plan.w2_cycles
+        )
+    );
+    scenario!(
+        "W3h",
+        w3h(&mut report, &lockers, &mut admin, &url, &run, &plan)
+    );
+    scenario!("W3x", w3x(&mut report, &opts, &mut admin, &run, &plan));
+    scenario!("W4", w4(&mut report, &opts, &lockers, &run, &plan));
+    scenario!("W5", w5(&mut report, &opts, &run, &plan));
+    scenario!("W6", w6(&mut report, &lockers, &run, &plan));
+
+    // Output: tables, targets, files, then the BENCH lines last.
+    let total = t_start.elapsed().as_secs_f64();
+    println!();
+    println!(
+        "lock-bench ({} run, {total:.0} s): redis-server {redis_version} on 127.0.0.1, {} CPUs, \
+         lock-core pool {}, rslock retry delay 0..{} ms",
+        if args.quick { "quick" } else { "full" },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        opts.pool,
+        args.rslock_retry_ms
+    );
+    for t in &report.tables {
+        println!();
+        print!("{t}");
+    }
+    if !report.targets.is_empty() {
+        println!();
+        println!("| scenario | target (ours) | measured | |");
+        println!("|---|---|---|---|");
+        for t in &report.targets {
+            let verdict = match t.met {
+                Some(true) => "met",
+                Some(false) => "**missed**",
+                None => "n/a",
+            };
+            println!(
+                "| {} | {} | {} | {verdict} |",
+                t.scenario, t.what, t.measured
+            );
+        }
+    }
+    for f in &failures {
+        println!("FAILED {f}");
+    }
+
+    let json_path = args.json.clone();
+    let svg_path = args.svg.clone().unwrap_or_else(|| match &json_path {
+        Some(j) => j.with_file_name("handoff.svg"),
+        // The workspace's target directory (this crate is examples/lock-bench).
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .nth(2)
+            .unwrap_or(std::path::Path::new("."))
+            .join("target/lock-bench/handoff.svg"),
+    });
+    let panels: Vec<chart::Panel<'_>> = ["W3h", "W3x", "W4"]
+        .into_iter()
+        .filter_map(|sc| {
+            let series: Vec<(&str, &Sample)> = report
+                .handoffs
+                .iter()
+                .filter(|(s, _, _)| *s == sc)
+                .map(|(_, c, sample)| (*c, sample))
+                .collect();
+            (!series.is_empty()).then(|| chart::Panel {
+                title: match sc {
+                    "W3h" => "W3h: 16 tasks, 1 process".to_owned(),
+                    "W3x" => "W3x: 4 processes × 4 tasks".to_owned(),
+                    _ => "W4: one waiter, another client".to_owned(),
+                },
+                series,
+            })
+        })
+        .collect();
+    if !panels.is_empty() {
+        match chart::write(&svg_path, &panels) {
+            Ok(()) => println!("\nhand-off chart: {}", svg_path.display()),
+            Err(e) => eprintln!("lock-bench: could not write {}: {e}", svg_path.display()),
+        }
+    }
+    if let Some(path) = &json_path {
+        let mut root = serde_json::Map::new();
+        root.insert(
+            "run".into(),
+            serde_json::json!({
+                "quick": args.quick,
+                "seconds": total,
+                "redis_version": redis_version,
+                "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+                "lock_core_pool": opts.pool,
+                "rslock_retry_delay_ms": args.rslock_retry_ms,
+                "rslock_version": "0.10",
+                "failures": failures,
+                "chart": svg_path.display().to_string(),
+            }),
+        );
+        root.insert(
+            "scenarios".into(),
+            serde_json::Value::Object(report.json.clone()),
+        );
+        root.insert(
+            "targets".into(),
+            report
+                .targets
+                .iter()
+                .map(|t| serde_json::json!({"scenario": t.scenario, "target": t.what, "measured": t.measured, "met": t.met}))
+                .collect(),
+        );
+        root.insert(
+            "bench".into(),
+            report.benches.iter().map(|b| b.line()).collect(),
+        );
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(
+            path,
+            serde_json::to_string_pretty(&root).unwrap_or_default(),
+        ) {
+            Ok(()) => println!("raw results: {}", path.display()),
+            Err(e) => eprintln!("lock-bench: could not write {}: {e}", path.display()),
+        }
+    }
+    println!();
+    for b in &report.benches {
+        println!("{}", b.line());
+    }
+    drop(lockers);
+    drop(server);
+    failures.is_empty()
+}
+
+async fn redis_version(admin: &mut MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(admin)
+        .await
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned()
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? / b?)
+}
+
+// ---------------------------------------------------------------- W1, W2
+
+/// Runs `cycles` acquire + release cycles on distinct names spread over `tasks` tasks.
+async fn run_cycles(
+    locker: &Locker,
+    prefix: &str,
+    tasks: usize,
+    cycles: usize,
+) -> Result<Sample, String> {
+    let prefix = Arc::new(prefix.to_owned());
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (locker, prefix) = (locker.clone(), prefix.clone());
+            let n = cycles / tasks + usize::from(t < cycles % tasks);
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(n);
+                for i in 0..n {
+                    let name = format!("{prefix}:{t}:{i}");
+                    let t0 = Instant::now();
+                    let held = locker.lock(&name, Duration::from_secs(5)).await?;
+                    locker.unlock(held).await?;
+                    lat.push(t0.elapsed());
+                }
+                Ok::<_, String>(lat)
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(cycles);
+    for h in handles {
+        all.extend(
+            tokio::time::timeout(Duration::from_secs(120), h)
+                .await
+                .map_err(|_| "timed out".to_owned())?
+                .map_err(|e| e.to_string())??,
+        );
+    }
+    Ok(Sample::new(all, start.elapsed()))
+}
+
+/// Cycles run under `MONITOR` after each timed W1/W2 run, to count requests.
+const COUNT_CYCLES: usize = 256;
+/// Sections run under `MONITOR` after each timed W3h/W3x run, to count requests.
+const COUNT_SECTIONS: u64 = 300;
+
+#[allow(clippy::too_many_arguments)]
+async fn cycles(
+    report: &mut Report,
+    lockers: &[Locker],
+    admin: &mut MultiplexedConnection,
+    url: &str,
+    run: &str,
+    scenario: &'static str,
+    tasks: usize,
+    cycles: usize,
+) -> Result<(), String> {
+    let mut rows = Vec::new();
+    let mut table = format!(
+        "| {scenario}: {tasks} task(s), {cycles} cycles, distinct names | cycles/s | p50 µs | p99 µs | server µs/cycle | client CPU µs/cycle | requests/cycle |\n|---|---:|---:|---:|---:|---:|---:|\n"
+    );
+    let mut json = serde_json::Map::new();
+    for (kind, locker) in Kind::ALL.iter().zip(lockers) {
+        let prefix = format!("lb:{run}:{scenario}:{}", kind.name());
+        let before = CmdStats::read(admin).await;
+        let cpu0 = sys::cpu_ms();
+        let sample = run_cycles(locker, &prefix, tasks, cycles).await?;
+        let client_us = (sys::cpu_ms() - cpu0) * 1e3 / cycles as f64;
+        let delta = CmdStats::read(admin).await.since(&before);
+        // Counting pass.
+        let watch = monitor::Watch::start(url).await?;
+        run_cycles(
+            locker,
+            &format!("{prefix}:count"),
+            tasks.min(COUNT_CYCLES),
+            COUNT_CYCLES,
+        )
+        .await?;
+        let counts = watch.stop(admin, None, None, &[]).await?;
+        let server_us = delta.server_usec(&counts) / cycles as f64;
+        let requests = counts.requests() as f64 / COUNT_CYCLES as f64;
+        table += &format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {server_us:.1} | {client_us:.1} | {requests:.2} |\n",
+            kind.name(),
+            sample.rate(),
+            sample.percentile(50.0),
+            sample.percentile(99.0),
+        );
+        let mut j = sample.summary();
+        j["server_us_per_cycle"] = server_us.into();
+        j["requests_per_cycle"] = requests.into();
+        j["client_cpu_us_per_cycle"] = client_us.into();
+        j["commandstats"] = delta.to_json();
+        j["monitor"] = counts.to_json();
+        json.insert(kind.name().into(), j);
+        rows.push(sample.rate());
+    }
+    report.tables.push(table);
+    let values = [Some(rows[0]), Some(rows[1]), Some(rows[2])];
+    let (rf, rr) = (ratio(values[0], values[1]), ratio(values[0], values[2]));
+    let show = |r: Option<f64>| format!("{:.3}×", r.unwrap_or(f64::NAN));
+    match scenario {
+        "W1" => report.target(
+            "W1",
+            "≥ 0.95× floor cycles/s",
+            show(rf),
+            rf.map(|r| r >= 0.95),
+        ),
+        _ => {
+            report.target(
+                scenario,
+                "≥ 0.8× floor cycles/s",
+                show(rf),
+                rf.map(|r| r >= 0.8),
+            );
+            report.target(
+                scenario,
+                "≥ 1.1× rslock cycles/s",
+                show(rr),
+                rr.map(|r| r >= 1.1),
+            );
+        }
+    }
+    json.insert("tasks".into(), tasks.into());
+    json.insert("cycles".into(), cycles.into());
+    report
+        .json
+        .insert(scenario.into(), serde_json::Value::Object(json));
+    report.benches.push(Bench {
+        scenario,
+        values,
+        decimals: 0,
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------- W3h, W3x
+
+/// A timed hand-off run and its counting pass, put together.
+struct HandoffResult {
+    sample: Sample,
+    mean_hold_us: f64,
+    requests_per_section: f64,
+    server_us_per_section: f64,
+    json: serde_json::Value,
+}
+
+fn combine(timed: handoff::HandoffRun, counting: handoff::HandoffRun) -> HandoffResult {
+    let counts = counting.counts.unwrap_or_default();
+    let sections = timed.sample.items().max(1) as f64;
+    let counted = counting.sample.items().max(1) as f64;
+    let requests_per_section = counts.requests() as f64 / counted;
+    let server_us_per_section = timed.delta.server_usec(&counts) / sections;
+    let mut json = timed.sample.summary();
+    json["requests_per_section"] = requests_per_section.into();
+    json["server_us_per_section"] = server_us_per_section.into();
+    json["commandstats"] = timed.delta.to_json();
+    json["monitor"] = counts.to_json();
+    json["monitor_sections"] = counting.sample.items().into();
+    json["mean_hold_us"] = timed.mean_hold_us.into();
+    json["mean_handoff_us"] = timed.sample.mean().into();
+    json["handoff_us"] = timed.sample.raw_us().into();
+    HandoffResult {
+        mean_hold_us: timed.mean_hold_us,
+        sample: timed.sample,
+        requests_per_section,
+        server_us_per_section,
+        json,
     }
 }
 
-/// Runs `cycles` acquire+release cycles on distinct names spread over `tasks` tasks.
-async fn run<C, F, Fut>(tasks: usize, cycles: usize, contender: C, cycle: F) -> Sample
-where
-    C: Clone + Send + Sync + 'static,
-    F: Fn(C, String) -> Fut + Copy + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send,
-{
-    let run_id = Arc::new(uuid::Uuid::new_v4().simple().to_string());
-    let start = Instant::now();
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let (contender, run_id) = (contender.clone(), run_id.clone());
-        let n = cycles / tasks + usize::from(t < cycles % tasks);
-        handles.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(n);
-            for i in 0..n {
-                let name = format!("bench:{run_id}:{t}:{i}");
-                let t0 = Instant::now();
-                cycle(contender.clone(), name).await;
-                lat.push(t0.elapsed());
-            }
-            lat
-        }));
+fn handoff_table_header(title: &str) -> String {
+    format!(
+        "| {title} | sections/s | hand-off p50 µs | p90 µs | p99 µs | max µs | mean µs | mean hold µs | requests/section | server µs/section |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+}
+
+fn handoff_row(kind: Kind, r: &HandoffResult) -> String {
+    let s = &r.sample;
+    format!(
+        "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} |\n",
+        kind.name(),
+        s.rate(),
+        s.percentile(50.0),
+        s.percentile(90.0),
+        s.percentile(99.0),
+        s.percentile(100.0),
+        s.mean(),
+        r.mean_hold_us,
+        r.requests_per_section,
+        r.server_us_per_section
+    )
+}
+
+async fn w3h(
+    report: &mut Report,
+    lockers: &[Locker],
+    admin: &mut MultiplexedConnection,
+    url: &str,
+    run: &str,
+    plan: &Plan,
+) -> Result<(), String> {
+    let shape = handoff::Shape {
+        procs: 1,
+        tasks: plan.w3_tasks,
+        sections: plan.w3_sections,
+        hold: plan.w3_hold,
+    };
+    let mut table = handoff_table_header(&format!(
+        "W3h: {} tasks, 1 name, {} sections of {} ms",
+        shape.tasks,
+        shape.sections,
+        shape.hold.as_millis()
+    ));
+    let mut json = serde_json::Map::new();
+    let mut results = Vec::new();
+    for (kind, locker) in Kind::ALL.iter().zip(lockers) {
+        let name = format!("lb:{run}:W3h:{}", kind.name());
+        let timed = handoff::run_local(locker, admin, None, &name, shape).await?;
+        let counting_shape = handoff::Shape {
+            sections: COUNT_SECTIONS,
+            ..shape
+        };
+        let counting = handoff::run_local(
+            locker,
+            admin,
+            Some(url),
+            &format!("{name}:count"),
+            counting_shape,
+        )
+        .await?;
+        let r = combine(timed, counting);
+        table += &handoff_row(*kind, &r);
+        json.insert(kind.name().into(), r.json.clone());
+        report.handoffs.push(("W3h", kind.name(), r.sample.clone()));
+        results.push(r);
     }
-    let mut all: Vec<Duration> = Vec::with_capacity(cycles);
-    for h in handles {
-        all.extend(h.await.unwrap());
+    report.tables.push(table);
+    let values = [0, 1, 2].map(|i| Some(results[i].sample.rate()));
+    let rf = ratio(values[0], values[1]);
+    let ours = &results[0];
+    report.target(
+        "W3h",
+        "≥ 1.5× floor sections/s",
+        format!("{:.3}×", rf.unwrap_or(f64::NAN)),
+        rf.map(|r| r >= 1.5),
+    );
+    let p50 = ours.sample.percentile(50.0);
+    let p99 = ours.sample.percentile(99.0);
+    report.target(
+        "W3h",
+        "hand-off p50 ≤ 150 µs",
+        format!("{p50:.0} µs"),
+        Some(p50 <= 150.0),
+    );
+    report.target(
+        "W3h",
+        "hand-off p99 ≤ 500 µs",
+        format!("{p99:.0} µs"),
+        Some(p99 <= 500.0),
+    );
+    report.target(
+        "W3h",
+        "≤ 3 Redis requests per section",
+        format!("{:.2}", ours.requests_per_section),
+        Some(ours.requests_per_section <= 3.0),
+    );
+    json.insert("tasks".into(), shape.tasks.into());
+    json.insert("sections".into(), shape.sections.into());
+    json.insert("hold_ms".into(), (shape.hold.as_secs_f64() * 1e3).into());
+    report
+        .json
+        .insert("W3h".into(), serde_json::Value::Object(json));
+    report.benches.push(Bench {
+        scenario: "W3h",
+        values,
+        decimals: 0,
+    });
+    Ok(())
+}
+
+async fn w3x(
+    report: &mut Report,
+    opts: &Opts,
+    admin: &mut MultiplexedConnection,
+    run: &str,
+    plan: &Plan,
+) -> Result<(), String> {
+    let shape = handoff::Shape {
+        procs: plan.w3x_procs,
+        tasks: plan.w3_tasks / plan.w3x_procs,
+        sections: plan.w3_sections,
+        hold: plan.w3_hold,
+    };
+    let mut table = handoff_table_header(&format!(
+        "W3x: {} processes × {} tasks, 1 name, {} sections of {} ms",
+        shape.procs,
+        shape.tasks,
+        shape.sections,
+        shape.hold.as_millis()
+    ));
+    let mut json = serde_json::Map::new();
+    let mut results = Vec::new();
+    for kind in Kind::ALL {
+        let name = format!("lb:{run}:W3x:{}", kind.name());
+        let timed = handoff::run_processes(kind, opts, admin, None, &name, shape).await?;
+        let counting_shape = handoff::Shape {
+            sections: COUNT_SECTIONS,
+            ..shape
+        };
+        let counting = handoff::run_processes(
+            kind,
+            opts,
+            admin,
+            Some(&opts.url),
+            &format!("{name}:count"),
+            counting_shape,
+        )
+        .await?;
+        let r = combine(timed, counting);
+        table += &handoff_row(kind, &r);
+        json.insert(kind.name().into(), r.json.clone());
+        report.handoffs.push(("W3x", kind.name(), r.sample.clone()));
+        results.push(r);
     }
-    Sample::new(all, start.elapsed())
+    report.tables.push(table);
+    let values = [0, 1, 2].map(|i| Some(results[i].sample.rate()));
+    let p50 = results[0].sample.percentile(50.0);
+    report.target(
+        "W3x",
+        "hand-off p50 ≤ 300 µs",
+        format!("{p50:.0} µs"),
+        Some(p50 <= 300.0),
+    );
+    json.insert("processes".into(), shape.procs.into());
+    json.insert("tasks_per_process".into(), shape.tasks.into());
+    json.insert("sections".into(), shape.sections.into());
+    report
+        .json
+        .insert("W3x".into(), serde_json::Value::Object(json));
+    report.benches.push(Bench {
+        scenario: "W3x",
+        values,
+        decimals: 0,
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------- W4
+
+async fn w4(
+    report: &mut Report,
+    opts: &Opts,
+    lockers: &[Locker],
+    run: &str,
+    plan: &Plan,
+) -> Result<(), String> {
+    let mut table = format!(
+        "| W4: 1 waiter (another client), release after {} ms, {} trials | release→acquire p50 µs | p99 µs | max µs |\n|---|---:|---:|---:|\n",
+        plan.w4_hold.as_millis(),
+        plan.w4_trials
+    );
+    let mut json = serde_json::Map::new();
+    let mut p50s = Vec::new();
+    for (kind, holder) in Kind::ALL.iter().zip(lockers) {
+        let waiter = Locker::connect(*kind, opts).await;
+        let prefix = format!("lb:{run}:W4:{}", kind.name());
+        let s = handoff::run_single_waiter(holder, &waiter, &prefix, plan.w4_trials, plan.w4_hold)
+            .await?;
+        table += &format!(
+            "| {} | {:.0} | {:.0} | {:.0} |\n",
+            kind.name(),
+            s.percentile(50.0),
+            s.percentile(99.0),
+            s.percentile(100.0)
+        );
+        let mut j = s.summary();
+        j["latency_us"] = s.raw_us().into();
+        json.insert(kind.name().into(), j);
+        p50s.push(Some(s.percentile(50.0)));
+        report.handoffs.push(("W4", kind.name(), s));
+    }
+    report.tables.push(table);
+    let ours = &report
+        .handoffs
+        .iter()
+        .rev()
+        .find(|(sc, c, _)| *sc == "W4" && *c == "ours")
+        .map(|(_, _, s)| s.percentile(100.0));
+    let p50 = p50s[0].unwrap_or(f64::NAN);
+    report.target(
+        "W4",
+        "release → acquire ≤ 1 ms (median; max shown)",
+        format!("p50 {p50:.0} µs, max {:.0} µs", ours.unwrap_or(f64::NAN)),
+        Some(p50 <= 1000.0),
+    );
+    report
+        .json
+        .insert("W4".into(), serde_json::Value::Object(json));
+    report.benches.push(Bench {
+        scenario: "W4",
+        values: [p50s[0], p50s[1], p50s[2]],
+        decimals: 1,
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------- W5
+
+async fn w5(report: &mut Report, opts: &Opts, run: &str, plan: &Plan) -> Result<(), String> {
+    let mut table = format!(
+        "| W5: {} watchdog-leased locks, lease {} s, {} periods of {} ms | round trips/period | per 100 locks/period | client CPU ms/period | client bytes/lock | marginal bytes/lock | lost | s to take them |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        plan.w5_locks,
+        plan.w5_lease.as_secs(),
+        plan.w5_periods,
+        (plan.w5_lease / 3).as_millis()
+    );
+    let mut json = serde_json::Map::new();
+    let mut rt100 = Vec::new();
+    let mut ours = None;
+    for kind in Kind::ALL {
+        let v = watchdog::run(watchdog::ChildArgs {
+            kind,
+            opts: opts.clone(),
+            prefix: format!("lb:{run}:W5:{}", kind.name()),
+            count: plan.w5_locks,
+            lease: plan.w5_lease,
+            periods: plan.w5_periods,
+        })
+        .await?;
+        let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let lost = v["lost_client"].as_u64().unwrap_or(0) + v["lost_server"].as_u64().unwrap_or(0);
+        table += &format!(
+            "| {} | {:.1} | {:.3} | {:.0} | {:.0} | {:.0} | {lost} (client {}, server {} of {} checked) | {:.1} |\n",
+            kind.name(),
+            f("renew_round_trips_per_period"),
+            f("round_trips_per_100_locks_per_period"),
+            f("cpu_ms_per_period"),
+            f("bytes_per_lock"),
+            f("marginal_bytes_per_lock"),
+            v["lost_client"],
+            v["lost_server"],
+            v["checked_server"],
+            f("acquire_s"),
+        );
+        rt100.push(Some(f("round_trips_per_100_locks_per_period")));
+        if kind == Kind::Ours {
+            ours = Some((
+                f("round_trips_per_100_locks_per_period"),
+                f("bytes_per_lock"),
+                lost,
+            ));
+        }
+        json.insert(kind.name().into(), v);
+    }
+    report.tables.push(table);
+    if let Some((rt, bytes, lost)) = ours {
+        report.target(
+            "W5",
+            "≤ 1 round trip per 100 locks per period",
+            format!("{rt:.3}"),
+            Some(rt <= 1.0),
+        );
+        report.target(
+            "W5",
+            "≤ 512 bytes of client memory per held lock",
+            format!("{bytes:.0} B"),
+            Some(bytes <= 512.0),
+        );
+        report.target("W5", "zero locks lost", format!("{lost}"), Some(lost == 0));
+    }
+    report
+        .json
+        .insert("W5".into(), serde_json::Value::Object(json));
+    report.benches.push(Bench {
+        scenario: "W5",
+        values: [rt100[0], rt100[1], rt100[2]],
+        decimals: 3,
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------- W6
+
+async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> Result<(), String> {
+    // One server as `axum::serve` comes (the lock-tower docs' setup), one with TCP_NODELAY
+    // on its accepted connections.
+    let plain = http::serve(&lockers[0], &lockers[1], &lockers[2], false).await;
+    let nodelay = http::serve(&lockers[0], &lockers[1], &lockers[2], true).await;
+    let variants: [(&str, &http::Server, &str, &str); 6] = [
+        ("layer", &plain, "layer", "ours: DistributedLockLayer"),
+        ("ours", &plain, "ours", "ours: handler calls lock-core"),
+        ("floor", &plain, "floor", "floor: handler calls the floor"),
+        ("rslock", &plain, "rslock", "rslock: handler calls rslock"),
+        (
+            "layer_nodelay",
+            &nodelay,
+            "layer",
+            "ours: DistributedLockLayer, TCP_NODELAY server",
+        ),
+        (
+            "ours_nodelay",
+            &nodelay,
+            "ours",
+            "ours: handler calls lock-core, TCP_NODELAY server",
+        ),
+    ];
+    // Two rounds, interleaved, so that a slow patch of the machine hits every variant.
+    let rounds = 2;
+    let per_round = plan.w6_requests / rounds;
+    let mut lat: Vec<Vec<u64>> = vec![Vec::new(); variants.len()];
+    let mut wall = vec![Duration::ZERO; variants.len()];
+    for round in 0..rounds {
+        for (i, (key, server, route, _)) in variants.iter().enumerate() {
+            let s = http::drive(
+                &server.base,
+                route,
+                &format!("{run}-{key}-{round}"),
+                plan.w6_concurrency,
+                per_round,
+            )
+            .await?;
+            wall[i] += Duration::from_secs_f64(s.items() as f64 / s.rate().max(1e-9));
+            lat[i].extend(s.raw_us().iter().map(|us| (us * 1e3) as u64));
+        }
+    }
+    let samples: Vec<Sample> = lat
+        .into_iter()
+        .zip(&wall)
+        .map(|(l, w)| {
+            let n = l.len();
+            Sample::from_ns(l, n, *w)
+        })
+        .collect();
+    let mut table = format!(
+        "| W6: axum over loopback HTTP, {} requests each, {} connections, distinct keys | requests/s | p50 µs | p99 µs |\n|---|---:|---:|---:|\n",
+        plan.w6_requests, plan.w6_concurrency
+    );
+    let mut json = serde_json::Map::new();
+    for ((key, _, _, label), s) in variants.iter().zip(&samples) {
+        table += &format!(
+            "| {label} | {:.0} | {:.0} | {:.0} |\n",
+            s.rate(),
+            s.percentile(50.0),
+            s.percentile(99.0)
+        );
+        json.insert((*key).into(), s.summary());
+    }
+    report.tables.push(table);
+    let r = samples[0].rate() / samples[1].rate();
+    report.target(
+        "W6",
+        "layer ≥ 0.9× the handler calling lock-core",
+        format!("{r:.3}×"),
+        Some(r >= 0.9),
+    );
+    let r = samples[4].rate() / samples[5].rate();
+    report.target(
+        "W6",
+        "the same, both on a TCP_NODELAY server (not the headline)",
+        format!("{r:.3}×"),
+        Some(r >= 0.9),
+    );
+    report
+        .json
+        .insert("W6".into(), serde_json::Value::Object(json));
+    // BENCH W6: ours = the layer, floor = the same handler calling lock-core directly (the
+    // layer's floor), rslock = the handler calling rslock; all on the plain axum::serve.
+    report.benches.push(Bench {
+        scenario: "W6",
+        values: [
+            Some(samples[0].rate()),
+            Some(samples[1].rate()),
+            Some(samples[3].rate()),
+        ],
+        decimals: 0,
+    });
+    Ok(())
 }

@@ -1,0 +1,182 @@
+//! Counting the requests clients send, with `MONITOR`.
+//!
+//! `INFO commandstats` counts a command the same whether a client sent it or a Lua script
+//! called it (and a script's time already includes the time of the commands it calls), so it
+//! cannot say how many requests went over the network. `MONITOR` can: it tags the commands a
+//! script runs with `[db lua]`. Watching costs the server a little per command, so it is only
+//! switched on for short counting passes that run after the timed ones; the timed runs use
+//! `INFO commandstats`, split with what the counting pass learned ([`Counts::share`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+
+use crate::sys::mono_ns;
+
+/// Commands seen, by who sent them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) client: BTreeMap<String, u64>,
+    pub(crate) lua: BTreeMap<String, u64>,
+}
+
+impl Counts {
+    /// Requests clients sent.
+    pub(crate) fn requests(&self) -> u64 {
+        self.client.values().sum()
+    }
+
+    /// The fraction of calls of `cmd` that clients sent (the rest came from scripts), if
+    /// `cmd` was seen.
+    pub(crate) fn share(&self, cmd: &str) -> Option<f64> {
+        let c = self.client.get(cmd).copied().unwrap_or(0);
+        let l = self.lua.get(cmd).copied().unwrap_or(0);
+        (c + l > 0).then(|| c as f64 / (c + l) as f64)
+    }
+
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "client": self.client, "lua": self.lua })
+    }
+}
+
+/// One line of `MONITOR` output.
+struct Line {
+    unix_us: u64,
+    lua: bool,
+    cmd: String,
+    args: String,
+}
+
+/// Parses `1700000000.123456 [0 127.0.0.1:5555] "evalsha" "..." ...`.
+fn parse(line: &str) -> Option<Line> {
+    let (ts, rest) = line.split_once(' ')?;
+    let (secs, micros) = ts.split_once('.')?;
+    let unix_us = secs.parse::<u64>().ok()? * 1_000_000 + micros.parse::<u64>().ok()?;
+    let rest = rest.strip_prefix('[')?;
+    let (source, args) = rest.split_once("] ")?;
+    let lua = source.ends_with(" lua");
+    let mut words = args.split('"').skip(1).step_by(2);
+    let mut cmd = words.next()?.to_ascii_lowercase();
+    if matches!(
+        cmd.as_str(),
+        "client" | "script" | "config" | "function" | "pubsub"
+    ) && let Some(sub) = words.next()
+    {
+        cmd = format!("{cmd}|{}", sub.to_ascii_lowercase());
+    }
+    Some(Line {
+        unix_us,
+        lua,
+        cmd,
+        args: args.to_owned(),
+    })
+}
+
+/// `CLOCK_MONOTONIC` nanoseconds → Unix microseconds (the clock `MONITOR` stamps lines with),
+/// through an offset sampled now.
+pub(crate) fn mono_to_unix_us(mono: u64) -> u64 {
+    let a = mono_ns();
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let b = mono_ns();
+    let offset = unix as i128 - ((a as i128 + b as i128) / 2);
+    ((mono as i128 + offset) / 1000) as u64
+}
+
+/// A running `MONITOR` connection.
+pub(crate) struct Watch {
+    task: tokio::task::JoinHandle<Vec<Line>>,
+    marker: String,
+}
+
+impl Watch {
+    pub(crate) async fn start(url: &str) -> Result<Watch, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let monitor = client
+            .get_async_monitor()
+            .await
+            .map_err(|e| format!("MONITOR: {e}"))?;
+        let marker = format!("lock-bench-monitor-end-{}", uuid::Uuid::new_v4().simple());
+        let m = marker.clone();
+        let task = tokio::spawn(async move {
+            let mut lines = Vec::new();
+            let mut stream = monitor.into_on_message::<String>();
+            // Bounded: the marker ends it; the caller also bounds how long it waits.
+            while let Some(text) = stream.next().await {
+                if text.contains(&m) {
+                    break;
+                }
+                if let Some(line) = parse(&text) {
+                    lines.push(line);
+                }
+            }
+            lines
+        });
+        Ok(Watch { task, marker })
+    }
+
+    /// Stops watching and counts the lines stamped within `[from, to]` (Unix µs; `None`: no
+    /// bound) whose arguments contain none of `exclude` (the bench's own coordination keys).
+    pub(crate) async fn stop(
+        self,
+        admin: &mut MultiplexedConnection,
+        from: Option<u64>,
+        to: Option<u64>,
+        exclude: &[String],
+    ) -> Result<Counts, String> {
+        let _: String = redis::cmd("ECHO")
+            .arg(&self.marker)
+            .query_async(admin)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut task = self.task;
+        let lines = match tokio::time::timeout(Duration::from_secs(10), &mut task).await {
+            Ok(Ok(lines)) => lines,
+            _ => {
+                task.abort();
+                return Err("MONITOR did not see its end marker".into());
+            }
+        };
+        let mut counts = Counts::default();
+        for l in lines {
+            if from.is_some_and(|f| l.unix_us < f) || to.is_some_and(|t| l.unix_us > t) {
+                continue;
+            }
+            if matches!(l.cmd.as_str(), "info" | "echo" | "monitor")
+                || exclude.iter().any(|x| l.args.contains(x.as_str()))
+            {
+                continue;
+            }
+            let map = if l.lua {
+                &mut counts.lua
+            } else {
+                &mut counts.client
+            };
+            *map.entry(l.cmd).or_default() += 1;
+        }
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_monitor_lines() {
+        let l = parse(r#"1700000000.000123 [0 127.0.0.1:5555] "EVALSHA" "abc" "1" "k""#).unwrap();
+        assert_eq!(
+            (l.unix_us, l.lua, l.cmd.as_str()),
+            (1_700_000_000_000_123, false, "evalsha")
+        );
+        let l = parse(r#"1700000000.5 [0 lua] "hget" "k" "o""#).unwrap();
+        assert!(l.lua);
+        assert_eq!(l.cmd, "hget");
+        let l = parse(r#"1.000001 [0 unix:/tmp/s] "client" "setinfo" "lib-name" "x""#).unwrap();
+        assert_eq!(l.cmd, "client|setinfo");
+    }
+}
