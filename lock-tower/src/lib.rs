@@ -109,6 +109,27 @@
 //!   [`lock_core::current_lock`] finds it. The [`HeldLock`] extension is the handler's view
 //!   of it too. Tasks the handler spawns are other holders.
 //!
+//! # Serve with `TCP_NODELAY`
+//!
+//! With [`Release::AfterBody`] the last body frame goes out only once the lock is released, so
+//! the headers and a small body usually leave in two writes. With Nagle's algorithm on (the
+//! default for `axum::serve`), the second write can wait for the client's delayed ACK, about
+//! 40 ms on Linux: the benchmark measured 44 ms per request through the layer without
+//! `TCP_NODELAY` and 0.7–0.9× the speed of the bare handler with it. Turn it on:
+//!
+//! ```no_run
+//! # async fn f(app: axum::Router) -> std::io::Result<()> {
+//! use axum::serve::ListenerExt;
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000")
+//!     .await?
+//!     .tap_io(|tcp| {
+//!         let _ = tcp.set_nodelay(true);
+//!     });
+//! axum::serve(listener, app).await
+//! # }
+//! ```
+//!
 //! # Tracing
 //!
 //! Every request gets an `INFO` span `distributed_lock` with the fields `key` (the lock name,

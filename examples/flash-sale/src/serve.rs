@@ -94,6 +94,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     let shutdown = async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
     };
+    // TCP_NODELAY: the lock layer sends the last body frame only once the lock is released,
+    // so headers and body may leave in two writes; with Nagle on, the second one can wait for
+    // the client's delayed ACK (~40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, crate::api::router(shop))
         .with_graceful_shutdown(shutdown)
         .await?;
