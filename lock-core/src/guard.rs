@@ -205,46 +205,10 @@ impl Hold {
             self.ended.send_replace(true);
             return Ok(valid == i64::from(n));
         }
-        let reply: i64 = if self.kind == Kind::Fair {
-            inner
-                .backend
-                .invoke(
-                    scripts::FAIR_RELEASE
-                        .key(&self.keys.hash)
-                        .key(format!("{}:queue", self.keys.hash))
-                        .key(format!("{}:deadlines", self.keys.hash))
-                        .arg(&self.owner)
-                        .arg(count)
-                        .arg(token)
-                        .arg(&self.keys.channel)
-                        .arg(millis(inner.config.fence_ttl)),
-                )
-                .await?
-        } else if self.kind == Kind::Read {
-            inner
-                .backend
-                .invoke(
-                    scripts::RW_READ_RELEASE
-                        .key(&self.keys.hash)
-                        .arg(&self.owner)
-                        .arg(count)
-                        .arg(&self.keys.channel),
-                )
-                .await?
-        } else {
-            inner
-                .backend
-                .invoke(
-                    scripts::RELEASE
-                        .key(&self.keys.hash)
-                        .arg(&self.owner)
-                        .arg(count)
-                        .arg(token)
-                        .arg(&self.keys.channel)
-                        .arg(millis(inner.config.fence_ttl)),
-                )
-                .await?
-        };
+        let reply: i64 = inner
+            .backend
+            .invoke(&self.release_script(inner, count, token))
+            .await?;
         match reply {
             1..=3 => {
                 let mut st = self.state();
@@ -267,6 +231,37 @@ impl Hold {
         }
     }
 
+    /// The script that gives back one hold when the owner's count is `count` (every kind but
+    /// permits): answers 1 released, 2 decremented, 3 a repeat, 0 not held.
+    fn release_script(
+        &self,
+        inner: &Inner,
+        count: u32,
+        token: u64,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut invocation = match self.kind {
+            Kind::Read => scripts::RW_READ_RELEASE.key(&self.keys.hash),
+            Kind::Fair => {
+                let mut invocation = scripts::FAIR_RELEASE.key(&self.keys.hash);
+                invocation
+                    .key(format!("{}:queue", self.keys.hash))
+                    .key(format!("{}:deadlines", self.keys.hash));
+                invocation
+            }
+            Kind::Lock | Kind::Permits(_) => scripts::RELEASE.key(&self.keys.hash),
+        };
+        invocation.arg(&self.owner).arg(count);
+        if self.kind == Kind::Read {
+            invocation.arg(&self.keys.channel);
+        } else {
+            invocation
+                .arg(token)
+                .arg(&self.keys.channel)
+                .arg(millis(inner.config.fence_ttl));
+        }
+        invocation
+    }
+
     async fn release_permits(&self, inner: &Inner, n: u32) -> Result<i64, LockError> {
         inner
             .backend
@@ -283,64 +278,17 @@ impl Hold {
     /// Undoes an acquisition whose reply never arrived (cancelled or failed in flight): gives
     /// back the hold it may have added. Harmless when the acquisition was not applied.
     pub(crate) async fn compensate(&self, inner: &Inner, expected: u32, _op: OwnedMutexGuard<()>) {
-        if let Kind::Permits(n) = self.kind {
-            if let Err(e) = self.release_permits(inner, n).await {
-                tracing::warn!(semaphore = %self.keys.name, error = %e,
-                    "could not undo an interrupted acquisition; its lease will expire it");
+        let result = match self.kind {
+            Kind::Permits(n) => self.release_permits(inner, n).await,
+            _ => {
+                // A fresh acquisition's token is unknown: 0 never matches a recorded release.
+                let token = if expected == 0 { 0 } else { self.state().token };
+                inner
+                    .backend
+                    .invoke(&self.release_script(inner, expected + 1, token))
+                    .await
             }
-            return;
-        }
-        if self.kind == Kind::Read {
-            let result: Result<i64, LockError> = inner
-                .backend
-                .invoke(
-                    scripts::RW_READ_RELEASE
-                        .key(&self.keys.hash)
-                        .arg(&self.owner)
-                        .arg(expected + 1)
-                        .arg(&self.keys.channel),
-                )
-                .await;
-            if let Err(e) = result {
-                tracing::warn!(lock = %self.keys.name, error = %e,
-                    "could not undo an interrupted acquisition; its lease will expire it");
-            }
-            return;
-        }
-        let token = self.state().token;
-        if self.kind == Kind::Fair {
-            let result: Result<i64, LockError> = inner
-                .backend
-                .invoke(
-                    scripts::FAIR_RELEASE
-                        .key(&self.keys.hash)
-                        .key(format!("{}:queue", self.keys.hash))
-                        .key(format!("{}:deadlines", self.keys.hash))
-                        .arg(&self.owner)
-                        .arg(expected + 1)
-                        .arg(if expected == 0 { 0 } else { token })
-                        .arg(&self.keys.channel)
-                        .arg(millis(inner.config.fence_ttl)),
-                )
-                .await;
-            if let Err(e) = result {
-                tracing::warn!(lock = %self.keys.name, error = %e,
-                    "could not undo an interrupted acquisition; its lease will expire it");
-            }
-            return;
-        }
-        let result: Result<i64, LockError> = inner
-            .backend
-            .invoke(
-                scripts::RELEASE
-                    .key(&self.keys.hash)
-                    .arg(&self.owner)
-                    .arg(expected + 1)
-                    .arg(if expected == 0 { 0 } else { token })
-                    .arg(&self.keys.channel)
-                    .arg(millis(inner.config.fence_ttl)),
-            )
-            .await;
+        };
         if let Err(e) = result {
             tracing::warn!(lock = %self.keys.name, error = %e,
                 "could not undo an interrupted acquisition; its lease will expire it");
