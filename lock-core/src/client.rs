@@ -9,12 +9,13 @@ use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 use tokio::sync::{OwnedMutexGuard, mpsc};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Cluster, Sentinel, Standalone, Topology, sentinel};
 use crate::error::LockError;
 use crate::guard::{Hold, Kind, Lease, Status};
 use crate::mutex::{LockRequest, TryLockRequest};
 use crate::name::{LockKeys, validate_prefix};
-use crate::waiters::Waiters;
+use crate::scripts::Publishing;
+use crate::waiters::{Source, Waiters};
 use crate::{scope, scripts, watchdog};
 
 /// The key prefix used unless [`LockClientBuilder::key_prefix`] says otherwise.
@@ -57,11 +58,30 @@ pub(crate) struct Config {
     pub(crate) prefix: String,
     pub(crate) watchdog_lease: Duration,
     pub(crate) fence_ttl: Duration,
+    /// Replicas that must confirm an acquisition, and how long to wait for them.
+    pub(crate) min_replicas: Option<(u32, Duration)>,
 }
 
-/// Builds a [`LockClient`]. Made by [`LockClient::builder`].
+/// The deployment a builder connects to.
+enum Deployment {
+    Standalone {
+        url: String,
+    },
+    Cluster {
+        urls: Vec<String>,
+    },
+    Sentinel {
+        urls: Vec<String>,
+        service: String,
+        primary_url: Option<String>,
+    },
+}
+
+/// Builds a [`LockClient`]. Made by [`LockClient::builder`], [`LockClient::builder_cluster`]
+/// or [`LockClient::builder_sentinel`].
 pub struct LockClientBuilder {
-    url: String,
+    deployment: Deployment,
+    min_replicas: Option<(u32, Duration)>,
     prefix: String,
     watchdog_lease: Duration,
     fence_ttl: Duration,
@@ -96,8 +116,39 @@ impl LockClientBuilder {
         self
     }
 
+    /// Requires `n` replicas to confirm every acquisition within `timeout`.
+    ///
+    /// After an acquisition script succeeds, the client sends `WAIT n timeout` on the same
+    /// connection; if fewer than `n` replicas confirm, it gives the acquisition back and returns
+    /// [`LockError::NotReplicated`]. With Redis's asynchronous replication this closes one
+    /// window: the primary crashing right after granting a lock and a replica that never
+    /// received it being promoted (the lock would silently vanish and a second client could
+    /// take it). It does not make locks safe across every failover: a replica that confirmed
+    /// can still lose the write if it restarts without persistence before it is promoted,
+    /// renewals and releases are not acknowledged (a promoted replica may hold an older lease,
+    /// so the lock can expire sooner than the holder believes), and Sentinel or Cluster may
+    /// promote a replica that was not among the `n`. Fencing tokens remain the way to make a
+    /// late writer harmless. Without this option (the default) a failover can lose locks.
+    ///
+    /// `n` must be 1..=16 and `timeout` 1 ms..=1 h; checked by [`build`](Self::build).
+    pub fn min_replicas(mut self, n: u32, timeout: Duration) -> Self {
+        self.min_replicas = Some((n, timeout));
+        self
+    }
+
+    /// With [`LockClient::builder_sentinel`]: the connection settings of the primary
+    /// (password, database) as a URL whose host and port are ignored and replaced by the
+    /// address the sentinels name, e.g. `redis://:secret@primary/2`. Default: no password,
+    /// database 0.
+    pub fn sentinel_primary_url(mut self, url: impl Into<String>) -> Self {
+        if let Deployment::Sentinel { primary_url, .. } = &mut self.deployment {
+            *primary_url = Some(url.into());
+        }
+        self
+    }
+
     /// Uses an existing bb8 pool for commands (the URL is still used for the pub/sub
-    /// connection), so an application can share its pool.
+    /// connection), so an application can share its pool. Standalone servers only.
     pub fn pool(mut self, pool: Pool<RedisConnectionManager>) -> Self {
         self.pool = Some(pool);
         self
@@ -124,7 +175,7 @@ impl LockClientBuilder {
 
     /// Connects, loads the scripts, and starts the client's background tasks (watchdog,
     /// pub/sub, background releases) on the current tokio runtime.
-    pub async fn build(self) -> Result<LockClient, LockError> {
+    pub async fn build(mut self) -> Result<LockClient, LockError> {
         validate_prefix(&self.prefix)?;
         if self.watchdog_lease < MIN_WATCHDOG_LEASE || self.watchdog_lease > MAX_LEASE {
             return Err(LockError::InvalidOption {
@@ -149,27 +200,35 @@ impl LockClientBuilder {
         }
         check_timeout("connect_timeout", self.connect_timeout)?;
         check_timeout("response_timeout", self.response_timeout)?;
-        let client =
-            redis::Client::open(self.url.as_str()).map_err(|e| LockError::InvalidOption {
-                option: "url",
-                // The URL may carry a password: only the reason is reported.
-                reason: e.to_string(),
-            })?;
-        let pool = match self.pool {
-            Some(pool) => pool,
-            None => Backend::default_pool(&client, self.pool_size, self.connect_timeout)?,
-        };
-        let backend = Backend::new(pool, client, self.response_timeout, self.connect_timeout);
-        backend.load_scripts(&scripts::all()).await?;
+        if let Some((n, timeout)) = self.min_replicas {
+            if !(1..=16).contains(&n) {
+                return Err(LockError::InvalidOption {
+                    option: "min_replicas",
+                    reason: format!("{n} replicas is outside 1..=16"),
+                });
+            }
+            check_timeout("min_replicas", timeout)?;
+        }
+        if self.pool.is_some() && !matches!(self.deployment, Deployment::Standalone { .. }) {
+            return Err(LockError::InvalidOption {
+                option: "pool",
+                reason: "an existing pool can only be used with a standalone server".to_owned(),
+            });
+        }
+        let (backend, source) = self.connect().await?;
+        let sharded = backend.is_sharded();
+        backend.load_scripts(&scripts::all(sharded)).await?;
 
         let (jobs, rx) = mpsc::unbounded_channel();
-        let waiters = Waiters::start(backend.redis_client().clone(), self.connect_timeout);
+        let waiters = Waiters::start(source, self.connect_timeout);
         let inner = Arc::new(Inner {
             backend,
+            publish: Publishing::get(sharded),
             config: Config {
                 prefix: self.prefix,
                 watchdog_lease: self.watchdog_lease,
                 fence_ttl: self.fence_ttl,
+                min_replicas: self.min_replicas,
             },
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             holds: Mutex::new(HashMap::new()),
@@ -179,6 +238,79 @@ impl LockClientBuilder {
         tokio::spawn(run_jobs(rx));
         tokio::spawn(watchdog::run(Arc::downgrade(&inner), self.watchdog_lease));
         Ok(LockClient { inner })
+    }
+}
+
+impl LockClientBuilder {
+    /// Builds the backend of the deployment, and says where the pub/sub connection goes.
+    async fn connect(&mut self) -> Result<(Backend, Source), LockError> {
+        // URLs may carry a password: only the reason is reported.
+        let invalid = |option, e: redis::RedisError| LockError::InvalidOption {
+            option,
+            reason: e.to_string(),
+        };
+        let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
+        match &self.deployment {
+            Deployment::Standalone { url } => {
+                let client = redis::Client::open(url.as_str()).map_err(|e| invalid("url", e))?;
+                let pool = match self.pool.take() {
+                    Some(pool) => pool,
+                    None => Standalone::default_pool(&client, self.pool_size, connect_timeout)?,
+                };
+                let source = Source::Server(client.clone());
+                let backend = Standalone::new(pool, client, response_timeout, connect_timeout);
+                Ok((Backend::Standalone(backend), source))
+            }
+            Deployment::Cluster { urls } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "urls",
+                        reason: "no cluster node given".to_owned(),
+                    });
+                }
+                let client = Cluster::client(urls, connect_timeout, response_timeout)
+                    .map_err(|e| invalid("urls", e))?;
+                let backend = Cluster::connect(&client, connect_timeout, response_timeout).await?;
+                Ok((Backend::Cluster(backend), Source::Cluster(urls.clone())))
+            }
+            Deployment::Sentinel {
+                urls,
+                service,
+                primary_url,
+            } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "sentinels",
+                        reason: "no sentinel given".to_owned(),
+                    });
+                }
+                if service.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "service",
+                        reason: "the Sentinel service name is empty".to_owned(),
+                    });
+                }
+                let sentinels = urls
+                    .iter()
+                    .map(|url| redis::Client::open(url.as_str()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| invalid("sentinels", e))?;
+                let primary = redis::IntoConnectionInfo::into_connection_info(
+                    primary_url.as_deref().unwrap_or("redis://primary/"),
+                )
+                .map_err(|e| invalid("sentinel_primary_url", e))?;
+                let discovery = sentinel::Discovery::new(sentinel::Settings {
+                    sentinels,
+                    service: service.clone(),
+                    primary,
+                    pool_size: self.pool_size,
+                    connect_timeout,
+                    response_timeout,
+                });
+                let backend = Sentinel::new(discovery.clone());
+                Ok((Backend::Sentinel(backend), Source::Sentinel(discovery)))
+            }
+        }
     }
 }
 
@@ -227,8 +359,89 @@ impl LockClient {
     /// Starts configuring a client for the Redis server at `url`
     /// (`redis://[:password@]host:port[/db]`).
     pub fn builder(url: &str) -> LockClientBuilder {
-        LockClientBuilder {
+        Self::builder_for(Deployment::Standalone {
             url: url.to_owned(),
+        })
+    }
+
+    /// Starts configuring a client for a Redis Cluster (7.0 or later), given some of its nodes
+    /// (`redis://host:port`); the rest are discovered.
+    ///
+    /// Each lock lives in the slot of its name (its keys share the hash tag `{name}`), so
+    /// every operation on one lock is one script on one node; waiters listen through sharded
+    /// pub/sub (`SSUBSCRIBE`) on that node; the watchdog renews each slot's locks with one
+    /// script per slot. A multi-lock must keep its names in one slot
+    /// ([`LockError::CrossSlot`] otherwise). A failover of a primary may lose the locks it held
+    /// unless [`min_replicas`](LockClientBuilder::min_replicas) is set (see there for what that
+    /// does and does not cover).
+    ///
+    /// ```no_run
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// # async fn f() -> Result<(), LockError> {
+    /// let client = LockClient::builder_cluster([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    ///     "redis://10.0.0.3:7000",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("order:42").await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_cluster<I, S>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::builder_for(Deployment::Cluster {
+            urls: urls.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// Starts configuring a client for the primary that Redis Sentinel manages as `service`,
+    /// given the sentinels' URLs (`redis://host:26379`).
+    ///
+    /// The client asks the sentinels for the primary, checks it with `ROLE`, and follows a
+    /// failover: when the primary stops answering or says it became a replica, the client asks
+    /// again and moves its connections, pub/sub included. While no sentinel names a reachable
+    /// primary, operations fail with [`LockError::NoPrimary`]. Locks the old primary granted
+    /// may be lost in a failover unless [`min_replicas`](LockClientBuilder::min_replicas) is
+    /// set.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// # async fn f() -> Result<(), LockError> {
+    /// let client = LockClient::builder_sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .min_replicas(1, Duration::from_millis(50))
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("payment:7").await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_sentinel<I, S>(sentinels: I, service: &str) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::builder_for(Deployment::Sentinel {
+            urls: sentinels.into_iter().map(Into::into).collect(),
+            service: service.to_owned(),
+            primary_url: None,
+        })
+    }
+
+    fn builder_for(deployment: Deployment) -> LockClientBuilder {
+        LockClientBuilder {
+            deployment,
+            min_replicas: None,
             prefix: DEFAULT_KEY_PREFIX.to_owned(),
             watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             fence_ttl: DEFAULT_FENCE_TTL,
@@ -289,7 +502,9 @@ impl LockClient {
             .inner
             .backend
             .invoke(
-                scripts::FORCE_UNLOCK
+                self.inner
+                    .publish
+                    .force_unlock
                     .key(&keys.hash)
                     .arg(&keys.channel)
                     .arg(crate::mutex::millis(self.inner.config.fence_ttl)),
@@ -335,6 +550,8 @@ pub struct LockInfo {
 /// The state shared by a client's handles, guards and background tasks.
 pub(crate) struct Inner {
     pub(crate) backend: Backend,
+    /// The scripts that publish, in the topology's flavour.
+    pub(crate) publish: &'static Publishing,
     pub(crate) config: Config,
     client_id: String,
     /// Every hold of this client by (lock hash key, owner id).

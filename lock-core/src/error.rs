@@ -77,6 +77,46 @@ pub enum LockError {
     #[error("no lock client: pass one or call lock_core::install_global at startup")]
     NoClient,
 
+    /// The lock was taken on the primary, but fewer replicas than
+    /// [`min_replicas`](crate::LockClientBuilder::min_replicas) confirmed the write in time.
+    /// The acquisition has been given back; nothing is held.
+    #[error(
+        "lock `{name}`: {acked} of {required} replicas confirmed the acquisition within {timeout:?}; it was given back"
+    )]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// How many replicas confirmed.
+        acked: u32,
+        /// How many were required.
+        required: u32,
+        /// How long the primary waited for them.
+        timeout: Duration,
+    },
+
+    /// On a Redis Cluster, the locks of one multi-key operation live in different hash slots,
+    /// so no single script can take them atomically.
+    #[error(
+        "locks `{first}` and `{second}` are in different Redis Cluster slots; one multi-lock must stay in one slot"
+    )]
+    CrossSlot {
+        /// One lock's name.
+        first: String,
+        /// A lock of the same request in another slot.
+        second: String,
+    },
+
+    /// No Sentinel could name a reachable primary for the service (all sentinels down, or a
+    /// failover in progress).
+    #[error("no primary known for Sentinel service `{service}`")]
+    NoPrimary {
+        /// The Sentinel service (master) name.
+        service: String,
+        /// The last error seen while asking the sentinels or checking the primary.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
+
     /// Redis answered something the lock scripts never return.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),
@@ -91,10 +131,25 @@ impl LockError {
     /// True when Redis could not be reached or did not answer: retrying later may help.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            LockError::Unavailable { .. } | LockError::ResponseTimeout(_) => true,
+            LockError::Unavailable { .. }
+            | LockError::ResponseTimeout(_)
+            | LockError::NoPrimary { .. }
+            | LockError::NotReplicated { .. } => true,
             LockError::Redis(e) => is_connection_error(e),
             _ => false,
         }
+    }
+}
+
+impl LockError {
+    /// True for errors raised before a command was sent, so nothing can have been applied.
+    pub(crate) fn never_sent(&self) -> bool {
+        matches!(
+            self,
+            LockError::Unavailable { .. }
+                | LockError::NoPrimary { .. }
+                | LockError::CrossSlot { .. }
+        )
     }
 }
 

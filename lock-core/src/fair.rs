@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Topology;
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
 use crate::guard::{Kind, Lease, LockGuard};
@@ -166,7 +167,7 @@ struct Leave<'a> {
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut invocation = scripts::FAIR_LEAVE.key(&self.keys.hash);
+            let mut invocation = self.inner.publish.fair_leave.key(&self.keys.hash);
             invocation
                 .key(format!("{}:queue", self.keys.hash))
                 .key(format!("{}:deadlines", self.keys.hash))

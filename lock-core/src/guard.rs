@@ -240,15 +240,15 @@ impl Hold {
         token: u64,
     ) -> redis::ScriptInvocation<'static> {
         let mut invocation = match self.kind {
-            Kind::Read => scripts::RW_READ_RELEASE.key(&self.keys.hash),
+            Kind::Read => inner.publish.rw_read_release.key(&self.keys.hash),
             Kind::Fair => {
-                let mut invocation = scripts::FAIR_RELEASE.key(&self.keys.hash);
+                let mut invocation = inner.publish.fair_release.key(&self.keys.hash);
                 invocation
                     .key(format!("{}:queue", self.keys.hash))
                     .key(format!("{}:deadlines", self.keys.hash));
                 invocation
             }
-            Kind::Lock | Kind::Permits(_) => scripts::RELEASE.key(&self.keys.hash),
+            Kind::Lock | Kind::Permits(_) => inner.publish.release.key(&self.keys.hash),
         };
         invocation.arg(&self.owner).arg(count);
         if self.kind == Kind::Read {
@@ -266,7 +266,9 @@ impl Hold {
         inner
             .backend
             .invoke(
-                scripts::SEM_RELEASE
+                inner
+                    .publish
+                    .sem_release
                     .key(&self.keys.hash)
                     .arg(&self.owner)
                     .arg(n)

@@ -19,6 +19,10 @@
 //! never holds some of its locks while waiting for the rest, so two multi-locks over
 //! overlapping names cannot deadlock. While one name is busy, the request waits for that
 //! name's release message (or its holder's lease to run out) and tries again.
+//!
+//! On a Redis Cluster one script can only touch keys of one slot, and each lock lives in the
+//! slot of its own name, so a multi-lock whose names fall in different slots fails at once
+//! with [`LockError::CrossSlot`], before anything is sent.
 
 use std::fmt;
 use std::future::IntoFuture;
@@ -31,6 +35,7 @@ use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Topology;
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
 use crate::guard::{Hold, Lease, LockGuard};
@@ -209,6 +214,16 @@ async fn acquire(
         });
     }
     let (keys, order): (Vec<LockKeys>, Vec<usize>) = keyed.into_iter().unzip();
+    // On a Cluster one script can only touch one slot.
+    if let Some(first) = keys.first() {
+        let slot = inner.backend.slot(&first.hash);
+        if let Some(other) = keys.iter().find(|k| inner.backend.slot(&k.hash) != slot) {
+            return Err(LockError::CrossSlot {
+                first: first.name.clone(),
+                second: other.name.clone(),
+            });
+        }
+    }
     let owner = inner.owner_for_current_task();
     let deadline = wait.and_then(|w| start.checked_add(w));
     let will_wait = wait != Some(Duration::ZERO);
@@ -260,7 +275,7 @@ impl Drop for Reply {
         };
         let needed = match &self.result {
             Ok(reply) => reply.first() == Some(&1),
-            Err(LockError::Unavailable { .. }) => false,
+            Err(e) if e.never_sent() => false,
             Err(_) => true,
         };
         if needed {
@@ -317,7 +332,7 @@ async fn attempt(
     let reply = match std::mem::replace(&mut delivered.result, Ok(Vec::new())) {
         Ok(reply) => reply,
         Err(e) => {
-            if !matches!(e, LockError::Unavailable { .. }) {
+            if !e.never_sent() {
                 delivered.result = Err(LockError::UnexpectedReply(e.to_string()));
             }
             return Err(e);

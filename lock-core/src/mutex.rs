@@ -10,6 +10,7 @@ use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Topology;
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
 use crate::guard::{Hold, Lease, LockGuard, Status};
@@ -97,7 +98,7 @@ impl Drop for Reply {
         let needed = match &self.result {
             Ok(reply) => *reply > 0,
             // Never sent (no connection): nothing to undo.
-            Err(LockError::Unavailable { .. }) => false,
+            Err(e) if e.never_sent() => false,
             Err(_) => true,
         };
         if needed {
@@ -126,7 +127,12 @@ pub(crate) async fn send_undoable(
         let (inner, hold) = (inner.clone(), hold.clone());
         async move {
             let sent_at = Instant::now();
-            let result: Result<i64, LockError> = inner.backend.invoke(&invocation).await;
+            let result = match inner.config.min_replicas {
+                None => inner.backend.invoke::<i64>(&invocation).await,
+                Some((required, timeout)) => {
+                    acknowledged(&inner, &hold, &invocation, required, timeout).await
+                }
+            };
             // If the caller is gone, or goes before it reads this, dropping it undoes the
             // acquisition.
             let _ = tx.send(Reply {
@@ -144,7 +150,7 @@ pub(crate) async fn send_undoable(
     let reply = match std::mem::replace(&mut delivered.result, Ok(0)) {
         Ok(reply) => reply,
         Err(e) => {
-            if !matches!(e, LockError::Unavailable { .. }) {
+            if !e.never_sent() {
                 // Put an error back: dropping `delivered` then undoes what may have run.
                 delivered.result = Err(LockError::UnexpectedReply(e.to_string()));
             }
@@ -155,6 +161,33 @@ pub(crate) async fn send_undoable(
         unreachable!("the task always sends an undo");
     };
     Ok((reply, delivered.sent_at, op))
+}
+
+/// Runs an acquisition followed by `WAIT`: an applied acquisition that fewer than `required`
+/// replicas confirmed is an error (which the caller's [`Reply`] then undoes).
+async fn acknowledged(
+    inner: &Inner,
+    hold: &Hold,
+    invocation: &redis::ScriptInvocation<'static>,
+    required: u32,
+    timeout: Duration,
+) -> Result<i64, LockError> {
+    let (value, acked) = inner
+        .backend
+        .invoke_acked(invocation, &hold.keys.hash, required, timeout)
+        .await?;
+    let reply: i64 = crate::backend::convert(value)?;
+    if reply > 0 && acked < required {
+        tracing::warn!(lock = %hold.keys.name, acked, required,
+            "too few replicas confirmed the acquisition; giving it back");
+        return Err(LockError::NotReplicated {
+            name: hold.keys.name.clone(),
+            acked,
+            required,
+            timeout,
+        });
+    }
+    Ok(reply)
 }
 
 /// The hold count an acquisition for `hold` starts from (call with its operation lock held).

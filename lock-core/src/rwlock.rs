@@ -35,6 +35,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Topology;
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
 use crate::guard::{GuardCore, Hold, Kind, Lease, LockGuard};
@@ -219,7 +220,7 @@ struct Unmark<'a> {
 impl Drop for Unmark<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut invocation = scripts::RW_UNMARK.key(&self.keys.mark);
+            let mut invocation = self.inner.publish.rw_unmark.key(&self.keys.mark);
             invocation.arg(self.owner).arg(&self.keys.writer.channel);
             self.inner
                 .script_in_background(invocation, "removal of a writer-waiting mark");

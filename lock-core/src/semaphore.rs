@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Topology;
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
 use crate::guard::{GuardCore, Hold, Lease};

@@ -15,7 +15,21 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use crate::backend::sentinel::Discovery;
+
+/// Where the pub/sub connection goes.
+pub(crate) enum Source {
+    /// One server: `SUBSCRIBE` there.
+    Server(redis::Client),
+    /// The primary the sentinels name: `SUBSCRIBE` there, and move when it changes.
+    Sentinel(Arc<Discovery>),
+    /// A Redis Cluster (seed node URLs): `SSUBSCRIBE` on the node that owns each channel's
+    /// slot, through a RESP3 cluster connection that follows slot moves and failovers.
+    Cluster(Vec<String>),
+}
 
 /// The waiters of one client.
 pub(crate) struct Waiters {
@@ -48,13 +62,21 @@ enum Command {
 
 impl Waiters {
     /// Starts the pub/sub task. It ends when the `Waiters` is dropped.
-    pub(crate) fn start(client: redis::Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn start(source: Source, connect_timeout: Duration) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
             commands: tx,
         });
-        tokio::spawn(run(Arc::downgrade(&shared), rx, client, connect_timeout));
+        let shared_weak = Arc::downgrade(&shared);
+        match source {
+            Source::Cluster(urls) => {
+                tokio::spawn(run_sharded(shared_weak, rx, urls, connect_timeout));
+            }
+            source => {
+                tokio::spawn(run(shared_weak, rx, source, connect_timeout));
+            }
+        }
         Self { shared }
     }
 
@@ -177,20 +199,40 @@ impl Shared {
 async fn run(
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    client: redis::Client,
+    source: Source,
     connect_timeout: Duration,
 ) {
     let mut backoff = Duration::from_millis(50);
+    let mut changes = match &source {
+        Source::Sentinel(discovery) => Some(discovery.changes()),
+        _ => None,
+    };
     loop {
-        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
+        if let Some(changes) = changes.as_mut() {
+            changes.borrow_and_update();
+        }
+        let (client, generation) = match &source {
+            Source::Server(client) => (Ok(client.clone()), 0),
+            Source::Sentinel(discovery) => match discovery.pubsub_client().await {
+                Ok((generation, client)) => (Ok(client), generation),
+                Err(e) => (Err(e.to_string()), 0),
+            },
+            Source::Cluster(_) => unreachable!("a Cluster runs `run_sharded`"),
+        };
+        let connected = match &client {
+            Ok(client) => tokio::time::timeout(connect_timeout, client.get_async_pubsub())
+                .await
+                .map_err(|_| "connect timed out".to_owned())
+                .and_then(|r| r.map_err(|e| e.to_string())),
+            Err(e) => Err(e.clone()),
+        };
         let pubsub = match connected {
-            Ok(Ok(p)) => p,
-            other => {
-                let reason = match other {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "connect timed out".to_owned(),
-                };
+            Ok(p) => p,
+            Err(reason) => {
                 tracing::warn!(%reason, "lock pub/sub connection failed; waiters fall back to lease expiry");
+                if let Source::Sentinel(discovery) = &source {
+                    discovery.pubsub_failed(generation).await;
+                }
                 // Keep draining commands so the queue does not grow while we are down.
                 let sleep = tokio::time::sleep(backoff);
                 tokio::pin!(sleep);
@@ -265,6 +307,10 @@ async fn run(
                         state.version.send_modify(|v| *v += 1);
                     }
                 }
+                () = primary_changed(&mut changes) => {
+                    tracing::info!("the primary changed; moving the lock pub/sub connection");
+                    break true;
+                }
             }
         };
         if disconnected {
@@ -276,6 +322,153 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+/// Resolves when the Sentinel primary changes; never without Sentinel.
+async fn primary_changed(changes: &mut Option<watch::Receiver<u64>>) {
+    match changes {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The pub/sub task on a Cluster: sharded channels (`SSUBSCRIBE`) through one RESP3 cluster
+/// connection. The connection routes each subscription to the node owning the channel's slot
+/// and subscribes again after reconnects and slot moves; this task also subscribes again
+/// itself, and wakes the channel's waiters, whenever a node connection drops or a node
+/// unsubscribes a channel (its slot moved), since messages may have been missed meanwhile.
+async fn run_sharded(
+    shared: Weak<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    urls: Vec<String>,
+    connect_timeout: Duration,
+) {
+    let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+    let client = match redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(push_tx)
+        .connection_timeout(connect_timeout)
+        .response_timeout(connect_timeout)
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "lock pub/sub cannot be configured; waiters fall back to lease expiry");
+            return;
+        }
+    };
+    let mut backoff = Duration::from_millis(50);
+    let mut connection = loop {
+        match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+            Ok(Ok(c)) => break c,
+            other => {
+                let reason = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "connect timed out".to_owned(),
+                };
+                tracing::warn!(%reason, "lock pub/sub connection failed; waiters fall back to lease expiry");
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        cmd = commands.recv() => if cmd.is_none() { return },
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    };
+    // Channels to (re)subscribe, retried until Redis confirms.
+    let mut pending: Vec<String> = Vec::new();
+    let mut retry = tokio::time::interval(Duration::from_millis(250));
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            cmd = commands.recv() => {
+                let Some(cmd) = cmd else { return };
+                match cmd {
+                    Command::Subscribe(channel) => pending.push(channel),
+                    Command::Unsubscribe(channel) => {
+                        let Some(s) = shared.upgrade() else { return };
+                        if s.wanted(&channel).is_none() {
+                            drop(s);
+                            let _ = tokio::time::timeout(connect_timeout, connection.sunsubscribe(&channel)).await;
+                        }
+                    }
+                }
+            }
+            push = pushes.recv() => {
+                let Some(push) = push else { return };
+                let Some(s) = shared.upgrade() else { return };
+                match push.kind {
+                    PushKind::SMessage => {
+                        if let Some(channel) = push.data.first().and_then(channel_name)
+                            && let Some(state) = s.wanted(&channel)
+                        {
+                            state.version.send_modify(|v| *v += 1);
+                        }
+                    }
+                    PushKind::SUnsubscribe => {
+                        // A node gave up the channel (its slot moved away): subscribe again,
+                        // at the new owner, if someone still waits.
+                        if let Some(channel) = push.data.first().and_then(channel_name)
+                            && let Some(state) = s.wanted(&channel)
+                        {
+                            state.subscribed.send_replace(false);
+                            state.version.send_modify(|v| *v += 1);
+                            pending.push(channel);
+                        }
+                    }
+                    PushKind::Disconnection => {
+                        tracing::warn!("a lock pub/sub node connection dropped; subscribing again");
+                        for (channel, state) in s.all() {
+                            state.subscribed.send_replace(false);
+                            state.version.send_modify(|v| *v += 1);
+                            pending.push(channel);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ = retry.tick(), if !pending.is_empty() => {}
+        }
+        if pending.is_empty() {
+            continue;
+        }
+        let Some(s) = shared.upgrade() else { return };
+        pending.sort();
+        pending.dedup();
+        let mut failed = Vec::new();
+        for channel in std::mem::take(&mut pending) {
+            let Some(state) = s.wanted(&channel) else {
+                continue;
+            };
+            match tokio::time::timeout(connect_timeout, connection.ssubscribe(&channel)).await {
+                Ok(Ok(())) => {
+                    if !*state.subscribed.borrow() {
+                        state.subscribed.send_replace(true);
+                        // A release may have come while it was not subscribed.
+                        state.version.send_modify(|v| *v += 1);
+                    }
+                }
+                _ => failed.push(channel),
+            }
+        }
+        pending = failed;
+    }
+}
+
+fn channel_name(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
     }
 }
 

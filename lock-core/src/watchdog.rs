@@ -1,17 +1,22 @@
 //! The watchdog: one background task per client that renews every watchdog-leased hold.
 //!
-//! Every `lease / 3` it sends one renew script per batch of up to [`BATCH`] locks. A hold
+//! Every `lease / 3` it sends one renew script per batch of up to [`BATCH`] locks of one kind
+//! (and, on a Cluster, of one slot), several batches at once. A hold
 //! Redis says is gone is marked lost at once. A hold whose last confirmed renewal is older
 //! than its lease (measured from when that renewal was sent, minus a drift margin) is marked
 //! lost when that moment passes, whether Redis answered with errors or not at all. Holds whose
 //! guards are all gone (released, dropped) are never renewed again. The task ends when the
 //! client is dropped.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
+use crate::backend::Topology;
 use crate::client::Inner;
 use crate::guard::{Hold, Kind};
 use crate::mutex::millis;
@@ -19,6 +24,10 @@ use crate::scripts;
 
 /// Locks renewed per script call.
 pub(crate) const BATCH: usize = 256;
+
+/// Renew scripts in flight at once (on a Cluster, scripts to one node share its connection, so
+/// they are pipelined there).
+const CONCURRENT_BATCHES: usize = 32;
 
 pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
     let period = lease / 3;
@@ -28,17 +37,14 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
         let Some(inner) = inner.upgrade() else { return };
         let holds = inner.watched_holds();
         let started = Instant::now();
-        let mut failed = false;
-        for kind in [Kind::Lock, Kind::Read, Kind::Permits(0)] {
-            let same: Vec<_> = holds
-                .iter()
-                .filter(|(hold, _)| same_kind(renewed_as(hold.kind), kind))
-                .cloned()
-                .collect();
-            for batch in same.chunks(BATCH) {
-                failed |= !renew(&inner, batch, lease, period).await;
-            }
-        }
+        let failed = {
+            let inner = &inner;
+            futures_util::stream::iter(batches(inner, &holds))
+                .map(|batch| async move { renew(inner, &batch, lease, period).await })
+                .buffer_unordered(CONCURRENT_BATCHES)
+                .fold(false, |failed, ok| async move { failed | !ok })
+                .await
+        };
         let now = Instant::now();
         let mut earliest = None::<Instant>;
         for (hold, _) in &holds {
@@ -58,17 +64,30 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
     }
 }
 
+/// The renew scripts of one period: one kind of hold each, one slot each on a Cluster (a
+/// script's keys must share a slot there), at most [`BATCH`] holds each.
+fn batches(inner: &Inner, holds: &[(Arc<Hold>, u64)]) -> Vec<Vec<(Arc<Hold>, u64)>> {
+    let mut groups: HashMap<(std::mem::Discriminant<Kind>, Option<Slot>), Vec<_>> = HashMap::new();
+    for (hold, generation) in holds {
+        let kind = std::mem::discriminant(&renewed_as(hold.kind));
+        let slot = inner.backend.slot(&hold.keys.hash);
+        groups
+            .entry((kind, slot))
+            .or_default()
+            .push((hold.clone(), *generation));
+    }
+    groups
+        .into_values()
+        .flat_map(|group| group.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>())
+        .collect()
+}
+
 /// A fair lock renews like a lock: its lease is on the same kind of string.
 fn renewed_as(kind: Kind) -> Kind {
     match kind {
         Kind::Fair => Kind::Lock,
         other => other,
     }
-}
-
-/// Whether two kinds renew with the same script (permit counts aside).
-fn same_kind(a: Kind, b: Kind) -> bool {
-    std::mem::discriminant(&a) == std::mem::discriminant(&b)
 }
 
 /// Renews one batch; returns false when Redis could not be asked or did not answer.

@@ -4,10 +4,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bb8::{Pool, RunError};
+use bb8::{Pool, PooledConnection, RunError};
 use bb8_redis::RedisConnectionManager;
-use redis::{FromRedisValue, ScriptInvocation, aio::MultiplexedConnection};
+use redis::cluster_routing::Slot;
+use redis::{Script, ScriptInvocation, Value, aio::MultiplexedConnection};
 
+use super::{Topology, acks, map_error, wait_cmd};
 use crate::error::{LockError, is_connection_error};
 
 pub(crate) struct Standalone {
@@ -57,20 +59,22 @@ impl Standalone {
         &self.client
     }
 
-    pub(crate) fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-
     /// A handle on a pooled multiplexed connection. The pool slot is given back at once: the
     /// handle shares the connection, so concurrent commands from many tasks are pipelined on
     /// the pool's connections instead of each holding one exclusively for a round trip.
     async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
+        let pooled = self.slot_exclusively().await?;
+        let mut conn = (*pooled).clone();
+        conn.set_response_timeout(self.response_timeout);
+        Ok(conn)
+    }
+
+    /// A pool slot, kept from other tasks until dropped.
+    async fn slot_exclusively(
+        &self,
+    ) -> Result<PooledConnection<'_, RedisConnectionManager>, LockError> {
         match self.pool.get().await {
-            Ok(pooled) => {
-                let mut conn = (*pooled).clone();
-                conn.set_response_timeout(self.response_timeout);
-                Ok(conn)
-            }
+            Ok(pooled) => Ok(pooled),
             Err(RunError::User(e)) => Err(LockError::Unavailable {
                 waited: self.connect_timeout,
                 source: Some(e),
@@ -130,15 +134,18 @@ impl Standalone {
         self.heals.fetch_add(1, Ordering::AcqRel);
     }
 
+    fn map_error(&self, e: redis::RedisError) -> LockError {
+        map_error(e, self.response_timeout)
+    }
+}
+
+impl Topology for Standalone {
     /// Runs a script (EVALSHA, EVAL on NOSCRIPT).
     ///
     /// When the connection fails mid-command (reset, timeout) the pool's broken connections
     /// are replaced and the script is sent once more. Every script of this crate is written to
     /// be safe to repeat: a repeat of an applied command is recognised and not applied twice.
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<T, LockError> {
+    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
         let heals = self.heals.load(Ordering::Acquire);
         let mut conn = self.connection().await?;
         match invocation.invoke_async(&mut conn).await {
@@ -160,19 +167,33 @@ impl Standalone {
         }
     }
 
-    fn map_error(&self, e: redis::RedisError) -> LockError {
-        if e.is_timeout() {
-            LockError::ResponseTimeout(self.response_timeout)
-        } else {
-            LockError::Redis(e)
-        }
+    /// Runs the script and `WAIT` on one pooled connection that no other task is handed
+    /// meanwhile, so `WAIT` (which blocks its connection) delays nobody else's commands.
+    async fn invoke_acked(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        _key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Value, u32), LockError> {
+        let pooled = self.slot_exclusively().await?;
+        let mut conn = (*pooled).clone();
+        conn.set_response_timeout(self.response_timeout + timeout);
+        let value = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.map_error(e))?;
+        let acked = wait_cmd(replicas, timeout)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_error(e))?;
+        drop(pooled);
+        Ok((value, acks(acked)?))
     }
-}
 
-impl Standalone {
     /// Loads every script (which also proves the server answers), bounded by the connect and
     /// response timeouts.
-    pub(crate) async fn load_scripts(&self, scripts: &[&redis::Script]) -> Result<(), LockError> {
+    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
         let mut conn = self.connection().await?;
         for script in scripts {
             script
@@ -181,5 +202,13 @@ impl Standalone {
                 .map_err(|e| self.map_error(e))?;
         }
         Ok(())
+    }
+
+    fn slot(&self, _key: &str) -> Option<Slot> {
+        None
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 }

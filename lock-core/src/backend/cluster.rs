@@ -1,0 +1,139 @@
+//! A Redis Cluster, through the redis crate's async cluster connection.
+//!
+//! Every key and channel of one lock carries the lock's name as its hash tag (`P{N}`,
+//! `P{N}:released`, …), so one lock lives in one slot and each script touches one node. The
+//! cluster connection routes a script by its first key, follows `MOVED` and `ASK`, refreshes the
+//! slot map when the topology changes and reconnects to nodes that went away.
+
+use std::time::Duration;
+
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{Script, ScriptInvocation, Value};
+
+use super::{Topology, acks, map_error, wait_cmd};
+use crate::error::LockError;
+
+pub(crate) struct Cluster {
+    connection: ClusterConnection,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+/// How many times the cluster connection re-sends a command after a redirect or a failure.
+const RETRIES: u32 = 3;
+
+impl Cluster {
+    /// The client for commands (RESP2) built from the seed nodes.
+    pub(crate) fn client(
+        urls: &[String],
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<ClusterClient, redis::RedisError> {
+        ClusterClient::builder(urls.iter().map(String::as_str))
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .retries(RETRIES)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .build()
+    }
+
+    /// Connects to the cluster (learning its slot map from the seed nodes).
+    pub(crate) async fn connect(
+        client: &ClusterClient,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Self, LockError> {
+        let connection =
+            match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+                Ok(Ok(connection)) => connection,
+                Ok(Err(e)) => {
+                    return Err(LockError::Unavailable {
+                        waited: connect_timeout,
+                        source: Some(e),
+                    });
+                }
+                Err(_) => {
+                    return Err(LockError::Unavailable {
+                        waited: connect_timeout,
+                        source: None,
+                    });
+                }
+            };
+        Ok(Self {
+            connection,
+            response_timeout,
+            connect_timeout,
+        })
+    }
+
+    /// The longest a command may take: its retries after redirects and failures included.
+    fn limit(&self) -> Duration {
+        (self.response_timeout + Duration::from_millis(200)) * (RETRIES + 1)
+    }
+
+    async fn bounded<T>(
+        &self,
+        request: impl Future<Output = Result<T, redis::RedisError>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.limit(), request).await {
+            Ok(result) => result.map_err(|e| map_error(e, self.response_timeout)),
+            Err(_) => Err(LockError::ResponseTimeout(self.limit())),
+        }
+    }
+}
+
+impl Topology for Cluster {
+    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
+        let mut connection = self.connection.clone();
+        self.bounded(invocation.invoke_async(&mut connection)).await
+    }
+
+    /// `WAIT` goes to the primary of the script's slot, on the cluster connection's (shared)
+    /// connection to that node, so it covers the script's write. It blocks that connection for
+    /// up to `timeout`, delaying other commands to the same node meanwhile.
+    async fn invoke_acked(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Value, u32), LockError> {
+        let mut connection = self.connection.clone();
+        let value = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await?;
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+            Slot::for_key(key),
+            SlotAddr::Master,
+        )));
+        let acked = match tokio::time::timeout(
+            self.limit() + timeout,
+            connection.route_command(wait_cmd(replicas, timeout), route),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(|e| map_error(e, self.response_timeout))?,
+            Err(_) => return Err(LockError::ResponseTimeout(self.limit() + timeout)),
+        };
+        Ok((value, acks(acked)?))
+    }
+
+    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
+        let mut connection = self.connection.clone();
+        for script in scripts {
+            self.bounded(script.load_async(&mut connection)).await?;
+        }
+        Ok(())
+    }
+
+    fn slot(&self, key: &str) -> Option<Slot> {
+        Some(Slot::for_key(key))
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+}

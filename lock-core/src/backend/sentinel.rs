@@ -1,0 +1,289 @@
+//! A primary managed by Redis Sentinel: the sentinels name it, and the client follows it when
+//! they fail over to a replica.
+//!
+//! The client asks the sentinels (in order, first answer wins) for the service's primary,
+//! checks with `ROLE` that the named node really is a primary, and talks to it as to a
+//! standalone server. When a command fails in a way that says the primary may have changed (the
+//! connection fails or times out, or the node answers `READONLY` because it was turned into a
+//! replica) it asks again; if they now name another node, the command is sent there once more
+//! (every script is safe to repeat) and the pub/sub connection moves too.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+use redis::{ConnectionAddr, ConnectionInfo, Script, ScriptInvocation, Value};
+use tokio::sync::watch;
+
+use super::{Standalone, Topology};
+use crate::error::{LockError, is_connection_error};
+
+/// How to reach the sentinels and what to build for a primary.
+pub(crate) struct Settings {
+    pub(crate) sentinels: Vec<redis::Client>,
+    pub(crate) service: String,
+    /// The primary's connection settings (password, database); its address is replaced by the
+    /// one the sentinels name.
+    pub(crate) primary: ConnectionInfo,
+    pub(crate) pool_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+/// The primary the client talks to, and how it finds the next one.
+pub(crate) struct Discovery {
+    settings: Settings,
+    current: Mutex<Option<Current>>,
+    /// Serialises lookups: a burst of failures asks the sentinels once.
+    looking: tokio::sync::Mutex<()>,
+    /// The generation of the current primary, for the pub/sub task.
+    changes: watch::Sender<u64>,
+}
+
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    addr: (String, u16),
+    node: Arc<Standalone>,
+}
+
+impl Discovery {
+    pub(crate) fn new(settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            current: Mutex::new(None),
+            looking: tokio::sync::Mutex::new(()),
+            changes: watch::Sender::new(0),
+        })
+    }
+
+    fn snapshot(&self) -> Option<Current> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The current primary, looked up first if none is known.
+    async fn current(&self) -> Result<(u64, Arc<Standalone>), LockError> {
+        if let Some(c) = self.snapshot() {
+            return Ok((c.generation, c.node));
+        }
+        self.refresh(0).await
+    }
+
+    /// Asks the sentinels again, unless someone already did since `seen` (a generation).
+    /// Returns the primary to use, which may be the same one.
+    async fn refresh(&self, seen: u64) -> Result<(u64, Arc<Standalone>), LockError> {
+        let _looking = self.looking.lock().await;
+        if let Some(c) = self.snapshot()
+            && c.generation != seen
+        {
+            return Ok((c.generation, c.node));
+        }
+        let addr = self.ask_sentinels().await?;
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = current.as_ref()
+            && c.addr == addr
+        {
+            return Ok((c.generation, c.node.clone()));
+        }
+        let generation = current.as_ref().map_or(1, |c| c.generation + 1);
+        let info = self
+            .settings
+            .primary
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+        let client = redis::Client::open(info).map_err(LockError::Redis)?;
+        let pool = Standalone::default_pool(
+            &client,
+            self.settings.pool_size,
+            self.settings.connect_timeout,
+        )?;
+        let node = Arc::new(Standalone::new(
+            pool,
+            client,
+            self.settings.response_timeout,
+            self.settings.connect_timeout,
+        ));
+        tracing::info!(service = %self.settings.service, host = %addr.0, port = addr.1,
+            "following the Sentinel primary");
+        *current = Some(Current {
+            generation,
+            addr,
+            node: node.clone(),
+        });
+        drop(current);
+        self.changes.send_replace(generation);
+        Ok((generation, node))
+    }
+
+    /// The first sentinel's answer that names a node which confirms it is a primary.
+    async fn ask_sentinels(&self) -> Result<(String, u16), LockError> {
+        let s = &self.settings;
+        let mut last_error = None;
+        for sentinel in &s.sentinels {
+            match self.ask(sentinel).await {
+                Ok(Some(addr)) => match self.is_primary(&addr).await {
+                    Ok(true) => return Ok(addr),
+                    Ok(false) => {
+                        tracing::debug!(host = %addr.0, port = addr.1,
+                            "the node a sentinel named is not a primary (yet)");
+                    }
+                    Err(e) => last_error = Some(e),
+                },
+                Ok(None) => {}
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(LockError::NoPrimary {
+            service: s.service.clone(),
+            source: last_error,
+        })
+    }
+
+    async fn ask(
+        &self,
+        sentinel: &redis::Client,
+    ) -> Result<Option<(String, u16)>, redis::RedisError> {
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.settings.service);
+        let reply: Option<(String, u16)> = self.query(sentinel, &cmd).await?;
+        Ok(reply)
+    }
+
+    async fn is_primary(&self, addr: &(String, u16)) -> Result<bool, redis::RedisError> {
+        let info = self
+            .settings
+            .primary
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+        let client = redis::Client::open(info)?;
+        let role: Vec<Value> = self.query(&client, &redis::cmd("ROLE")).await?;
+        let role = match role.into_iter().next() {
+            Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
+            None => String::new(),
+        };
+        Ok(role == "master")
+    }
+
+    /// One command on a short-lived connection, bounded by the timeouts.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        client: &redis::Client,
+        cmd: &redis::Cmd,
+    ) -> Result<T, redis::RedisError> {
+        let timed_out =
+            || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let s = &self.settings;
+        let mut conn =
+            tokio::time::timeout(s.connect_timeout, client.get_multiplexed_async_connection())
+                .await
+                .map_err(|_| timed_out())??;
+        tokio::time::timeout(s.response_timeout, cmd.query_async(&mut conn))
+            .await
+            .map_err(|_| timed_out())?
+    }
+
+    /// The client of the current primary for the pub/sub connection, looked up if needed,
+    /// with its generation.
+    pub(crate) async fn pubsub_client(&self) -> Result<(u64, redis::Client), LockError> {
+        let (generation, node) = self.current().await?;
+        Ok((generation, node.redis_client().clone()))
+    }
+
+    /// Reports that the pub/sub connection to the primary of `generation` failed.
+    pub(crate) async fn pubsub_failed(&self, generation: u64) {
+        let _ = self.refresh(generation).await;
+    }
+
+    /// Changes of primary.
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+/// The backend: every command goes to the current primary.
+pub(crate) struct Sentinel {
+    discovery: Arc<Discovery>,
+    connect_timeout: Duration,
+}
+
+impl Sentinel {
+    pub(crate) fn new(discovery: Arc<Discovery>) -> Self {
+        let connect_timeout = discovery.settings.connect_timeout;
+        Self {
+            discovery,
+            connect_timeout,
+        }
+    }
+
+    /// Runs `f` on the current primary; when it fails in a way that says the primary may have
+    /// moved, asks the sentinels and, if they name another node, runs it there once more.
+    async fn on_primary<T, F, Fut>(&self, f: F) -> Result<T, LockError>
+    where
+        F: Fn(Arc<Standalone>) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<T, LockError>> + Send,
+        T: Send,
+    {
+        let (generation, node) = self.discovery.current().await?;
+        match f(node).await {
+            Err(e) if primary_may_have_moved(&e) => {
+                let Ok((now, node)) = self.discovery.refresh(generation).await else {
+                    return Err(e);
+                };
+                if now == generation {
+                    return Err(e);
+                }
+                f(node).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Failures after which the sentinels are asked again.
+fn primary_may_have_moved(e: &LockError) -> bool {
+    match e {
+        LockError::Unavailable { .. } | LockError::ResponseTimeout(_) => true,
+        LockError::Redis(e) => {
+            is_connection_error(e) || matches!(e.code(), Some("READONLY" | "MASTERDOWN"))
+        }
+        _ => false,
+    }
+}
+
+impl Topology for Sentinel {
+    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
+        self.on_primary(|node| async move { node.invoke_value(invocation).await })
+            .await
+    }
+
+    async fn invoke_acked(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Value, u32), LockError> {
+        self.on_primary(|node| async move {
+            node.invoke_acked(invocation, key, replicas, timeout).await
+        })
+        .await
+    }
+
+    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
+        self.on_primary(|node| async move { node.load_scripts(scripts).await })
+            .await
+    }
+
+    fn slot(&self, _key: &str) -> Option<Slot> {
+        None
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+}
