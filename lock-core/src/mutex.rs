@@ -133,6 +133,16 @@ pub(crate) async fn send_undoable(
                     acknowledged(&inner, &hold, &invocation, required, timeout).await
                 }
             };
+            if matches!(result, Err(LockError::NotReplicated { .. })) {
+                // Given back before the caller hears of it, so the error means "not held".
+                hold.compensate(&inner, expected, op).await;
+                let _ = tx.send(Reply {
+                    result,
+                    sent_at,
+                    undo: None,
+                });
+                return;
+            }
             // If the caller is gone, or goes before it reads this, dropping it undoes the
             // acquisition.
             let _ = tx.send(Reply {
@@ -158,13 +168,15 @@ pub(crate) async fn send_undoable(
         }
     };
     let Some((_, _, _, op)) = delivered.undo.take() else {
-        unreachable!("the task always sends an undo");
+        return Err(LockError::UnexpectedReply(
+            "an acquisition reply without its undo".to_owned(),
+        ));
     };
     Ok((reply, delivered.sent_at, op))
 }
 
 /// Runs an acquisition followed by `WAIT`: an applied acquisition that fewer than `required`
-/// replicas confirmed is an error (which the caller's [`Reply`] then undoes).
+/// replicas confirmed is an error, and is given back before the caller hears of it.
 async fn acknowledged(
     inner: &Inner,
     hold: &Hold,

@@ -1,0 +1,153 @@
+//! Replica-acknowledged locks (`min_replicas`) on a primary with one replica: an acquisition
+//! succeeds only once the replica has the lock, and one the replica did not confirm is given
+//! back with a typed error.
+
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError};
+use lock_tests::RedisServer;
+use lock_tests::fixtures::{assert_clean, eventually};
+
+const ACK: Duration = Duration::from_millis(100);
+
+/// A primary and a replica whose replication link is up.
+async fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    eventually("the replica is in sync", || {
+        replica
+            .cmd(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    })
+    .await;
+    (primary, replica)
+}
+
+async fn acked_client(url: &str) -> LockClient {
+    LockClient::builder(url)
+        .min_replicas(1, ACK)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_lock_is_on_the_replica_when_granted() {
+    let (primary, replica) = primary_and_replica().await;
+    let c = acked_client(&primary.url()).await;
+    for i in 0..20 {
+        let name = format!("acked-{i}");
+        let guard = c.lock(name.clone()).await.unwrap();
+        // WAIT returned 1: the replica has the write, at once, not eventually.
+        let on_replica = replica.cmd(&["GET", &format!("lock:{{{name}}}")]);
+        let token = guard.fencing_token().to_string();
+        assert!(
+            on_replica.contains(&token),
+            "replica has {on_replica:?}, token {token}"
+        );
+        guard.unlock().await.unwrap();
+    }
+    assert_clean(&primary).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_replica_the_acquisition_is_given_back_with_a_typed_error() {
+    let primary = RedisServer::start();
+    let c = acked_client(&primary.url()).await;
+    let err = c.lock("lonely").await.unwrap_err();
+    match &err {
+        LockError::NotReplicated {
+            name,
+            acked,
+            required,
+            timeout,
+        } => {
+            assert_eq!(name, "lonely");
+            assert_eq!((*acked, *required, *timeout), (0, 1, ACK));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(err.is_unavailable());
+    let err = c.try_lock("lonely").await.unwrap_err();
+    assert!(matches!(err, LockError::NotReplicated { .. }), "{err:?}");
+    // Given back before the error was returned, so anyone can take it at once.
+    assert!(!c.is_locked("lonely").await.unwrap());
+    let plain = LockClient::connect(&primary.url()).await.unwrap();
+    let taken = plain.try_lock("lonely").await.unwrap();
+    taken
+        .expect("the unconfirmed lock was given back")
+        .unlock()
+        .await
+        .unwrap();
+    assert_clean(&primary).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_replica_fails_acquisitions_cleanly_until_it_returns() {
+    let (primary, mut replica) = primary_and_replica().await;
+    let c = acked_client(&primary.url()).await;
+    c.lock("before").await.unwrap().unlock().await.unwrap();
+
+    replica.pause();
+    let started = tokio::time::Instant::now();
+    let err = c.lock("during").await.unwrap_err();
+    assert!(matches!(err, LockError::NotReplicated { acked: 0, .. }), "{err:?}");
+    // Bounded by the acknowledgement timeout plus round trips, not by a lease.
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(!c.is_locked("during").await.unwrap(), "given back at once");
+
+    replica.resume();
+    eventually("the replica is back", || {
+        replica
+            .cmd(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    })
+    .await;
+    let mut guard = None;
+    for _ in 0..50 {
+        match c.lock("during").await {
+            Ok(g) => {
+                guard = Some(g);
+                break;
+            }
+            Err(LockError::NotReplicated { .. }) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    guard
+        .expect("acquisitions succeed once the replica answers")
+        .unlock()
+        .await
+        .unwrap();
+    assert_clean(&primary).await;
+}
+
+#[tokio::test]
+async fn bad_replica_options_are_refused() {
+    let primary = RedisServer::start();
+    for (n, timeout) in [
+        (0, ACK),
+        (17, ACK),
+        (1, Duration::ZERO),
+        (1, Duration::from_secs(7200)),
+    ] {
+        let err = LockClient::builder(&primary.url())
+            .min_replicas(n, timeout)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidOption {
+                    option: "min_replicas",
+                    ..
+                }
+            ),
+            "{n} {timeout:?}: {err:?}"
+        );
+    }
+}
