@@ -5,15 +5,24 @@
 //!   killed, restarted on the same port, paused and resumed.
 //! - [`FaultProxy`]: a TCP proxy between a client and Redis that can delay
 //!   traffic, black-hole it, lose exactly one reply, or cut connections.
+//! - [`RedisCluster`]: a private Redis Cluster (3 primaries + 3 replicas by
+//!   default) with slot migration (including the `ASK` window), crash and
+//!   manual failover, and slot/owner lookups.
+//! - [`SentinelGroup`]: a primary, a replica and three sentinels, with crash
+//!   and graceful failover.
 //! - [`init_tracing`] and [`unique_name`]: small helpers for test bodies.
 //!
 //! The harness never touches a Redis server it did not start itself.
 
+pub mod cluster;
 pub mod fixtures;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
 
+pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Mode};
+pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, Reply};
 
 use std::collections::hash_map::RandomState;

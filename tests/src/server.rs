@@ -28,6 +28,8 @@ const START_ATTEMPTS: usize = 5;
 const CMD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Name of the server log file inside the temporary directory.
 const LOG_FILE: &str = "redis-server.log";
+/// Name of the configuration file written by [`RedisServer::start_with_config`].
+const CONFIG_FILE: &str = "redis.conf";
 
 /// A `redis-server` child process owned by a test.
 ///
@@ -43,6 +45,8 @@ pub struct RedisServer {
     port: u16,
     /// Extra configuration arguments given to [`RedisServer::start_with`].
     extra_args: Vec<String>,
+    /// Configuration file passed as the first argument, if any.
+    config_file: Option<PathBuf>,
     /// Whether the process is currently stopped with `SIGSTOP`.
     paused: bool,
     /// Working directory of the server; deleted on drop.
@@ -68,28 +72,68 @@ impl RedisServer {
     /// Panics if the server cannot be started or does not answer `PING`
     /// within 10 seconds (after several attempts on different ports).
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::start_retrying(None, args)
+    }
+
+    /// Starts a fresh server whose configuration file (written to
+    /// `redis.conf` in the server's temporary directory, writable, and passed
+    /// as the first argument) holds `config`; `args` are appended to the
+    /// default configuration arguments, which take precedence over the file.
+    /// Used for Sentinel, which needs (and rewrites) a configuration file.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server cannot be started or does not answer `PING`
+    /// within 10 seconds (after several attempts on different ports).
+    pub fn start_with_config(config: &str, args: &[&str]) -> RedisServer {
+        RedisServer::start_retrying(Some(config), args)
+    }
+
+    /// Makes a single attempt at starting a fresh server on `port` (in a new
+    /// temporary directory), with an optional configuration file content (see
+    /// [`RedisServer::start_with_config`]) and extra arguments. Returns why it
+    /// failed instead of panicking, so callers that need particular ports
+    /// (e.g. a cluster node, whose bus port is `port + 10000`) can retry
+    /// elsewhere.
+    pub fn try_start_on(
+        port: u16,
+        config: Option<&str>,
+        args: &[&str],
+    ) -> Result<RedisServer, String> {
         let dir = tempfile::Builder::new()
             .prefix("lock-tests-redis-")
             .tempdir()
-            .unwrap_or_else(|e| {
-                panic!("cannot create a temporary directory for redis-server: {e}")
-            });
+            .map_err(|e| format!("cannot create a temporary directory for redis-server: {e}"))?;
+        let config_file = match config {
+            Some(text) => {
+                let path = dir.path().join(CONFIG_FILE);
+                std::fs::write(&path, text)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                Some(path)
+            }
+            None => None,
+        };
         let extra_args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        let child = spawn_and_wait(dir.path(), config_file.as_deref(), port, &extra_args)?;
+        tracing::debug!(port, pid = child.id(), "redis-server started");
+        Ok(RedisServer {
+            pid: child.id(),
+            child: Some(child),
+            port,
+            extra_args,
+            config_file,
+            paused: false,
+            dir,
+        })
+    }
+
+    /// Tries [`RedisServer::try_start_on`] on several free ports.
+    fn start_retrying(config: Option<&str>, args: &[&str]) -> RedisServer {
         let mut last_error = String::new();
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
-            match spawn_and_wait(dir.path(), port, &extra_args) {
-                Ok(child) => {
-                    tracing::debug!(port, pid = child.id(), "redis-server started");
-                    return RedisServer {
-                        pid: child.id(),
-                        child: Some(child),
-                        port,
-                        extra_args,
-                        paused: false,
-                        dir,
-                    };
-                }
+            match RedisServer::try_start_on(port, config, args) {
+                Ok(server) => return server,
                 Err(e) => {
                     tracing::warn!(attempt, port, error = %e, "redis-server did not start, retrying");
                     last_error = e;
@@ -134,6 +178,20 @@ impl RedisServer {
         self.dir.path().join(LOG_FILE)
     }
 
+    /// The configuration file given as the first argument (only for servers
+    /// started by [`RedisServer::start_with_config`] or with a configuration
+    /// by [`RedisServer::try_start_on`]). Sentinel rewrites it.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config_file.as_deref()
+    }
+
+    /// Whether the process was killed with [`RedisServer::kill`] and not
+    /// restarted since. Unlike [`RedisServer::is_running`] this needs no
+    /// `&mut` and does not notice a process that died by itself.
+    pub fn is_killed(&self) -> bool {
+        self.child.is_none()
+    }
+
     /// Whether a server process is currently running (possibly paused).
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
@@ -165,7 +223,12 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            match spawn_and_wait(self.dir.path(), self.port, &self.extra_args) {
+            match spawn_and_wait(
+                self.dir.path(),
+                self.config_file.as_deref(),
+                self.port,
+                &self.extra_args,
+            ) {
                 Ok(child) => {
                     self.pid = child.id();
                     self.child = Some(child);
@@ -234,6 +297,46 @@ impl RedisServer {
         stream.write_all(&encode_command(args))?;
         stream.flush()?;
         Reply::read_from(&mut BufReader::new(stream))
+    }
+
+    /// Sends several commands over one fresh connection (pipelined, in order)
+    /// and returns their replies, e.g. `ASKING` followed by the command it
+    /// applies to.
+    ///
+    /// # Panics
+    ///
+    /// Panics on any I/O or protocol error (error replies are returned).
+    pub fn query_many(&self, commands: &[&[&str]]) -> Vec<Reply> {
+        self.try_query_many(commands, CMD_TIMEOUT)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "redis commands {commands:?} on port {} failed: {e}",
+                    self.port
+                )
+            })
+    }
+
+    /// Like [`RedisServer::query_many`] but returns I/O errors.
+    pub fn try_query_many(
+        &self,
+        commands: &[&[&str]],
+        timeout: Duration,
+    ) -> io::Result<Vec<Reply>> {
+        let mut stream = TcpStream::connect_timeout(&self.addr(), timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.set_nodelay(true)?;
+        let mut out = Vec::new();
+        for args in commands {
+            out.extend_from_slice(&encode_command(args));
+        }
+        stream.write_all(&out)?;
+        stream.flush()?;
+        let mut reader = BufReader::new(stream);
+        commands
+            .iter()
+            .map(|_| Reply::read_from(&mut reader))
+            .collect()
     }
 
     /// Sends a command over a fresh connection and renders the reply as text
@@ -464,7 +567,12 @@ fn send_signal(pid: u32, signal: &str) -> io::Result<()> {
 
 /// Spawns `redis-server` on `port` in `dir` and waits until that very process
 /// answers `PING`. On failure the child is killed and reaped.
-fn spawn_and_wait(dir: &Path, port: u16, extra_args: &[String]) -> Result<Child, String> {
+fn spawn_and_wait(
+    dir: &Path,
+    config_file: Option<&Path>,
+    port: u16,
+    extra_args: &[String],
+) -> Result<Child, String> {
     let log_path = dir.join(LOG_FILE);
     let log = OpenOptions::new()
         .create(true)
@@ -478,6 +586,8 @@ fn spawn_and_wait(dir: &Path, port: u16, extra_args: &[String]) -> Result<Child,
     let dir_arg = dir.to_string_lossy().into_owned();
     let binary = server_binary();
     let mut child = Command::new(&binary)
+        // The configuration file, if any, must be the first argument.
+        .args(config_file)
         .args(["--port", &port_arg])
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
@@ -545,6 +655,47 @@ fn answers_as(addr: SocketAddr, pid: u32) -> bool {
             .any(|l| l.trim() == format!("process_id:{pid}")))
     };
     probe().unwrap_or(false)
+}
+
+/// Polls `check` every 50 ms until it returns `Ok(())`, for at most
+/// `timeout`; panics with `what` and the last reason given by `check` if it
+/// never does. The poll is event-driven in the sense that it returns as soon
+/// as the state is observed, not after a fixed sleep.
+pub(crate) fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<(), String>,
+) {
+    let start = Instant::now();
+    let mut last_reason = String::new();
+    loop {
+        match check() {
+            Ok(()) => {
+                tracing::debug!(what, elapsed = ?start.elapsed(), "condition reached");
+                return;
+            }
+            Err(reason) if start.elapsed() >= timeout => {
+                panic!("timed out after {timeout:?} waiting for {what}: {reason}")
+            }
+            Err(reason) => {
+                if reason != last_reason {
+                    tracing::trace!(what, elapsed = ?start.elapsed(), %reason, "still waiting");
+                    last_reason = reason;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// The value of `field` in an `INFO` reply (`field:value` lines).
+pub(crate) fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|line| {
+        line.trim_end()
+            .strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::to_owned)
+    })
 }
 
 /// The last lines of the log file, for panic messages.

@@ -1,0 +1,375 @@
+//! Locks on a Redis Cluster (3 primaries on loopback, plus replicas where a failover is
+//! tested): exclusion across clients, sharded pub/sub wake-ups, renewals grouped by slot,
+//! cross-slot multi-locks refused before anything is sent, a slot migrated mid-run (MOVED and
+//! ASK), and a primary failover.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError};
+use lock_tests::RedisCluster;
+use lock_tests::fixtures::{command_calls, eventually};
+use tokio::time::Instant;
+
+/// Runs blocking harness work (starting nodes, migrating slots) off the async workers.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::builder_cluster(cluster.primary_urls())
+        .watchdog_lease(lease)
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn key(name: &str) -> String {
+    format!("lock:{{{name}}}")
+}
+
+/// A lock name (starting with `prefix`) whose slot the primary `node` owns.
+fn name_on(cluster: &RedisCluster, node: usize, prefix: &str) -> String {
+    (0..100_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| cluster.node_for_key(&key(n)) == node)
+        .expect("some name hashes to every primary")
+}
+
+/// Another lock name in the same slot as `name`.
+fn name_in_slot_of(name: &str, prefix: &str) -> String {
+    let slot = RedisCluster::slot_of(&key(name));
+    (0..1_000_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| n != name && RedisCluster::slot_of(&key(n)) == slot)
+        .expect("a name in the same slot")
+}
+
+/// Every node answered; no shard channel is left subscribed anywhere.
+async fn assert_no_shard_channels(cluster: &RedisCluster) {
+    for i in 0..cluster.nodes().len() {
+        let node = cluster.node(i);
+        eventually("every shard channel unsubscribed", || {
+            node.cmd(&["PUBSUB", "SHARDCHANNELS"]).trim().is_empty()
+                || node.cmd(&["PUBSUB", "SHARDCHANNELS"]) == "(empty array)"
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_exclude_across_clients_on_every_primary() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let a = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let names: Vec<String> = (0..3).map(|n| name_on(&cluster, n, "excl")).collect();
+
+    // Each lock lives on the primary owning its name's slot, and only there.
+    for (owner, name) in names.iter().enumerate() {
+        let guard = a.lock(name.clone()).await.unwrap();
+        let value = cluster.node(owner).cmd(&["GET", &key(name)]);
+        assert!(
+            value.contains(&guard.fencing_token().to_string()),
+            "{value}"
+        );
+        guard.unlock().await.unwrap();
+    }
+
+    // A read-yield-write counter per name, and the last fencing token seen per name.
+    let counters: Arc<std::sync::Mutex<HashMap<String, (u64, u64)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for client in [a.clone(), b.clone()] {
+        for name in names.clone() {
+            let (client, counters) = (client.clone(), counters.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..25 {
+                    let guard = client
+                        .lock(name.clone())
+                        .wait(Duration::from_secs(20))
+                        .await
+                        .unwrap();
+                    let (seen, last_token) = counters
+                        .lock()
+                        .unwrap()
+                        .get(&name)
+                        .copied()
+                        .unwrap_or((0, 0));
+                    assert!(guard.fencing_token() > last_token, "tokens grow");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    counters
+                        .lock()
+                        .unwrap()
+                        .insert(name.clone(), (seen + 1, guard.fencing_token()));
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    for name in &names {
+        assert_eq!(counters.lock().unwrap()[name].0, 50, "no lost update on {name}");
+        assert!(!a.is_locked(name).await.unwrap());
+    }
+    assert_no_shard_channels(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_through_sharded_pubsub() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let a = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let name = name_on(&cluster, 1, "wake");
+    let owner = cluster.node(1);
+    for i in 0..3 {
+        owner.cmd(&["CONFIG", "RESETSTAT"]);
+        let _ = i;
+    }
+
+    // Held with a long fixed lease: only a message can wake the waiter early.
+    let held = a
+        .lock(name.clone())
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move {
+            let g = b
+                .lock(name)
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            (Instant::now(), g)
+        })
+    };
+    let channel = format!("{}:released", key(&name));
+    eventually("the waiter subscribed on the lock's shard", || {
+        owner.cmd(&["PUBSUB", "SHARDCHANNELS"]).contains(&channel)
+    })
+    .await;
+    let released_at = Instant::now();
+    held.unlock().await.unwrap();
+    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken long before the 30 s lease")
+        .unwrap();
+    let woke_after = acquired_at - released_at;
+    assert!(woke_after < Duration::from_secs(3), "woke after {woke_after:?}");
+    guard.unlock().await.unwrap();
+
+    assert!(command_calls(owner, "spublish") >= 1, "SPUBLISH on the owner");
+    for i in 0..3 {
+        assert_eq!(command_calls(cluster.node(i), "publish"), 0, "no PUBLISH on node {i}");
+    }
+    assert_no_shard_channels(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_locks_of_many_slots() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let lease = Duration::from_millis(600);
+    let c = cluster_client(&cluster, lease).await;
+    let mut guards = Vec::new();
+    for i in 0..40 {
+        guards.push(c.lock(format!("renew-{i}")).await.unwrap());
+    }
+    let slots: std::collections::HashSet<u16> = (0..40)
+        .map(|i| RedisCluster::slot_of(&key(&format!("renew-{i}"))))
+        .collect();
+    assert!(slots.len() > 30, "spread over many slots");
+    // Four leases pass: only renewals (one script per slot) can keep them.
+    tokio::time::sleep(lease * 4).await;
+    for (i, g) in guards.iter().enumerate() {
+        assert!(g.is_held(), "renew-{i} kept");
+        let info = c.lock_info(&format!("renew-{i}")).await.unwrap();
+        assert!(info.held, "renew-{i} held in Redis");
+        assert!(info.ttl.unwrap() > Duration::ZERO);
+    }
+    for g in guards {
+        assert!(g.unlock().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_across_slots_fails_before_sending_anything() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let c = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let (x, y) = (name_on(&cluster, 0, "multi"), name_on(&cluster, 2, "multi"));
+    for i in 0..3 {
+        cluster.node(i).cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let err = c.multi_lock([x.clone(), y.clone()]).await.unwrap_err();
+    match &err {
+        LockError::CrossSlot { first, second } => {
+            let mut got = [first.clone(), second.clone()];
+            got.sort();
+            let mut want = [x.clone(), y.clone()];
+            want.sort();
+            assert_eq!(got, want);
+        }
+        other => panic!("expected CrossSlot, got {other:?}"),
+    }
+    for i in 0..3 {
+        assert_eq!(command_calls(cluster.node(i), "evalsha"), 0, "nothing sent");
+        assert_eq!(command_calls(cluster.node(i), "eval"), 0, "nothing sent");
+    }
+    // Names that share a slot are taken together.
+    let z = name_in_slot_of(&x, "same");
+    let both = c.multi_lock([x.clone(), z.clone()]).await.unwrap();
+    assert!(c.is_locked(&x).await.unwrap() && c.is_locked(&z).await.unwrap());
+    assert!(both.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_mid_run_keeps_locks_renewed_and_waiters_woken() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let lease = Duration::from_millis(900);
+    let a = cluster_client(&cluster, lease).await;
+    let b = cluster_client(&cluster, lease).await;
+    let name = name_on(&cluster, 0, "mig");
+    let renewed = name_in_slot_of(&name, "mig-renewed");
+    let slot = RedisCluster::slot_of(&key(&name));
+
+    let held = a
+        .lock(name.clone())
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let watched = a.lock(renewed.clone()).await.unwrap();
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move { b.lock(name).wait(Duration::from_secs(25)).await })
+    };
+    let channel = format!("{}:released", key(&name));
+    eventually("the waiter subscribed", || {
+        cluster.node(0).cmd(&["PUBSUB", "SHARDCHANNELS"]).contains(&channel)
+    })
+    .await;
+
+    // MOVED: the whole slot, keys included, goes to primary 2.
+    blocking(|| cluster.migrate_slot(slot, 2));
+    assert_eq!(cluster.node_for_slot(slot), 2);
+    assert!(cluster.node(2).cmd(&["GET", &key(&name)]).contains(&held.fencing_token().to_string()));
+
+    // The watchdog keeps renewing at the new owner for several leases.
+    tokio::time::sleep(lease * 3).await;
+    assert!(watched.is_held(), "renewed across the move");
+    assert!(b.is_locked(&renewed).await.unwrap());
+
+    // The release goes to the new owner and wakes the waiter, subscribed again there.
+    let released_at = Instant::now();
+    assert!(held.unlock().await.unwrap());
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released_at.elapsed() < Duration::from_secs(5),
+        "woken after {:?}, not by the 30 s lease",
+        released_at.elapsed()
+    );
+    guard.unlock().await.unwrap();
+
+    // ASK: with the slot half-moved back, a lock not yet on the source is taken at the target.
+    blocking(|| cluster.begin_migration(slot, 1));
+    let fresh = name_in_slot_of(&name, "mig-ask");
+    let g = a.lock(fresh.clone()).await.unwrap();
+    assert!(b.is_locked(&fresh).await.unwrap());
+    assert!(g.unlock().await.unwrap());
+    blocking(|| cluster.finish_migration(slot, 1));
+    let g = b.lock(fresh.clone()).await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert!(watched.unlock().await.unwrap());
+    assert_no_shard_channels(&cluster).await;
+}
+
+/// Retries `try_lock` on a name nobody holds until the client works again after a failover.
+async fn recovered(c: &LockClient, name: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        match c.try_lock(name.to_owned()).await {
+            Ok(Some(g)) => {
+                g.unlock().await.unwrap();
+                return started.elapsed();
+            }
+            Ok(None) => panic!("nobody holds {name}"),
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(15),
+                    "still failing: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_runs_out_during_a_failover_is_known_lost() {
+    let mut cluster = blocking(RedisCluster::start);
+    let lease = Duration::from_secs(1);
+    let a = cluster_client(&cluster, lease).await;
+    let b = cluster_client(&cluster, lease).await;
+    let name = name_on(&cluster, 0, "failover");
+    let held = a.lock(name.clone()).await.unwrap();
+    let token = held.fencing_token();
+
+    // The failover (node timeout 2 s + election) outlasts the 1 s lease.
+    let promoted = blocking(|| cluster.failover(0));
+    assert_eq!(cluster.node_for_key(&key(&name)), promoted);
+    recovered(&b, &name_in_slot_of(&name, "failover-other")).await;
+
+    tokio::time::timeout(lease * 2, held.lost())
+        .await
+        .expect("the holder learns it lost the lock");
+    assert!(!held.is_held());
+    let g = b.try_lock(name.clone()).await.unwrap().expect("free again");
+    assert!(g.fencing_token() > token, "tokens keep growing after a failover");
+    g.unlock().await.unwrap();
+    assert!(matches!(held.unlock().await, Ok(false) | Err(LockError::Lost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
+    let mut cluster = blocking(RedisCluster::start);
+    let lease = Duration::from_secs(9);
+    let a = LockClient::builder_cluster(cluster.primary_urls())
+        .watchdog_lease(lease)
+        .min_replicas(1, Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let b = cluster_client(&cluster, lease).await;
+    let name = name_on(&cluster, 0, "survivor");
+    let held = a.lock(name.clone()).await.unwrap();
+
+    let promoted = blocking(|| cluster.failover(0));
+    assert_eq!(cluster.node_for_key(&key(&name)), promoted);
+    recovered(&b, &name_in_slot_of(&name, "survivor-other")).await;
+
+    // The promoted replica has the lock: nobody else gets it, and the holder's watchdog
+    // renews it there (its TTL climbs back towards the full lease).
+    assert!(b.try_lock(name.clone()).await.unwrap().is_none());
+    let before = b.lock_info(&name).await.unwrap().ttl.unwrap();
+    let renewed_by = Instant::now() + lease;
+    loop {
+        let ttl = b.lock_info(&name).await.unwrap().ttl.unwrap();
+        if ttl > before {
+            break;
+        }
+        assert!(Instant::now() < renewed_by, "never renewed on the new primary");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(held.is_held());
+    assert!(held.unlock().await.unwrap());
+    assert!(!b.is_locked(&name).await.unwrap());
+}
