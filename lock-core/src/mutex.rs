@@ -272,9 +272,20 @@ async fn acquire(
     };
     loop {
         waiter.mark_seen();
-        match attempt(&inner, &keys, &owner, lease, true).await? {
-            Attempt::Acquired(guard) => return Ok(guard),
-            Attempt::Busy(ttl) => holder_ttl = ttl,
+        match attempt(&inner, &keys, &owner, lease, true).await {
+            Ok(Attempt::Acquired(guard)) => return Ok(guard),
+            Ok(Attempt::Busy(ttl)) => holder_ttl = ttl,
+            // Once waiting, a waiter rides out a Redis outage (a restart, a failover) within
+            // its deadline, and reports the outage if the deadline passes during it.
+            Err(e) if e.is_unavailable() => {
+                if waiter.expired() {
+                    return Err(e);
+                }
+                tracing::debug!(error = %e, "lock attempt failed while waiting; trying again");
+                waiter.sleep(Some(RETRY_AFTER_OUTAGE)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
         }
         if waiter.expired() {
             return Err(timeout(holder_ttl));
@@ -283,6 +294,9 @@ async fn acquire(
         waiter.sleep(holder_ttl).await;
     }
 }
+
+/// How long a waiter waits before trying again after Redis could not be reached.
+const RETRY_AFTER_OUTAGE: Duration = Duration::from_millis(250);
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -308,6 +322,11 @@ impl LockRequest {
 
     /// Gives up after waiting this long, with [`LockError::Timeout`]. Without it the request
     /// waits until the lock is free. `Duration::ZERO` makes a single attempt.
+    ///
+    /// If Redis cannot be reached on the first attempt the request fails at once; once it is
+    /// waiting, it rides out an outage (a restart, a failover), trying again every 250 ms,
+    /// and if its wait ends during one it returns that error rather than
+    /// [`LockError::Timeout`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self

@@ -14,6 +14,7 @@
 //!
 //! The harness never touches a Redis server it did not start itself.
 
+pub mod checkers;
 pub mod cluster;
 pub mod fixtures;
 pub mod proxy;

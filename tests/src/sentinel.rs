@@ -51,22 +51,46 @@ impl SentinelGroup {
     /// Panics if a process cannot be started or the group does not form
     /// within 30 seconds.
     pub fn start() -> SentinelGroup {
+        SentinelGroup::start_inner(|primary| primary, FAILOVER_TIMEOUT_MS)
+    }
+
+    /// Like [`SentinelGroup::start`], but the replica replicates from the
+    /// address `via` returns for the primary's (a [`crate::FaultProxy`] in
+    /// front of it, say), so a test can cut replication alone. The
+    /// sentinels' failover timeout is raised to 60 s here: Sentinel "fixes"
+    /// a replica whose master address differs from the one it monitors
+    /// once a failover timeout has passed, which would move the replica off
+    /// the proxy mid-test.
+    ///
+    /// # Panics
+    ///
+    /// As [`SentinelGroup::start`].
+    pub fn start_with_replication_via(via: impl FnOnce(SocketAddr) -> SocketAddr) -> SentinelGroup {
+        SentinelGroup::start_inner(via, 60_000)
+    }
+
+    fn start_inner(
+        via: impl FnOnce(SocketAddr) -> SocketAddr,
+        failover_timeout_ms: u64,
+    ) -> SentinelGroup {
         let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
         let primary_port = primary.port().to_string();
+        let upstream = via(primary.addr());
+        let upstream_port = upstream.port().to_string();
         let replica = RedisServer::start_with(&[
             "--replicaof",
             "127.0.0.1",
-            &primary_port,
+            &upstream_port,
             "--repl-diskless-sync-delay",
             "0",
         ]);
         // Sentinels discover replicas through the primary's INFO, so the
         // link must be up before they start (or discovery takes 10 s).
-        wait_replica_link(&replica, primary.port());
+        wait_replica_link(&replica, upstream.port());
         let config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
-             sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
+             sentinel failover-timeout {MASTER_NAME} {failover_timeout_ms}\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n"
         );
         let sentinels = (0..SENTINELS)

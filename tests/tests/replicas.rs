@@ -92,9 +92,16 @@ async fn a_stalled_replica_fails_acquisitions_cleanly_until_it_returns() {
     replica.pause();
     let started = tokio::time::Instant::now();
     let err = c.lock("during").await.unwrap_err();
-    assert!(matches!(err, LockError::NotReplicated { acked: 0, .. }), "{err:?}");
+    assert!(
+        matches!(err, LockError::NotReplicated { acked: 0, .. }),
+        "{err:?}"
+    );
     // Bounded by the acknowledgement timeout plus round trips, not by a lease.
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(!c.is_locked("during").await.unwrap(), "given back at once");
 
     replica.resume();

@@ -59,6 +59,8 @@ pub(crate) trait Topology: Send + Sync {
     fn connect_timeout(&self) -> Duration;
 }
 
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// The deployment a client talks to.
 pub(crate) enum Backend {
     Standalone(Standalone),
@@ -77,8 +79,13 @@ macro_rules! each {
 }
 
 impl Topology for Backend {
+    // Boxed: the topologies' futures nest deeply, and callers' futures (a
+    // `#[distributed_lock]` function's, say) embed this one; erasing its type here keeps
+    // their layouts within the compiler's query depth.
     async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
-        each!(self, b => b.invoke_value(invocation).await)
+        let boxed: BoxFuture<'_, _> =
+            Box::pin(async move { each!(self, b => b.invoke_value(invocation).await) });
+        boxed.await
     }
 
     async fn invoke_acked(
@@ -88,7 +95,10 @@ impl Topology for Backend {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
-        each!(self, b => b.invoke_acked(invocation, key, replicas, timeout).await)
+        let boxed: BoxFuture<'_, _> = Box::pin(async move {
+            each!(self, b => b.invoke_acked(invocation, key, replicas, timeout).await)
+        });
+        boxed.await
     }
 
     async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {

@@ -1,0 +1,212 @@
+//! Locks on a Sentinel-managed primary with one replica and three sentinels: the client finds
+//! the primary, follows a failover (commands, renewals and pub/sub), a replica-acknowledged
+//! lock survives the failover, and an unacknowledged one can be lost — which fencing catches.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError};
+use lock_tests::checkers::FencedStore;
+use lock_tests::fixtures::eventually;
+use lock_tests::{FaultProxy, SentinelGroup};
+use tokio::time::Instant;
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+async fn sentinel_client(group: &SentinelGroup, lease: Duration) -> LockClient {
+    LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
+        .watchdog_lease(lease)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Tries an acquisition of a free name until the client works again after a failover.
+async fn recovered(c: &LockClient, name: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        match c.try_lock(name.to_owned()).await {
+            Ok(Some(g)) => {
+                g.unlock().await.unwrap();
+                return started.elapsed();
+            }
+            Ok(None) => panic!("nobody holds {name}"),
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(15),
+                    "still failing: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_finds_the_primary_and_its_locks_live_there() {
+    let group = blocking(SentinelGroup::start);
+    let c = sentinel_client(&group, Duration::from_secs(5)).await;
+    let g = c.lock("found").await.unwrap();
+    let value = group.primary().cmd(&["GET", "lock:{found}"]);
+    assert!(value.contains(&g.fencing_token().to_string()), "{value}");
+    assert!(g.unlock().await.unwrap());
+
+    // A wrong service name is a typed error, not a hang.
+    let started = Instant::now();
+    let err = LockClient::builder_sentinel(group.sentinel_urls(), "no-such-service")
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::NoPrimary { service, .. } if service == "no-such-service"),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_acknowledged_lock_survives_a_failover_and_its_waiter_follows() {
+    let mut group = blocking(SentinelGroup::start);
+    let lease = Duration::from_secs(6);
+    let a = LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
+        .watchdog_lease(lease)
+        .min_replicas(1, Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let b = sentinel_client(&group, lease).await;
+    let held = a.lock("f6").await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("f6").wait(Duration::from_secs(40)).await })
+    };
+    let channel = "lock:{f6}:released";
+    eventually("the waiter subscribed on the primary", || {
+        group
+            .primary()
+            .cmd(&["PUBSUB", "CHANNELS"])
+            .contains(channel)
+    })
+    .await;
+
+    let new_primary = blocking(|| group.kill_primary_and_wait_failover());
+    assert_eq!(group.primary().addr(), new_primary);
+    recovered(&b, "f6-other").await;
+
+    // The promoted replica has the acknowledged lock: nobody else gets it.
+    assert!(b.try_lock("f6").await.unwrap().is_none());
+    // The waiter's pub/sub connection moved to the new primary.
+    eventually("the waiter subscribed on the new primary", || {
+        group
+            .primary()
+            .cmd(&["PUBSUB", "CHANNELS"])
+            .contains(channel)
+    })
+    .await;
+    // The holder's watchdog renews on the new primary: the TTL climbs back.
+    let before = b.lock_info("f6").await.unwrap().ttl.unwrap();
+    let until = Instant::now() + lease;
+    while b.lock_info("f6").await.unwrap().ttl.unwrap() <= before {
+        assert!(Instant::now() < until, "never renewed on the new primary");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(held.is_held());
+
+    let released = Instant::now();
+    assert!(held.unlock().await.unwrap());
+    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken after {:?}",
+        released.elapsed()
+    );
+    assert!(g.unlock().await.unwrap());
+    // (The sentinels keep their own `__sentinel__:hello` channel.)
+    eventually("no lock channel left", || {
+        !group
+            .primary()
+            .pubsub_channels()
+            .iter()
+            .any(|c| c.starts_with("lock:"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_min_replicas_a_failover_can_lose_a_lock_and_fencing_rejects_the_stale_writer() {
+    // The replica replicates through a proxy, so the test can keep one write from it.
+    let mut proxy = None;
+    let mut group = blocking(|| {
+        SentinelGroup::start_with_replication_via(|primary: SocketAddr| {
+            let p = tokio::runtime::Handle::current().block_on(FaultProxy::start(primary));
+            let addr = p.addr();
+            proxy = Some(p);
+            addr
+        })
+    });
+    let proxy = proxy.unwrap();
+    let lease = Duration::from_secs(3);
+    let a = sentinel_client(&group, lease).await;
+    let b = sentinel_client(&group, lease).await;
+    let store = FencedStore::new();
+
+    // Replication stalls; the primary grants the lock anyway (asynchronous replication).
+    proxy.blackhole();
+    let held = a.lock("f6-lost").await.unwrap();
+    let stale_token = held.fencing_token();
+    store.write(stale_token, "a".to_owned()).unwrap();
+    assert_eq!(group.replica().cmd(&["EXISTS", "lock:{f6-lost}"]), "0");
+
+    // The primary dies before the replica saw the lock; the replica is promoted without it.
+    blocking(|| group.kill_primary_and_wait_failover());
+    recovered(&b, "f6-lost-other").await;
+
+    // Documented unsafe: a second client now gets the lock the first never gave back.
+    let second = b
+        .try_lock("f6-lost")
+        .await
+        .unwrap()
+        .expect("the failover lost the lock");
+    assert!(second.fencing_token() > stale_token, "tokens still grow");
+    store.write(second.fencing_token(), "b".to_owned()).unwrap();
+    // What saves the data: the first holder's late write carries a smaller token.
+    assert!(store.write(stale_token, "a-late".to_owned()).is_err());
+    assert_eq!(store.value().as_deref(), Some("b"));
+    // And the first holder learns at its next renewal (within a lease).
+    tokio::time::timeout(lease * 2, held.lost())
+        .await
+        .expect("the first holder learns it lost the lock");
+    assert!(!held.is_held());
+    assert!(second.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_no_primary_is_known_operations_fail_with_a_typed_error() {
+    let mut group = blocking(SentinelGroup::start);
+    let c = sentinel_client(&group, Duration::from_secs(3)).await;
+    c.lock("np").await.unwrap().unlock().await.unwrap();
+    // Both data nodes down: no sentinel can name a reachable primary.
+    blocking(|| {
+        group.replica_mut().kill();
+        group.primary_mut().kill();
+    });
+    let started = Instant::now();
+    let err = c.lock("np").wait(Duration::from_secs(1)).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "bounded: {:?}",
+        started.elapsed()
+    );
+}
