@@ -183,12 +183,18 @@ impl Hold {
     }
 
     /// Gives back one hold in Redis. Returns whether the owner still held the lock.
+    ///
+    /// When the release fails (the connection broke, Redis did not answer) its outcome is
+    /// unknown, and the hold it was to give back must not be forgotten: the error is returned,
+    /// and the same release (safe to repeat: the script recognises a repeat) is sent again in
+    /// the background until Redis answers or the lease runs out. The owner's operation lock is
+    /// kept meanwhile, so its next release or re-entry starts from the right hold count.
     pub(crate) async fn release_one(
-        &self,
-        inner: &Inner,
+        self: &Arc<Self>,
+        inner: &Arc<Inner>,
         generation: u64,
     ) -> Result<bool, LockError> {
-        let _op = self.op.lock().await;
+        let op = self.op.clone().lock_owned().await;
         let (count, token) = {
             let st = self.state();
             if st.count == 0 || st.generation != generation {
@@ -205,14 +211,31 @@ impl Hold {
             self.ended.send_replace(true);
             return Ok(valid == i64::from(n));
         }
-        let reply: i64 = inner
+        match inner
             .backend
-            .invoke(&self.release_script(inner, count, token))
-            .await?;
+            .invoke::<i64>(&self.release_script(inner, count, token))
+            .await
+        {
+            Ok(reply) => self.released(generation, reply),
+            Err(e) => {
+                tracing::warn!(lock = %self.keys.name, error = %e,
+                    "release failed; retrying it in the background");
+                let (hold, inner) = (self.clone(), inner.clone());
+                tokio::spawn(async move {
+                    hold.retry_release(&inner, generation, count, token, op)
+                        .await;
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies a release script's answer to the local state.
+    fn released(&self, generation: u64, reply: i64) -> Result<bool, LockError> {
         match reply {
             1..=3 => {
                 let mut st = self.state();
-                st.count -= 1;
+                st.count = st.count.saturating_sub(1);
                 if st.count == 0 {
                     st.status = Status::Idle;
                     drop(st);
@@ -228,6 +251,47 @@ impl Hold {
             other => Err(LockError::UnexpectedReply(format!(
                 "release script returned {other}"
             ))),
+        }
+    }
+
+    /// Sends a failed release again until Redis answers, or until the lease has run out (the
+    /// lock is then gone from Redis, whatever happened to the release).
+    async fn retry_release(
+        &self,
+        inner: &Inner,
+        generation: u64,
+        count: u32,
+        token: u64,
+        _op: OwnedMutexGuard<()>,
+    ) {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(backoff).await;
+            {
+                let st = self.state();
+                if st.generation != generation || st.count != count {
+                    return;
+                }
+                if Instant::now() >= st.valid_until {
+                    drop(st);
+                    self.mark_lost(generation, "the lease ran out while a release was retried");
+                    self.state().count = 0;
+                    return;
+                }
+            }
+            let script = self.release_script(inner, count, token);
+            match inner.backend.invoke::<i64>(&script).await {
+                Ok(reply) => {
+                    if let Err(e) = self.released(generation, reply) {
+                        tracing::warn!(lock = %self.keys.name, error = %e, "retried release");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(lock = %self.keys.name, error = %e, "release retry failed");
+                }
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 

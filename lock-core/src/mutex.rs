@@ -51,11 +51,18 @@ pub(crate) async fn attempt(
     let outcome = match reply {
         token if token > 0 => {
             let generation = hold.acquired(token.unsigned_abs(), sent_at, kind, lease_len);
-            Ok(Attempt::Acquired(LockGuard::new(
-                hold.clone(),
-                inner.clone(),
-                generation,
-            )))
+            let guard = LockGuard::new(hold.clone(), inner.clone(), generation);
+            if guard.is_held() {
+                Ok(Attempt::Acquired(guard))
+            } else {
+                // The answer came after the lease (less the drift margin) had run out: the
+                // lock may already be someone else's. Not a success; the hold is given back
+                // (the guard's drop releases it) and the caller hears it was lost.
+                drop(guard);
+                Err(LockError::Lost {
+                    name: keys.name.clone(),
+                })
+            }
         }
         -1 => Ok(Attempt::Busy(None)),
         0 => {

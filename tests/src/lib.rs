@@ -5,6 +5,8 @@
 //!   killed, restarted on the same port, paused and resumed.
 //! - [`FaultProxy`]: a TCP proxy between a client and Redis that can delay
 //!   traffic, black-hole it, lose exactly one reply, or cut connections.
+//! - [`checkers`]: invariant checkers (fencing-aware store, hold-interval log, non-atomic
+//!   counter) that turn "two holders at once" into a failing assertion.
 //! - [`RedisCluster`]: a private Redis Cluster (3 primaries + 3 replicas by
 //!   default) with slot migration (including the `ASK` window), crash and
 //!   manual failover, and slot/owner lookups.

@@ -401,3 +401,47 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     assert!(held.unlock().await.unwrap());
     assert!(!b.is_locked(&name).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_pubsub_connection_is_subscribed_again_and_the_waiter_still_woken() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let a = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let name = name_on(&cluster, 2, "killed");
+    let owner = cluster.node(2);
+    let held = a
+        .lock(name.clone())
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move { b.lock(name).wait(Duration::from_secs(25)).await })
+    };
+    let channel = format!("{}:released", key(&name));
+    let subscribed = || {
+        owner
+            .query(&["PUBSUB", "SHARDCHANNELS"])
+            .into_strings()
+            .contains(&channel)
+    };
+    eventually("the waiter subscribed", subscribed).await;
+    let killed = owner.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_ne!(killed, "0", "a pub/sub client was killed");
+    eventually("subscribed again after the kill", subscribed).await;
+
+    let released = Instant::now();
+    assert!(held.unlock().await.unwrap());
+    let g = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
+    g.unlock().await.unwrap();
+    assert_no_shard_channels(&cluster).await;
+}

@@ -158,3 +158,40 @@ async fn bad_replica_options_are_refused() {
         );
     }
 }
+
+/// F7, split brain: the replica is promoted on the other side of a partition (here by hand,
+/// `REPLICAOF NO ONE`, as Sentinel would) while a client still talks to the old primary.
+/// Without `min_replicas` the old primary grants a lock the new one grants too; with it, the
+/// old primary — which no replica follows any more — cannot get its grant confirmed, so the
+/// client gives it back and reports `NotReplicated`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_brain_old_primary_cannot_grant_an_acknowledged_lock() {
+    let (old_primary, new_primary) = primary_and_replica().await;
+    let acked = acked_client(&old_primary.url()).await;
+    let plain_old = LockClient::connect(&old_primary.url()).await.unwrap();
+    assert_eq!(new_primary.cmd(&["REPLICAOF", "NO", "ONE"]), "OK");
+    eventually("the old primary lost its replica", || {
+        old_primary
+            .cmd(&["INFO", "replication"])
+            .contains("connected_slaves:0")
+    })
+    .await;
+    let plain_new = LockClient::connect(&new_primary.url()).await.unwrap();
+
+    // Documented unsafe without the option: both sides grant the same lock.
+    let on_new = plain_new.lock("split").await.unwrap();
+    let on_old = plain_old.lock("split").await.unwrap();
+    assert!(on_new.is_held() && on_old.is_held(), "two holders at once");
+    on_old.unlock().await.unwrap();
+
+    // With it, the isolated side refuses.
+    let err = acked.lock("split").await.unwrap_err();
+    assert!(
+        matches!(err, LockError::NotReplicated { acked: 0, .. }),
+        "{err:?}"
+    );
+    assert!(!plain_old.is_locked("split").await.unwrap());
+    on_new.unlock().await.unwrap();
+    assert_clean(&old_primary).await;
+    assert_clean(&new_primary).await;
+}
