@@ -50,8 +50,21 @@
 //!   releases it in the background; it never blocks and never panics, and if the runtime is
 //!   gone the lease expires the lock.
 //! * **Replication**: a failover to a replica that had not received the lock can grant it
-//!   twice. [`RedLock`] over independent masters survives the loss of a minority of them (with
-//!   the caveats written in [`redlock`]); replica acknowledgement (`WAIT`) is future work.
+//!   twice. [`LockClientBuilder::min_replicas`] makes every acquisition wait (`WAIT`) for
+//!   replicas to confirm it, and gives back the ones they do not; it closes that window for
+//!   the crash of a primary, not every failover (see there). [`RedLock`] over independent
+//!   masters survives the loss of a minority of them (with the caveats written in
+//!   [`redlock`]).
+//!
+//! # Deployments
+//!
+//! | deployment | client | notes |
+//! |---|---|---|
+//! | one server | [`LockClient::builder`] | a bb8 pool (or yours) of multiplexed connections |
+//! | Redis Sentinel | [`LockClient::builder_sentinel`] | asks the sentinels for the primary, follows failovers (commands, renewals, pub/sub); [`LockError::NoPrimary`] while none is known |
+//! | Redis Cluster (7.0+) | [`LockClient::builder_cluster`] | one slot per lock (hash tag `{name}`), MOVED/ASK followed, sharded pub/sub, renewals grouped by slot; a multi-lock must stay in one slot ([`LockError::CrossSlot`]) |
+//!
+//! The lock logic is the same on all three: only how a script reaches its node differs.
 //!
 //! # The primitives
 //!
