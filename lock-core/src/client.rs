@@ -259,9 +259,9 @@ impl LockClientBuilder {
                     Some(pool) => pool,
                     None => Standalone::default_pool(&client, self.pool_size, connect_timeout)?,
                 };
-                let source = Source::Server(client.clone());
+                let source = Source::Server(Box::new(client.clone()));
                 let backend = Standalone::new(pool, client, response_timeout, connect_timeout);
-                Ok((Backend::Standalone(backend), source))
+                Ok((Backend::Standalone(Box::new(backend)), source))
             }
             Deployment::Cluster { urls } => {
                 if urls.is_empty() {

@@ -225,12 +225,16 @@ async fn acquire(request: FairRequest) -> Result<LockGuard, LockError> {
     };
     loop {
         waiter.mark_seen();
-        let retry_in = match attempt(inner, &keys, &owner, lease, queue_for).await? {
-            Ok(guard) => {
+        let retry_in = match attempt(inner, &keys, &owner, lease, queue_for).await {
+            Ok(Ok(guard)) => {
                 leave.armed = false;
                 return Ok(guard);
             }
-            Err(retry_in) => retry_in,
+            Ok(Err(retry_in)) => retry_in,
+            Err(e) => {
+                waiter.ride_out(e).await?;
+                continue;
+            }
         };
         if !will_wait || waiter.expired() {
             return Err(LockError::Timeout {

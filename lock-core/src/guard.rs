@@ -628,7 +628,7 @@ impl LockGuard {
         .await?
         {
             crate::mutex::Attempt::Acquired(guard) => Ok(guard),
-            crate::mutex::Attempt::Busy(_) => Err(LockError::Lost {
+            crate::mutex::Attempt::Busy(_) | crate::mutex::Attempt::Late => Err(LockError::Lost {
                 name: self.core.hold.keys.name.clone(),
             }),
         }

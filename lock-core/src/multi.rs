@@ -241,9 +241,13 @@ async fn acquire(
     loop {
         waiter.mark_seen();
         let (busy, holder_ttl) =
-            match attempt(&inner, &keys, &order, &owner, lease, will_wait).await? {
-                MultiAttempt::Acquired(guard) => return Ok(guard),
-                MultiAttempt::Busy(busy, ttl) => (busy, ttl),
+            match attempt(&inner, &keys, &order, &owner, lease, will_wait).await {
+                Ok(MultiAttempt::Acquired(guard)) => return Ok(guard),
+                Ok(MultiAttempt::Busy(busy, ttl)) => (busy, ttl),
+                Err(e) => {
+                    waiter.ride_out(e).await?;
+                    continue;
+                }
             };
         if waiter.expired() {
             return Err(timeout(busy, holder_ttl));

@@ -23,6 +23,10 @@ pub(crate) enum Attempt {
     Acquired(LockGuard),
     /// Held by someone else, whose lease has this much left (None: no expiry set).
     Busy(Option<Duration>),
+    /// Granted, but the answer came after the lease (less the drift margin) had run out, so
+    /// the lock may already be someone else's: not a success. The grant is being given back;
+    /// a first attempt reports [`LockError::Lost`], a request already waiting tries again.
+    Late,
 }
 
 /// One try to take (or re-enter) the lock in Redis, for `owner` (see [`send_undoable`] for
@@ -55,13 +59,10 @@ pub(crate) async fn attempt(
             if guard.is_held() {
                 Ok(Attempt::Acquired(guard))
             } else {
-                // The answer came after the lease (less the drift margin) had run out: the
-                // lock may already be someone else's. Not a success; the hold is given back
-                // (the guard's drop releases it) and the caller hears it was lost.
+                // Given back by the guard's drop, before this owner's next command (which
+                // waits for the operation lock the release takes).
                 drop(guard);
-                Err(LockError::Lost {
-                    name: keys.name.clone(),
-                })
+                Ok(Attempt::Late)
             }
         }
         -1 => Ok(Attempt::Busy(None)),
@@ -249,10 +250,16 @@ async fn acquire(
         holder_ttl,
     };
 
+    let lost = || LockError::Lost {
+        name: keys.name.clone(),
+    };
     let mut holder_ttl =
         match attempt(&inner, &keys, &owner, lease, wait != Some(Duration::ZERO)).await? {
             Attempt::Acquired(guard) => return Ok(guard),
             Attempt::Busy(ttl) => ttl,
+            // Like an outage, a late grant fails the first attempt; a waiting request (below)
+            // tries again instead.
+            Attempt::Late => return Err(lost()),
         };
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(timeout(holder_ttl));
@@ -264,7 +271,8 @@ async fn acquire(
         deadline,
         inner.config.watchdog_lease,
         inner.backend.connect_timeout(),
-    );
+    )
+    .after_first_attempt();
     waiter.subscribe(&inner.waiters, &keys.channel).await;
     let Some(sub) = waiter.subscription() else {
         unreachable!("just subscribed");
@@ -282,17 +290,12 @@ async fn acquire(
         match attempt(&inner, &keys, &owner, lease, true).await {
             Ok(Attempt::Acquired(guard)) => return Ok(guard),
             Ok(Attempt::Busy(ttl)) => holder_ttl = ttl,
-            // Once waiting, a waiter rides out a Redis outage (a restart, a failover) within
-            // its deadline, and reports the outage if the deadline passes during it.
-            Err(e) if e.is_unavailable() => {
-                if waiter.expired() {
-                    return Err(e);
-                }
-                tracing::debug!(error = %e, "lock attempt failed while waiting; trying again");
-                waiter.sleep(Some(RETRY_AFTER_OUTAGE)).await;
+            Ok(Attempt::Late) if waiter.expired() => return Err(lost()),
+            Ok(Attempt::Late) => continue,
+            Err(e) => {
+                waiter.ride_out(e).await?;
                 continue;
             }
-            Err(e) => return Err(e),
         }
         if waiter.expired() {
             return Err(timeout(holder_ttl));
@@ -301,9 +304,6 @@ async fn acquire(
         waiter.sleep(holder_ttl).await;
     }
 }
-
-/// How long a waiter waits before trying again after Redis could not be reached.
-const RETRY_AFTER_OUTAGE: Duration = Duration::from_millis(250);
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -409,6 +409,7 @@ impl IntoFuture for TryLockRequest {
                 match attempt(&self.inner, &keys, &owner, self.lease, false).await? {
                     Attempt::Acquired(guard) => Ok(Some(guard)),
                     Attempt::Busy(_) => Ok(None),
+                    Attempt::Late => Err(LockError::Lost { name: keys.name }),
                 }
             }
             .instrument(span),

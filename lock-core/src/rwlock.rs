@@ -256,12 +256,16 @@ async fn acquire(
     );
     loop {
         waiter.mark_seen();
-        let retry_in = match attempt(inner, &keys, &owner, mode, lease, will_wait).await? {
-            Ok(held) => {
+        let retry_in = match attempt(inner, &keys, &owner, mode, lease, will_wait).await {
+            Ok(Ok(held)) => {
                 unmark.armed = false;
                 return Ok(held);
             }
-            Err(retry_in) => retry_in,
+            Ok(Err(retry_in)) => retry_in,
+            Err(e) => {
+                waiter.ride_out(e).await?;
+                continue;
+            }
         };
         if waiter.expired() {
             return Err(LockError::Timeout {

@@ -202,9 +202,13 @@ async fn acquire(request: PermitRequest) -> Result<SemaphoreGuard, LockError> {
     );
     loop {
         waiter.mark_seen();
-        let retry_in = match attempt(inner, &hold, semaphore.size, lease).await? {
-            Ok(guard) => return Ok(guard),
-            Err(retry_in) => retry_in,
+        let retry_in = match attempt(inner, &hold, semaphore.size, lease).await {
+            Ok(Ok(guard)) => return Ok(guard),
+            Ok(Err(retry_in)) => retry_in,
+            Err(e) => {
+                waiter.ride_out(e).await?;
+                continue;
+            }
         };
         if waiter.expired() {
             return Err(LockError::Timeout {

@@ -19,11 +19,12 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::backend::sentinel::Discovery;
+use crate::error::LockError;
 
 /// Where the pub/sub connection goes.
 pub(crate) enum Source {
     /// One server: `SUBSCRIBE` there.
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     /// The primary the sentinels name: `SUBSCRIBE` there, and move when it changes.
     Sentinel(Arc<Discovery>),
     /// A Redis Cluster (seed node URLs): `SSUBSCRIBE` on the node that owns each channel's
@@ -212,7 +213,7 @@ async fn run(
             changes.borrow_and_update();
         }
         let (client, generation) = match &source {
-            Source::Server(client) => (Ok(client.clone()), 0),
+            Source::Server(client) => (Ok((**client).clone()), 0),
             Source::Sentinel(discovery) => match discovery.pubsub_client().await {
                 Ok((generation, client)) => (Ok(client), generation),
                 Err(e) => (Err(e.to_string()), 0),
@@ -483,7 +484,12 @@ pub(crate) struct Waiter {
     /// The longest wait for Redis to confirm a subscription.
     confirm: Duration,
     sub: Option<Subscription>,
+    /// Attempts made so far (see [`Waiter::mark_seen`]).
+    attempts: u32,
 }
+
+/// How long a waiter waits before trying again after Redis could not be reached.
+const RETRY_AFTER_OUTAGE: Duration = Duration::from_millis(250);
 
 impl Waiter {
     pub(crate) fn new(
@@ -496,7 +502,27 @@ impl Waiter {
             fallback,
             confirm,
             sub: None,
+            attempts: 0,
         }
+    }
+
+    /// Counts an attempt made before this waiter was made.
+    pub(crate) fn after_first_attempt(mut self) -> Self {
+        self.attempts += 1;
+        self
+    }
+
+    /// Decides what a failed attempt means. The first attempt fails fast; once waiting, a
+    /// request rides out a Redis outage (no connection, no answer, no primary) within its
+    /// deadline: this waits a moment and returns `Ok` to try again. Any other error, or an
+    /// outage that outlasts the deadline, is returned.
+    pub(crate) async fn ride_out(&mut self, error: LockError) -> Result<(), LockError> {
+        if self.attempts <= 1 || !error.is_unavailable() || self.expired() {
+            return Err(error);
+        }
+        tracing::debug!(%error, "attempt failed while waiting; trying again");
+        self.sleep(Some(RETRY_AFTER_OUTAGE)).await;
+        Ok(())
     }
 
     /// True once the deadline has passed.
@@ -530,6 +556,7 @@ impl Waiter {
 
     /// Marks every message so far as seen; call before each attempt.
     pub(crate) fn mark_seen(&mut self) {
+        self.attempts += 1;
         if let Some(sub) = self.sub.as_mut() {
             sub.mark_seen();
         }

@@ -374,3 +374,78 @@ async fn a_guard_dropped_after_its_runtime_is_gone_expires_and_is_not_renewed() 
     eventually("expired", || lock_keys(&server).is_empty()).await;
     assert_clean(&server).await;
 }
+
+/// Requests already waiting ride out a restart of Redis within their wait: every primitive's
+/// waiter is woken by the dropped pub/sub connection, its attempts fail while the server is
+/// down, and it gets the lock once the server is back (empty: the holders' locks are gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_every_primitive_ride_out_a_restart() {
+    let mut server = RedisServer::start();
+    let holder = client(&server.url()).await;
+    let waiter = client_with_lease(&server.url(), Duration::from_secs(5)).await;
+    let long = Duration::from_secs(60);
+    let _lock = holder.lock("ride").lease(long).await.unwrap();
+    let _permit = holder
+        .semaphore("ride-sem", 1)
+        .acquire(1)
+        .lease(long)
+        .await
+        .unwrap();
+    let _write = holder
+        .read_write_lock("ride-rw")
+        .write()
+        .lease(long)
+        .await
+        .unwrap();
+    let _fair = holder
+        .fair_lock("ride-fair")
+        .lock()
+        .lease(long)
+        .await
+        .unwrap();
+
+    let wait = Duration::from_secs(20);
+    let w = waiter.clone();
+    let lock = tokio::spawn(async move { w.lock("ride").wait(wait).await.map(|_| ()) });
+    let w = waiter.clone();
+    let permit = tokio::spawn(async move {
+        w.semaphore("ride-sem", 1)
+            .acquire(1)
+            .wait(wait)
+            .await
+            .map(|_| ())
+    });
+    let w = waiter.clone();
+    let read = tokio::spawn(async move {
+        w.read_write_lock("ride-rw")
+            .read()
+            .wait(wait)
+            .await
+            .map(|_| ())
+    });
+    let w = waiter.clone();
+    let fair =
+        tokio::spawn(async move { w.fair_lock("ride-fair").lock().wait(wait).await.map(|_| ()) });
+    eventually("all four wait on their channels", || {
+        server.pubsub_channels().len() >= 4
+    })
+    .await;
+
+    // Down long enough for the woken waiters to fail at least once.
+    tokio::task::block_in_place(|| server.kill());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::task::block_in_place(|| server.restart());
+
+    for (what, task) in [
+        ("lock", lock),
+        ("permit", permit),
+        ("read", read),
+        ("fair", fair),
+    ] {
+        let outcome = tokio::time::timeout(Duration::from_secs(15), task)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: bounded"))
+            .unwrap();
+        assert!(outcome.is_ok(), "{what}: {outcome:?}");
+    }
+}

@@ -63,7 +63,7 @@ type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The deployment a client talks to.
 pub(crate) enum Backend {
-    Standalone(Standalone),
+    Standalone(Box<Standalone>),
     Sentinel(Sentinel),
     Cluster(Cluster),
 }

@@ -534,7 +534,7 @@ async fn attempt(inner: &Arc<Inner>, name: &str, lease: Duration, watchdog: bool
     let replies = join_all(attempts).await;
     let elapsed = start.elapsed();
     let mut guards = Vec::with_capacity(replies.len());
-    let (mut granted, mut busy, mut error) = (0, 0, None);
+    let (mut granted, mut late, mut busy, mut error) = (0, 0, 0, None);
     for reply in replies {
         guards.push(match reply {
             Ok(Ok(Ok(Some(guard)))) => {
@@ -543,6 +543,11 @@ async fn attempt(inner: &Arc<Inner>, name: &str, lease: Duration, watchdog: bool
             }
             Ok(Ok(Ok(None))) => {
                 busy += 1;
+                None
+            }
+            // The node granted it, but after the lease had run out (and gave it back).
+            Ok(Ok(Err(LockError::Lost { .. }))) => {
+                late += 1;
                 None
             }
             Ok(Ok(Err(e))) => {
@@ -567,7 +572,7 @@ async fn attempt(inner: &Arc<Inner>, name: &str, lease: Duration, watchdog: bool
         ));
     }
     release_all(guards.into_iter().flatten().collect(), timeout).await;
-    if granted >= inner.quorum {
+    if granted + late >= inner.quorum {
         tracing::debug!(lock = %short(name), ?elapsed, ?lease, "RedLock quorum came too late");
         Outcome::TooSlow(elapsed)
     } else if granted + busy >= inner.quorum {
