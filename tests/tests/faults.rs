@@ -325,6 +325,17 @@ async fn bad_options_are_refused() {
         LockClient::builder(&url).connect_timeout(Duration::ZERO),
         LockClient::builder("not a url"),
         LockClient::builder("http://127.0.0.1:1"),
+        // Topologies: nothing to connect to, or nonsense, is refused before any connection.
+        LockClient::builder_cluster(Vec::<String>::new()),
+        LockClient::builder_cluster(["not a url"]),
+        LockClient::builder_sentinel(Vec::<String>::new(), "svc"),
+        LockClient::builder_sentinel([url.as_str()], ""),
+        LockClient::builder_sentinel(["not a url"], "svc"),
+        LockClient::builder_sentinel([url.as_str()], "svc").sentinel_primary_url("not a url"),
+        LockClient::builder_sentinel([url.as_str()], "svc").pool(
+            bb8_redis::bb8::Pool::builder()
+                .build_unchecked(bb8_redis::RedisConnectionManager::new(url.as_str()).unwrap()),
+        ),
     ];
     for b in builds {
         let err = b.build().await.unwrap_err();

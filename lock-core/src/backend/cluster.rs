@@ -62,11 +62,43 @@ impl Cluster {
                     });
                 }
             };
-        Ok(Self {
+        let cluster = Self {
             connection,
             response_timeout,
             connect_timeout,
-        })
+        };
+        cluster.check_version().await?;
+        Ok(cluster)
+    }
+
+    /// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) needs Redis 7.0: refuse older clusters with
+    /// a clear error instead of failing at the first wait.
+    async fn check_version(&self) -> Result<(), LockError> {
+        let mut connection = self.connection.clone();
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+        let value = self.bounded(connection.route_command(info, route)).await?;
+        let text: String = super::convert(value)?;
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let major = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok());
+        match major {
+            Some(m) if m >= 7 => Ok(()),
+            _ => Err(LockError::InvalidOption {
+                option: "urls",
+                reason: format!(
+                    "a Redis Cluster needs Redis 7.0 or later (sharded pub/sub); the nodes run {version:?}"
+                ),
+            }),
+        }
     }
 
     /// The longest a command may take: its retries after redirects and failures included.
