@@ -366,7 +366,8 @@ async fn a_lease_that_runs_out_during_a_failover_is_known_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     let mut cluster = blocking(RedisCluster::start);
-    let lease = Duration::from_secs(9);
+    // Long enough to outlast the failover (node timeout 2 s + election) with room to spare.
+    let lease = Duration::from_secs(15);
     let a = LockClient::builder_cluster(cluster.primary_urls())
         .watchdog_lease(lease)
         .min_replicas(1, Duration::from_millis(500))

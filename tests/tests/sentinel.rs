@@ -72,7 +72,8 @@ async fn the_client_finds_the_primary_and_its_locks_live_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_acknowledged_lock_survives_a_failover_and_its_waiter_follows() {
     let mut group = blocking(SentinelGroup::start);
-    let lease = Duration::from_secs(6);
+    // Long enough to outlast the failover (down-after 1 s + election) with room to spare.
+    let lease = Duration::from_secs(12);
     let a = LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
         .watchdog_lease(lease)
         .min_replicas(1, Duration::from_millis(500))
