@@ -309,6 +309,7 @@ impl LockClientBuilder {
                     connect_timeout,
                     response_timeout,
                 });
+                discovery.spawn_watcher();
                 let backend = Sentinel::new(discovery.clone());
                 Ok((Backend::Sentinel(backend), Source::Sentinel(discovery)))
             }

@@ -211,3 +211,51 @@ async fn while_no_primary_is_known_operations_fail_with_a_typed_error() {
         started.elapsed()
     );
 }
+
+/// A graceful failover (`SENTINEL FAILOVER`): the old primary lives on as a replica and
+/// answers writes with `READONLY`. The holder's renewals and release, and the waiter's
+/// pub/sub, move to the new primary; the waiter is woken by the release, not by the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_failover_moves_holder_and_waiter_to_the_new_primary() {
+    let mut group = blocking(SentinelGroup::start);
+    let lease = Duration::from_secs(12);
+    let a = LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
+        .watchdog_lease(lease)
+        .min_replicas(1, Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let b = sentinel_client(&group, lease).await;
+    let held = a.lock("graceful").await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("graceful").wait(Duration::from_secs(40)).await })
+    };
+    let channel = "lock:{graceful}:released".to_owned();
+    eventually("the waiter subscribed on the primary", || {
+        group.primary().pubsub_channels().contains(&channel)
+    })
+    .await;
+
+    let new_primary = blocking(|| group.failover());
+    assert_eq!(group.primary().addr(), new_primary);
+    // The waiter's pub/sub follows the primary although its old connection still works.
+    eventually("the waiter subscribed on the new primary", || {
+        group.primary().pubsub_channels().contains(&channel)
+    })
+    .await;
+    assert!(held.is_held());
+    let released = Instant::now();
+    assert!(held.unlock().await.unwrap(), "released on the new primary");
+    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken after {:?}, not by the 12 s lease",
+        released.elapsed()
+    );
+    assert!(g.unlock().await.unwrap());
+}

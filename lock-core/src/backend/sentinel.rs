@@ -9,9 +9,10 @@
 //! (every script is safe to repeat) and the pub/sub connection moves too.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::cluster_routing::Slot;
 use redis::{ConnectionAddr, ConnectionInfo, Script, ScriptInvocation, Value};
 use tokio::sync::watch;
@@ -202,6 +203,80 @@ impl Discovery {
     /// Changes of primary.
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Asks the sentinels now, whatever is known.
+    async fn check(&self) {
+        let seen = self.snapshot().map_or(0, |c| c.generation);
+        if let Err(e) = self.refresh(seen).await {
+            tracing::debug!(error = %e, "no primary known yet");
+        }
+    }
+
+    /// Starts the task that listens to the sentinels' `+switch-master` events, so the client
+    /// follows a failover at once even while it sends no command (and even when the old
+    /// primary lives on as a replica, which would keep its connections working). It ends
+    /// when the discovery is dropped.
+    pub(crate) fn spawn_watcher(self: &Arc<Self>) {
+        tokio::spawn(watch_sentinels(Arc::downgrade(self)));
+    }
+}
+
+/// How often the watcher checks that its client still exists while no event comes.
+const WATCHER_CHECK: Duration = Duration::from_secs(5);
+
+async fn watch_sentinels(discovery: Weak<Discovery>) {
+    let mut backoff = Duration::from_millis(100);
+    let mut next = 0usize;
+    loop {
+        let (sentinel, service, connect_timeout) = {
+            let Some(d) = discovery.upgrade() else { return };
+            let s = &d.settings;
+            let Some(sentinel) = s.sentinels.get(next % s.sentinels.len().max(1)) else {
+                return;
+            };
+            (sentinel.clone(), s.service.clone(), s.connect_timeout)
+        };
+        next = next.wrapping_add(1);
+        let subscribed = async {
+            let mut pubsub = sentinel.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let pubsub = match tokio::time::timeout(connect_timeout, subscribed).await {
+            Ok(Ok(pubsub)) => pubsub,
+            _ => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        // A switch may have happened while nobody listened.
+        match discovery.upgrade() {
+            Some(d) => d.check().await,
+            None => return,
+        }
+        let (_sink, mut stream) = pubsub.split();
+        loop {
+            tokio::select! {
+                msg = stream.next() => {
+                    let Some(msg) = msg else { break };
+                    // "<service> <old ip> <old port> <new ip> <new port>"
+                    let payload: String = msg.get_payload().unwrap_or_default();
+                    if payload.split(' ').next() == Some(service.as_str()) {
+                        let Some(d) = discovery.upgrade() else { return };
+                        tracing::info!(%payload, "Sentinel switched the primary");
+                        d.check().await;
+                    }
+                }
+                () = tokio::time::sleep(WATCHER_CHECK) => {
+                    if discovery.strong_count() == 0 {
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
 
