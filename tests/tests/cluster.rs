@@ -446,3 +446,151 @@ async fn a_killed_pubsub_connection_is_subscribed_again_and_the_waiter_still_wok
     g.unlock().await.unwrap();
     assert_no_shard_channels(&cluster).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_read_write_and_fair_locks_wake_their_waiters_on_a_cluster() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let a = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    for i in 0..3 {
+        cluster.node(i).cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let long = Duration::from_secs(30);
+    let wait = Duration::from_secs(20);
+
+    // Each holder keeps its lock with a long fixed lease: only a release message wakes the
+    // waiter early.
+    let permits = a
+        .semaphore("c-sem", 2)
+        .acquire(2)
+        .lease(long)
+        .await
+        .unwrap();
+    let write = a.read_write_lock("c-rw").write().lease(long).await.unwrap();
+    let fair = a.fair_lock("c-fair").lock().lease(long).await.unwrap();
+    let sem_waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.semaphore("c-sem", 2).acquire(1).wait(wait).await })
+    };
+    let read_waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.read_write_lock("c-rw").read().wait(wait).await })
+    };
+    let fair_waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.fair_lock("c-fair").lock().wait(wait).await })
+    };
+    eventually("the three waiters subscribed", || {
+        (0..3)
+            .map(|i| {
+                cluster
+                    .node(i)
+                    .query(&["PUBSUB", "SHARDCHANNELS"])
+                    .into_strings()
+                    .len()
+            })
+            .sum::<usize>()
+            >= 3
+    })
+    .await;
+
+    let released = Instant::now();
+    assert!(permits.release().await.unwrap());
+    assert!(write.unlock().await.unwrap());
+    assert!(fair.unlock().await.unwrap());
+    let bound = Duration::from_secs(10);
+    let p = tokio::time::timeout(bound, sem_waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let r = tokio::time::timeout(bound, read_waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let f = tokio::time::timeout(bound, fair_waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken after {:?}, not by the 30 s leases",
+        released.elapsed()
+    );
+    assert!(p.release().await.unwrap());
+    assert!(r.unlock().await.unwrap());
+    assert!(f.unlock().await.unwrap());
+    for i in 0..3 {
+        assert_eq!(
+            command_calls(cluster.node(i), "publish"),
+            0,
+            "no PUBLISH on node {i}"
+        );
+    }
+    assert_no_shard_channels(&cluster).await;
+}
+
+/// F14 on a Cluster: a node stalled by `DEBUG SLEEP` bounds acquisitions of its locks (a typed
+/// error, or success after the stall), never a hang; locks on other nodes are unaffected;
+/// afterwards the client works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_node_bounds_acquisitions_and_spares_the_other_nodes() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let c = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let stalled = name_on(&cluster, 1, "stalled");
+    let healthy = name_on(&cluster, 2, "healthy");
+    let url = format!("redis://127.0.0.1:{}", cluster.node(1).port());
+    let sleeper = tokio::spawn(async move {
+        let client = redis::Client::open(url).unwrap();
+        // No response timeout: this returns when the node wakes up.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap();
+        let () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(3)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let g = c.lock(healthy.clone()).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    g.unlock().await.unwrap();
+
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), c.lock(stalled.clone()))
+        .await
+        .expect("never a hang");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    match outcome {
+        Ok(g) => {
+            g.unlock().await.unwrap();
+        }
+        Err(e) => assert!(e.is_unavailable(), "{e:?}"),
+    }
+    sleeper.await.unwrap();
+    // Awake again: the node's locks work at once.
+    let started = Instant::now();
+    let g = c.lock(stalled.clone()).await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
