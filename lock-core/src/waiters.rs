@@ -234,16 +234,9 @@ async fn run(
                 if let Source::Sentinel(discovery) = &source {
                     discovery.pubsub_failed(generation).await;
                 }
-                // Keep draining commands so the queue does not grow while we are down.
-                let sleep = tokio::time::sleep(backoff);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        cmd = commands.recv() => if cmd.is_none() { return },
-                    }
+                if !back_off(&mut commands, &mut backoff).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
                 continue;
             }
         };
@@ -326,6 +319,22 @@ async fn run(
     }
 }
 
+/// Waits `backoff` (then doubles it, up to 2 s) before another connection attempt, draining
+/// commands meanwhile so the queue does not grow while the connection is down (they are
+/// replayed from the wanted set on reconnect). Returns false once the client is gone.
+async fn back_off(commands: &mut mpsc::UnboundedReceiver<Command>, backoff: &mut Duration) -> bool {
+    let sleep = tokio::time::sleep(*backoff);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => break,
+            cmd = commands.recv() => if cmd.is_none() { return false },
+        }
+    }
+    *backoff = (*backoff * 2).min(Duration::from_secs(2));
+    true
+}
+
 /// Resolves when the Sentinel primary changes; never without Sentinel.
 async fn primary_changed(changes: &mut Option<watch::Receiver<u64>>) {
     match changes {
@@ -373,20 +382,18 @@ async fn run_sharded(
                     _ => "connect timed out".to_owned(),
                 };
                 tracing::warn!(%reason, "lock pub/sub connection failed; waiters fall back to lease expiry");
-                let sleep = tokio::time::sleep(backoff);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        cmd = commands.recv() => if cmd.is_none() { return },
-                    }
+                if !back_off(&mut commands, &mut backoff).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     };
-    // Channels to (re)subscribe, retried until Redis confirms.
-    let mut pending: Vec<String> = Vec::new();
+    // Channels to (re)subscribe, retried until Redis confirms: to begin with, every channel
+    // wanted while the connection was being made (their commands were drained meanwhile).
+    let mut pending: Vec<String> = match shared.upgrade() {
+        Some(s) => s.all().into_iter().map(|(channel, _)| channel).collect(),
+        None => return,
+    };
     let mut retry = tokio::time::interval(Duration::from_millis(250));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -72,3 +72,31 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// Runs blocking harness work (starting nodes, migrating slots, failovers) without stalling
+/// the test's other tasks (needs the multi-thread runtime).
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Tries to take `name` (which nobody holds) until the client works again, after a failover
+/// say; panics after 15 s. Returns how long it took.
+pub async fn recovered(c: &LockClient, name: &str) -> Duration {
+    let started = tokio::time::Instant::now();
+    loop {
+        match c.try_lock(name.to_owned()).await {
+            Ok(Some(g)) => {
+                g.unlock().await.unwrap();
+                return started.elapsed();
+            }
+            Ok(None) => panic!("nobody holds {name}"),
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(15),
+                    "still failing: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -7,15 +7,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockClient, LockError};
-use lock_tests::RedisCluster;
-use lock_tests::fixtures::{command_calls, eventually};
+use lock_core::{LockClient, LockError, LockGuard};
+use lock_tests::fixtures::{blocking, command_calls, eventually, recovered};
+use lock_tests::{RedisCluster, RedisServer};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// Runs blocking harness work (starting nodes, migrating slots) off the async workers.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> LockClient {
     LockClient::builder_cluster(cluster.primary_urls())
@@ -58,6 +54,55 @@ async fn assert_no_shard_channels(cluster: &RedisCluster) {
                 .is_empty()
         })
         .await;
+    }
+}
+
+/// `b` waits (up to 25 s) for the lock `name`, in a task of its own.
+fn spawn_waiter(b: &LockClient, name: &str) -> JoinHandle<Result<LockGuard, LockError>> {
+    let (b, name) = (b.clone(), name.to_owned());
+    tokio::spawn(async move { b.lock(name).wait(Duration::from_secs(25)).await })
+}
+
+/// The release channel of the lock `name`.
+fn channel(name: &str) -> String {
+    format!("{}:released", key(name))
+}
+
+fn shard_channels(node: &RedisServer) -> Vec<String> {
+    node.query(&["PUBSUB", "SHARDCHANNELS"]).into_strings()
+}
+
+/// Waits until `node` has the shard channel `channel` subscribed.
+async fn shard_subscribed(node: &RedisServer, channel: &str) {
+    eventually("the waiter subscribed on the lock's shard", || {
+        shard_channels(node).iter().any(|c| c == channel)
+    })
+    .await;
+}
+
+/// What a waiter got, checked to come within 3 s of `released`: a release message woke it,
+/// not the holder's 30 s lease.
+async fn woken<T>(waiter: JoinHandle<Result<T, LockError>>, released: Instant) -> T {
+    let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter is woken")
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    assert!(after < Duration::from_secs(3), "woken after {after:?}");
+    got
+}
+
+fn reset_stats(cluster: &RedisCluster) {
+    for i in 0..cluster.nodes().len() {
+        cluster.node(i).cmd(&["CONFIG", "RESETSTAT"]);
+    }
+}
+
+fn assert_no_publish(cluster: &RedisCluster) {
+    for i in 0..cluster.nodes().len() {
+        let calls = command_calls(cluster.node(i), "publish");
+        assert_eq!(calls, 0, "no PUBLISH on node {i}");
     }
 }
 
@@ -133,10 +178,7 @@ async fn a_release_wakes_a_waiter_through_sharded_pubsub() {
     let b = cluster_client(&cluster, Duration::from_secs(5)).await;
     let name = name_on(&cluster, 1, "wake");
     let owner = cluster.node(1);
-    for i in 0..3 {
-        owner.cmd(&["CONFIG", "RESETSTAT"]);
-        let _ = i;
-    }
+    reset_stats(&cluster);
 
     // Held with a long fixed lease: only a message can wake the waiter early.
     let held = a
@@ -144,42 +186,17 @@ async fn a_release_wakes_a_waiter_through_sharded_pubsub() {
         .lease(Duration::from_secs(30))
         .await
         .unwrap();
-    let waiter = {
-        let (b, name) = (b.clone(), name.clone());
-        tokio::spawn(async move {
-            let g = b.lock(name).wait(Duration::from_secs(20)).await.unwrap();
-            (Instant::now(), g)
-        })
-    };
-    let channel = format!("{}:released", key(&name));
-    eventually("the waiter subscribed on the lock's shard", || {
-        owner.cmd(&["PUBSUB", "SHARDCHANNELS"]).contains(&channel)
-    })
-    .await;
-    let released_at = Instant::now();
+    let waiter = spawn_waiter(&b, &name);
+    shard_subscribed(owner, &channel(&name)).await;
+    let released = Instant::now();
     held.unlock().await.unwrap();
-    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("woken long before the 30 s lease")
-        .unwrap();
-    let woke_after = acquired_at - released_at;
-    assert!(
-        woke_after < Duration::from_secs(3),
-        "woke after {woke_after:?}"
-    );
-    guard.unlock().await.unwrap();
+    woken(waiter, released).await.unlock().await.unwrap();
 
     assert!(
         command_calls(owner, "spublish") >= 1,
         "SPUBLISH on the owner"
     );
-    for i in 0..3 {
-        assert_eq!(
-            command_calls(cluster.node(i), "publish"),
-            0,
-            "no PUBLISH on node {i}"
-        );
-    }
+    assert_no_publish(&cluster);
     assert_no_shard_channels(&cluster).await;
 }
 
@@ -214,9 +231,7 @@ async fn a_multi_lock_across_slots_fails_before_sending_anything() {
     let cluster = blocking(|| RedisCluster::start_with(3, 0));
     let c = cluster_client(&cluster, Duration::from_secs(5)).await;
     let (x, y) = (name_on(&cluster, 0, "multi"), name_on(&cluster, 2, "multi"));
-    for i in 0..3 {
-        cluster.node(i).cmd(&["CONFIG", "RESETSTAT"]);
-    }
+    reset_stats(&cluster);
     let err = c.multi_lock([x.clone(), y.clone()]).await.unwrap_err();
     match &err {
         LockError::CrossSlot { first, second } => {
@@ -255,18 +270,8 @@ async fn a_slot_migrated_mid_run_keeps_locks_renewed_and_waiters_woken() {
         .await
         .unwrap();
     let watched = a.lock(renewed.clone()).await.unwrap();
-    let waiter = {
-        let (b, name) = (b.clone(), name.clone());
-        tokio::spawn(async move { b.lock(name).wait(Duration::from_secs(25)).await })
-    };
-    let channel = format!("{}:released", key(&name));
-    eventually("the waiter subscribed", || {
-        cluster
-            .node(0)
-            .cmd(&["PUBSUB", "SHARDCHANNELS"])
-            .contains(&channel)
-    })
-    .await;
+    let waiter = spawn_waiter(&b, &name);
+    shard_subscribed(cluster.node(0), &channel(&name)).await;
 
     // MOVED: the whole slot, keys included, goes to primary 2.
     blocking(|| cluster.migrate_slot(slot, 2));
@@ -284,19 +289,9 @@ async fn a_slot_migrated_mid_run_keeps_locks_renewed_and_waiters_woken() {
     assert!(b.is_locked(&renewed).await.unwrap());
 
     // The release goes to the new owner and wakes the waiter, subscribed again there.
-    let released_at = Instant::now();
+    let released = Instant::now();
     assert!(held.unlock().await.unwrap());
-    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("woken")
-        .unwrap()
-        .unwrap();
-    assert!(
-        released_at.elapsed() < Duration::from_secs(5),
-        "woken after {:?}, not by the 30 s lease",
-        released_at.elapsed()
-    );
-    guard.unlock().await.unwrap();
+    woken(waiter, released).await.unlock().await.unwrap();
 
     // ASK: with the slot half-moved back, a lock not yet on the source is taken at the target.
     blocking(|| cluster.begin_migration(slot, 1));
@@ -309,27 +304,6 @@ async fn a_slot_migrated_mid_run_keeps_locks_renewed_and_waiters_woken() {
     assert!(g.unlock().await.unwrap());
     assert!(watched.unlock().await.unwrap());
     assert_no_shard_channels(&cluster).await;
-}
-
-/// Retries `try_lock` on a name nobody holds until the client works again after a failover.
-async fn recovered(c: &LockClient, name: &str) -> Duration {
-    let started = Instant::now();
-    loop {
-        match c.try_lock(name.to_owned()).await {
-            Ok(Some(g)) => {
-                g.unlock().await.unwrap();
-                return started.elapsed();
-            }
-            Ok(None) => panic!("nobody holds {name}"),
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(15),
-                    "still failing: {e:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,17 +389,8 @@ async fn a_killed_pubsub_connection_is_subscribed_again_and_the_waiter_still_wok
         .lease(Duration::from_secs(30))
         .await
         .unwrap();
-    let waiter = {
-        let (b, name) = (b.clone(), name.clone());
-        tokio::spawn(async move { b.lock(name).wait(Duration::from_secs(25)).await })
-    };
-    let channel = format!("{}:released", key(&name));
-    let subscribed = || {
-        owner
-            .query(&["PUBSUB", "SHARDCHANNELS"])
-            .into_strings()
-            .contains(&channel)
-    };
+    let waiter = spawn_waiter(&b, &name);
+    let subscribed = || shard_channels(owner).contains(&channel(&name));
     eventually("the waiter subscribed", subscribed).await;
     let killed = owner.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_ne!(killed, "0", "a pub/sub client was killed");
@@ -433,17 +398,7 @@ async fn a_killed_pubsub_connection_is_subscribed_again_and_the_waiter_still_wok
 
     let released = Instant::now();
     assert!(held.unlock().await.unwrap());
-    let g = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("woken")
-        .unwrap()
-        .unwrap();
-    assert!(
-        released.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        released.elapsed()
-    );
-    g.unlock().await.unwrap();
+    woken(waiter, released).await.unlock().await.unwrap();
     assert_no_shard_channels(&cluster).await;
 }
 
@@ -452,9 +407,7 @@ async fn semaphores_read_write_and_fair_locks_wake_their_waiters_on_a_cluster() 
     let cluster = blocking(|| RedisCluster::start_with(3, 0));
     let a = cluster_client(&cluster, Duration::from_secs(5)).await;
     let b = cluster_client(&cluster, Duration::from_secs(5)).await;
-    for i in 0..3 {
-        cluster.node(i).cmd(&["CONFIG", "RESETSTAT"]);
-    }
+    reset_stats(&cluster);
     let long = Duration::from_secs(30);
     let wait = Duration::from_secs(20);
 
@@ -482,13 +435,7 @@ async fn semaphores_read_write_and_fair_locks_wake_their_waiters_on_a_cluster() 
     };
     eventually("the three waiters subscribed", || {
         (0..3)
-            .map(|i| {
-                cluster
-                    .node(i)
-                    .query(&["PUBSUB", "SHARDCHANNELS"])
-                    .into_strings()
-                    .len()
-            })
+            .map(|i| shard_channels(cluster.node(i)).len())
             .sum::<usize>()
             >= 3
     })
@@ -498,37 +445,10 @@ async fn semaphores_read_write_and_fair_locks_wake_their_waiters_on_a_cluster() 
     assert!(permits.release().await.unwrap());
     assert!(write.unlock().await.unwrap());
     assert!(fair.unlock().await.unwrap());
-    let bound = Duration::from_secs(10);
-    let p = tokio::time::timeout(bound, sem_waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let r = tokio::time::timeout(bound, read_waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let f = tokio::time::timeout(bound, fair_waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(
-        released.elapsed() < Duration::from_secs(3),
-        "woken after {:?}, not by the 30 s leases",
-        released.elapsed()
-    );
-    assert!(p.release().await.unwrap());
-    assert!(r.unlock().await.unwrap());
-    assert!(f.unlock().await.unwrap());
-    for i in 0..3 {
-        assert_eq!(
-            command_calls(cluster.node(i), "publish"),
-            0,
-            "no PUBLISH on node {i}"
-        );
-    }
+    assert!(woken(sem_waiter, released).await.release().await.unwrap());
+    assert!(woken(read_waiter, released).await.unlock().await.unwrap());
+    assert!(woken(fair_waiter, released).await.unlock().await.unwrap());
+    assert_no_publish(&cluster);
     assert_no_shard_channels(&cluster).await;
 }
 

@@ -7,13 +7,9 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
 use lock_tests::checkers::FencedStore;
-use lock_tests::fixtures::eventually;
+use lock_tests::fixtures::{blocking, eventually, recovered};
 use lock_tests::{FaultProxy, SentinelGroup};
 use tokio::time::Instant;
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 async fn sentinel_client(group: &SentinelGroup, lease: Duration) -> LockClient {
     LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
@@ -23,27 +19,6 @@ async fn sentinel_client(group: &SentinelGroup, lease: Duration) -> LockClient {
         .build()
         .await
         .unwrap()
-}
-
-/// Tries an acquisition of a free name until the client works again after a failover.
-async fn recovered(c: &LockClient, name: &str) -> Duration {
-    let started = Instant::now();
-    loop {
-        match c.try_lock(name.to_owned()).await {
-            Ok(Some(g)) => {
-                g.unlock().await.unwrap();
-                return started.elapsed();
-            }
-            Ok(None) => panic!("nobody holds {name}"),
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(15),
-                    "still failing: {e:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
