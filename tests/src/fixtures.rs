@@ -100,3 +100,19 @@ pub async fn recovered(c: &LockClient, name: &str) -> Duration {
         }
     }
 }
+
+/// What a waiting task got, checked to come within 3 s of `released`: a release message woke
+/// it, not a holder's (long) lease or a slow poll. Panics if it failed or took longer.
+pub async fn woken<T>(
+    waiter: tokio::task::JoinHandle<Result<T, lock_core::LockError>>,
+    released: tokio::time::Instant,
+) -> T {
+    let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter is woken")
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    assert!(after < Duration::from_secs(3), "woken after {after:?}");
+    got
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockClient, LockError, LockGuard};
-use lock_tests::fixtures::{blocking, command_calls, eventually, recovered};
+use lock_tests::fixtures::{blocking, command_calls, eventually, recovered, woken};
 use lock_tests::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -78,19 +78,6 @@ async fn shard_subscribed(node: &RedisServer, channel: &str) {
         shard_channels(node).iter().any(|c| c == channel)
     })
     .await;
-}
-
-/// What a waiter got, checked to come within 3 s of `released`: a release message woke it,
-/// not the holder's 30 s lease.
-async fn woken<T>(waiter: JoinHandle<Result<T, LockError>>, released: Instant) -> T {
-    let got = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("the waiter is woken")
-        .unwrap()
-        .unwrap();
-    let after = released.elapsed();
-    assert!(after < Duration::from_secs(3), "woken after {after:?}");
-    got
 }
 
 fn reset_stats(cluster: &RedisCluster) {
