@@ -56,6 +56,26 @@ pub fn acquire(
     async move { request?.await }
 }
 
+/// Starts taking the fair lock (`fair = true`): granted in arrival order across processes.
+pub fn acquire_fair(
+    client: Result<&LockClient, LockError>,
+    name: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> impl Future<Output = Result<LockGuard, LockError>> + Send + use<> {
+    let request = client.map(|client| {
+        let mut request = client.fair_lock(name).lock();
+        if let Some(wait) = wait {
+            request = request.wait(wait);
+        }
+        if let Some(lease) = lease {
+            request = request.lease(lease);
+        }
+        request
+    });
+    async move { request?.await }
+}
+
 /// Takes the lock, runs the body under it and releases it.
 ///
 /// `convert` is `E::from`, named in the expansion at the user's error type, so that a missing

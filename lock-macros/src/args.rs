@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key = "...", client = <expr>, wait = "2s", lease = "10s",
-//! on_lost = "abort" | "continue", handle = <ident>, fair = false`.
+//! on_lost = "abort" | "continue", handle = <ident>, fair [= true | false]`.
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
@@ -25,7 +25,7 @@ pub(crate) struct Args {
     pub(crate) lease: Option<DurationArg>,
     pub(crate) on_lost: Option<OnLost>,
     pub(crate) handle: Option<Ident>,
-    fair: Option<bool>,
+    pub(crate) fair: Option<bool>,
 }
 
 /// `key = "template"` or `key = <expr>` (any `Display` value, used as is).
@@ -85,13 +85,6 @@ impl Parse for Args {
                     } else {
                         true
                     };
-                    if fair {
-                        return Err(syn::Error::new(
-                            name.span(),
-                            "fair (first come, first served) locks are not available yet; \
-                             remove `fair` to take an ordinary lock",
-                        ));
-                    }
                     args.fair = Some(fair);
                 }
                 _ => {
@@ -281,8 +274,8 @@ mod tests {
         assert!(error(r#"key = "a", wait = 2"#).contains("`wait` needs a unit"));
         assert!(error(r#"key = "a", lease = "5ms""#).contains("between 10ms and 30 days"));
         assert!(error(r#"key = "a", on_lost = "retry""#).contains("\"abort\""));
-        assert!(error(r#"key = "a", fair"#).contains("not available yet"));
-        assert!(error(r#"key = "a", fair = true"#).contains("not available yet"));
+        assert!(error(r#"key = "a", fair, fair = false"#).contains("more than once"));
+        assert!(error(r#"key = "a", fair = "yes""#).contains("expected boolean literal"));
         assert!(error(r#"key "a""#).contains("expected `=` after `key`"));
         assert!(error(r#"key = "{id""#).contains("unclosed"));
     }

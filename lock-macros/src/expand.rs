@@ -274,6 +274,11 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
     };
     let wait = duration(args.wait.as_ref());
     let lease = duration(args.lease.as_ref());
+    let acquire = if args.fair == Some(true) {
+        quote!(::lock_core::__private::acquire_fair)
+    } else {
+        quote!(::lock_core::__private::acquire)
+    };
     let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
         OnLost::Abort => quote!(::lock_core::__private::OnLost::Abort),
         OnLost::Continue => quote!(::lock_core::__private::OnLost::Continue),
@@ -294,7 +299,7 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
     brace.surround(&mut outer_body, |tokens| {
         tokens.extend(quote! {
             ::lock_core::__private::reentrant(async move {
-                let __lock_acquire = ::lock_core::__private::acquire(#client, #key, #wait, #lease);
+                let __lock_acquire = #acquire(#client, #key, #wait, #lease);
                 ::lock_core::__private::run(
                     __lock_acquire,
                     #convert,

@@ -156,9 +156,11 @@
 //!
 //! ## `fair`
 //!
-//! Not available yet: lock-core has no fair (first come, first served) lock. `fair` or
-//! `fair = true` is a compile error saying so; `fair = false` is accepted and changes
-//! nothing.
+//! `fair` (or `fair = true`) takes `client.fair_lock(key)` instead of `client.lock(key)`:
+//! callers get the lock in arrival order across processes (first come, first served) instead
+//! of whoever asks first after a release. `wait`, `lease`, `on_lost` and `handle` work the
+//! same; a fair lock and an ordinary lock of the same key are different locks. Default
+//! `false`.
 //!
 //! # Re-entry
 //!

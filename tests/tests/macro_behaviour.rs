@@ -590,3 +590,72 @@ async fn methods_generics_and_trait_impls_lock() {
     assert!(lock_keys(&server).is_empty());
     assert_clean(&server).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fair locks
+
+/// Records its turn; the first caller holds the lock until `gate` opens.
+#[distributed_lock(key = "turn:{queue}", client = client, wait = "30s", fair)]
+async fn take_turn(
+    client: LockClient,
+    queue: String,
+    id: usize,
+    order: Arc<std::sync::Mutex<Vec<usize>>>,
+    gate: Option<oneshot::Receiver<()>>,
+) -> Result<(), LockError> {
+    order.lock().unwrap().push(id);
+    if let Some(gate) = gate {
+        let _ = gate.await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_calls_get_the_lock_in_arrival_order() {
+    let server = RedisServer::start();
+    let clients = [client(&server.url()).await, client(&server.url()).await];
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let queue_key = format!("{}:fair:queue", hash_key("turn:q"));
+    let queued = || -> u64 { server.cmd(&["ZCARD", &queue_key]).parse().unwrap() };
+
+    let (open, gate) = oneshot::channel();
+    let first = tokio::spawn(take_turn(
+        clients[0].clone(),
+        "q".into(),
+        0,
+        order.clone(),
+        Some(gate),
+    ));
+    eventually("the first call holds the fair lock", || {
+        order.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(
+        server.cmd(&["EXISTS", &format!("{}:fair", hash_key("turn:q"))]),
+        "1"
+    );
+    // Four more calls, alternating clients, each queued before the next arrives.
+    let mut calls = Vec::new();
+    for id in 1..=4 {
+        let before = queued();
+        calls.push(tokio::spawn(take_turn(
+            clients[id % 2].clone(),
+            "q".into(),
+            id,
+            order.clone(),
+            None,
+        )));
+        eventually("the call is queued", || queued() > before).await;
+    }
+    open.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    for call in calls {
+        tokio::time::timeout(Duration::from_secs(30), call)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_clean(&server).await;
+}

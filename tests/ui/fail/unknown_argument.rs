@@ -5,12 +5,6 @@ async fn report() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "queue", fair)]
-async fn fair() -> Result<(), LockError> {
-    Ok(())
-}
-
 fn main() {
     let _ = report;
-    let _ = fair;
 }

@@ -47,6 +47,12 @@ pub async fn buy(req: &BuyRequest, qty: &str) -> Result<u32, AppError> {
     Ok(qty)
 }
 
+/// A fair (first come, first served) lock, with every other option.
+#[distributed_lock(key = "queue:{name}", fair, wait = "1s", lease = "5s", handle = held)]
+pub async fn fair_turn(name: &str) -> Result<u64, AppError> {
+    Ok(held.fencing_token())
+}
+
 /// Mutable and destructured parameters, a raw identifier, a tuple field, `on_lost`.
 #[distributed_lock(key = "{r#type}:{a}:{pair.1}", on_lost = "continue", fair = false)]
 pub async fn patterns(
