@@ -130,9 +130,8 @@ impl LockClientBuilder {
     /// promote a replica that was not among the `n`. Fencing tokens remain the way to make a
     /// late writer harmless. Without this option (the default) a failover can lose locks.
     ///
-    /// Applies to the lock, read-write lock, semaphore and fair lock; not yet to
-    /// [`multi_lock`](LockClient::multi_lock). `n` must be 1..=16 and `timeout` 1 ms..=1 h;
-    /// checked by [`build`](Self::build).
+    /// Applies to every acquisition: lock, multi-lock, read-write lock, semaphore, fair lock.
+    /// `n` must be 1..=16 and `timeout` 1 ms..=1 h; checked by [`build`](Self::build).
     pub fn min_replicas(mut self, n: u32, timeout: Duration) -> Self {
         self.min_replicas = Some((n, timeout));
         self

@@ -290,6 +290,33 @@ impl Drop for Reply {
     }
 }
 
+/// Runs the multi-acquisition followed by `WAIT` (see `LockClientBuilder::min_replicas`): an
+/// applied acquisition that fewer than `required` replicas confirmed is an error.
+async fn acknowledged(
+    inner: &Inner,
+    invocation: &redis::ScriptInvocation<'static>,
+    first: &LockKeys,
+    required: u32,
+    timeout: Duration,
+) -> Result<Vec<i64>, LockError> {
+    let (value, acked) = inner
+        .backend
+        .invoke_acked(invocation, &first.hash, required, timeout)
+        .await?;
+    let reply: Vec<i64> = crate::backend::convert(value)?;
+    if reply.first() == Some(&1) && acked < required {
+        tracing::warn!(lock = %first.name, acked, required,
+            "too few replicas confirmed the multi-lock; giving it back");
+        return Err(LockError::NotReplicated {
+            name: first.name.clone(),
+            acked,
+            required,
+            timeout,
+        });
+    }
+    Ok(reply)
+}
+
 /// One try to take every lock, in one script.
 async fn attempt(
     inner: &Arc<Inner>,
@@ -320,9 +347,27 @@ async fn attempt(
     }
     let (tx, rx) = oneshot::channel();
     let task_inner = inner.clone();
+    let first = keys.first().cloned();
     tokio::spawn(async move {
         let sent_at = Instant::now();
-        let result = task_inner.backend.invoke(&invocation).await;
+        let result = match (task_inner.config.min_replicas, first) {
+            (Some((required, timeout)), Some(first)) => {
+                acknowledged(&task_inner, &invocation, &first, required, timeout).await
+            }
+            _ => task_inner.backend.invoke(&invocation).await,
+        };
+        if matches!(result, Err(LockError::NotReplicated { .. })) {
+            // Given back before the caller hears of it, so the error means "not held".
+            for (hold, expected, op) in undo {
+                hold.compensate(&task_inner, expected, op).await;
+            }
+            let _ = tx.send(Reply {
+                result,
+                sent_at,
+                undo: None,
+            });
+            return;
+        }
         let _ = tx.send(Reply {
             result,
             sent_at,

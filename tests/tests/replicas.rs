@@ -132,6 +132,49 @@ async fn a_stalled_replica_fails_acquisitions_cleanly_until_it_returns() {
     assert_clean(&primary).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_is_acknowledged_or_given_back() {
+    let (primary, replica) = primary_and_replica().await;
+    let c = acked_client(&primary.url()).await;
+    let multi = c.multi_lock(["m1", "m2"]).await.unwrap();
+    assert!(
+        replica
+            .cmd(&["GET", "lock:{m2}"])
+            .contains(&multi.fencing_tokens()[1].to_string())
+    );
+    assert!(multi.unlock().await.unwrap());
+    let permit = c.semaphore("sem", 2).acquire(1).await.unwrap();
+    assert_eq!(replica.cmd(&["ZCARD", "lock:{sem}:permits"]), "1");
+    assert!(permit.release().await.unwrap());
+    let read = c.read_write_lock("rw").read().await.unwrap();
+    assert_eq!(replica.cmd(&["HLEN", "lock:{rw}:rw:readers"]), "1");
+    assert!(read.unlock().await.unwrap());
+    let fair = c.fair_lock("fair").lock().await.unwrap();
+    assert_eq!(replica.cmd(&["EXISTS", "lock:{fair}:fair"]), "1");
+    assert!(fair.unlock().await.unwrap());
+
+    // Without a replica every one of them is refused, and nothing is left held.
+    drop(replica);
+    eventually("the primary noticed", || {
+        primary
+            .cmd(&["INFO", "replication"])
+            .contains("connected_slaves:0")
+    })
+    .await;
+    let refused = |e: LockError| assert!(matches!(e, LockError::NotReplicated { .. }), "{e:?}");
+    refused(c.multi_lock(["m1", "m2"]).await.unwrap_err());
+    refused(c.semaphore("sem", 2).acquire(1).await.unwrap_err());
+    refused(c.read_write_lock("rw").write().await.unwrap_err());
+    refused(c.read_write_lock("rw").read().await.unwrap_err());
+    refused(c.fair_lock("fair").lock().await.unwrap_err());
+    for name in ["m1", "m2"] {
+        assert!(!c.is_locked(name).await.unwrap(), "{name} given back");
+    }
+    assert_eq!(primary.cmd(&["ZCARD", "lock:{sem}:permits"]), "0");
+    assert_eq!(primary.cmd(&["HLEN", "lock:{rw}:rw:readers"]), "0");
+    assert_clean(&primary).await;
+}
+
 #[tokio::test]
 async fn bad_replica_options_are_refused() {
     let primary = RedisServer::start();
