@@ -1,6 +1,7 @@
 //! [`ResponseBody`]: the response body of a locked request, which keeps the lock until the
 //! body has been sent.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -19,11 +20,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pin_project! {
     /// The body of every response that passes through the layer.
     ///
-    /// For a request that holds the lock (with the default
-    /// [`Release::AfterBody`](crate::Release::AfterBody)) it keeps the lock until the inner
-    /// body has ended, and gives it back *before* handing out the body's last frame, so a
-    /// client that has read the whole response can take the lock again at once. Dropped
-    /// early (the client went away), it releases the lock in the background.
+    /// For a request that holds the lock with a streaming body (the default
+    /// [`Release::AfterBody`](crate::Release::AfterBody) and a body larger than
+    /// [`BUFFER_LIMIT`](crate::future::BUFFER_LIMIT)) it keeps the lock until the inner body
+    /// has ended, and gives it back *before* handing out the body's last frame, so a client
+    /// that has read the whole response can take the lock again at once. Dropped early (the
+    /// client went away), it releases the lock in the background. A small body has been read
+    /// in full, and the lock given back, before the response was handed on.
     ///
     /// With [`LeaseLost::Abort`](crate::LeaseLost::Abort), losing the lock while the body
     /// streams ends the body with an error (the client sees a cut-off response, never a
@@ -46,9 +49,15 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<B> {
+    enum Kind<B>
+    where
+        B: Body,
+    {
         Inner { #[pin] body: B },
         Full { data: Option<Bytes> },
+        // A small body read in full while the lock was held (see `ResponseFuture`), replayed
+        // frame by frame, then its error if it ended with one.
+        Buffered { frames: VecDeque<Frame<B::Data>>, error: Option<B::Error> },
     }
 }
 
@@ -69,6 +78,16 @@ impl<B: Body> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            hold: None,
+            last: None,
+            ended: false,
+        }
+    }
+
+    /// A body that was read in full (and its lock given back) before the response went out.
+    pub(crate) fn buffered(frames: VecDeque<Frame<B::Data>>, error: Option<B::Error>) -> Self {
+        Self {
+            kind: Kind::Buffered { frames, error },
             hold: None,
             last: None,
             ended: false,
@@ -109,6 +128,12 @@ where
             KindProj::Full { data } => {
                 return Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))));
             }
+            KindProj::Buffered { frames, error } => {
+                return Poll::Ready(match frames.pop_front() {
+                    Some(frame) => Some(Ok(frame)),
+                    None => error.take().map(|e| Err(e.into())),
+                });
+            }
             KindProj::Inner { body } => body,
         };
         let Some(hold) = this.hold.as_mut() else {
@@ -146,6 +171,7 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Full { data } => data.is_none(),
+            Kind::Buffered { frames, error } => frames.is_empty() && error.is_none(),
             Kind::Inner { body } => {
                 if self.ended {
                     self.hold.is_none() && self.last.is_none()
@@ -162,6 +188,13 @@ where
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
+            Kind::Buffered { frames, .. } => SizeHint::with_exact(
+                frames
+                    .iter()
+                    .filter_map(Frame::data_ref)
+                    .map(|d| d.remaining() as u64)
+                    .sum(),
+            ),
             Kind::Inner { body } => {
                 if self.ended {
                     let kept = self

@@ -1,5 +1,6 @@
 //! [`ResponseFuture`]: takes the lock, then runs the inner service while holding it.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use http::{Request, Response};
-use http_body::Body;
+use http_body::{Body, Frame};
 use lock_core::{LockError, LockGuard, ReentrantScope};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
@@ -26,12 +27,13 @@ pin_project! {
     /// with the [`HeldLock`](lock_core::HeldLock) in the request's extensions, and hands the
     /// lock on to the [`ResponseBody`] (or releases it first, with
     /// [`Release::AfterHandler`]). Dropping it at any point gives the lock back.
-    pub struct ResponseFuture<S, ReqBody, R>
+    pub struct ResponseFuture<S, ReqBody, ResBody, R>
     where
         S: Service<Request<ReqBody>>,
+        ResBody: Body,
     {
         #[pin]
-        state: State<S::Future, S::Response>,
+        state: State<S::Future, S::Response, ResBody>,
         service: Option<S>,
         request: Option<Request<ReqBody>>,
         settings: Arc<Settings<R>>,
@@ -44,7 +46,10 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, T> {
+    enum State<F, T, B>
+    where
+        B: Body,
+    {
         // Answered by the layer itself.
         Rejected { rejection: Option<Rejection> },
         // Taking the lock.
@@ -53,13 +58,53 @@ pin_project! {
         Running { #[pin] future: F, hold: Option<Hold> },
         // `Release::AfterHandler`: giving the lock back before handing the response on.
         Releasing { hold: Hold, response: Option<T> },
+        // `Release::AfterBody` with a small body: reading it in full under the lock, so the
+        // lock can be given back before the response goes out in one piece.
+        Buffering { buffer: Option<Buffer<B>> },
+        // Then giving the lock back.
+        ReleasingBuffered { buffer: Option<Buffer<B>> },
         Done,
     }
 }
 
-impl<S, ReqBody, R> ResponseFuture<S, ReqBody, R>
+/// A small response body read in full while the lock is held.
+struct Buffer<B: Body> {
+    hold: Hold,
+    parts: http::response::Parts,
+    body: Pin<Box<B>>,
+    frames: VecDeque<Frame<B::Data>>,
+    error: Option<B::Error>,
+}
+
+/// The largest response body (by its size hint's upper bound) read in full under the lock
+/// with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until
+/// their last frame.
+pub const BUFFER_LIMIT: u64 = 64 * 1024;
+
+impl<B: Body> Buffer<B> {
+    /// Reads the body to its end (or its first error).
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match ready!(self.body.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => self.frames.push_back(frame),
+                Some(Err(e)) => {
+                    self.error = Some(e);
+                    return Poll::Ready(());
+                }
+                None => return Poll::Ready(()),
+            }
+        }
+    }
+
+    fn into_response(self) -> Response<ResponseBody<B>> {
+        Response::from_parts(self.parts, ResponseBody::buffered(self.frames, self.error))
+    }
+}
+
+impl<S, ReqBody, ResBody, R> ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
+    ResBody: Body,
 {
     pub(crate) fn rejected(rejection: Rejection, settings: Arc<Settings<R>>, span: Span) -> Self {
         Self::with_state(
@@ -93,7 +138,7 @@ where
     }
 
     fn with_state(
-        state: State<S::Future, S::Response>,
+        state: State<S::Future, S::Response, ResBody>,
         settings: Arc<Settings<R>>,
         span: Span,
     ) -> Self {
@@ -108,7 +153,7 @@ where
     }
 }
 
-impl<S, ReqBody, ResBody, R> Future for ResponseFuture<S, ReqBody, R>
+impl<S, ReqBody, ResBody, R> Future for ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     R: OnRejection<ResBody>,
@@ -156,6 +201,24 @@ where
                             hold,
                             response: Some(response),
                         }),
+                        (Some(hold), Release::AfterBody)
+                            if response
+                                .body()
+                                .size_hint()
+                                .upper()
+                                .is_some_and(|upper| upper <= BUFFER_LIMIT) =>
+                        {
+                            let (parts, body) = response.into_parts();
+                            this.state.set(State::Buffering {
+                                buffer: Some(Buffer {
+                                    hold,
+                                    parts,
+                                    body: Box::pin(body),
+                                    frames: VecDeque::new(),
+                                    error: None,
+                                }),
+                            });
+                        }
                         (hold, _) => {
                             this.state.set(State::Done);
                             let response = response.map(|body| match hold {
@@ -183,6 +246,29 @@ where
                         });
                     }
                 },
+                StateProj::Buffering { buffer } => {
+                    let read = buffer.as_mut().expect("buffer taken twice");
+                    if read.poll_read(cx).is_pending() {
+                        let watch = this.settings.lease_lost == LeaseLost::Abort;
+                        if watch && read.hold.poll_lost(cx).is_ready() {
+                            // Nothing has gone out yet: answer as for a handler that lost it.
+                            this.state.set(State::Rejected {
+                                rejection: Some(Rejection::lost(this.settings)),
+                            });
+                            continue;
+                        }
+                        return Poll::Pending;
+                    }
+                    let buffer = buffer.take();
+                    this.state.set(State::ReleasingBuffered { buffer });
+                }
+                StateProj::ReleasingBuffered { buffer } => {
+                    let releasing = buffer.as_mut().expect("buffer taken twice");
+                    ready!(releasing.hold.poll_release(cx));
+                    let buffer = buffer.take().expect("buffer taken twice");
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(buffer.into_response()));
+                }
                 StateProj::Releasing { hold, response } => {
                     ready!(hold.poll_release(cx));
                     let response = response.take().expect("response taken twice");
@@ -195,9 +281,10 @@ where
     }
 }
 
-impl<S, ReqBody, R> fmt::Debug for ResponseFuture<S, ReqBody, R>
+impl<S, ReqBody, ResBody, R> fmt::Debug for ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
+    ResBody: Body,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
@@ -205,7 +292,8 @@ where
             State::Acquiring { .. } => "acquiring",
             State::Running { hold: Some(_), .. } => "running locked",
             State::Running { hold: None, .. } => "running unlocked",
-            State::Releasing { .. } => "releasing",
+            State::Releasing { .. } | State::ReleasingBuffered { .. } => "releasing",
+            State::Buffering { .. } => "reading the body",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")

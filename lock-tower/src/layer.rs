@@ -77,9 +77,12 @@ pub enum LeaseLost {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Release {
-    /// When the response body has been sent (or dropped, if the client goes away): the lock
-    /// covers everything the body still produces, e.g. a stream read from the database. The
-    /// release completes before the body's last frame is handed out. The default.
+    /// When the response body is complete (or dropped, if the client goes away): the lock
+    /// covers everything the body still produces, e.g. a stream read from the database. A
+    /// small body (size hint at most [`BUFFER_LIMIT`](crate::future::BUFFER_LIMIT)) is read in
+    /// full under the lock, which is given back before the response is handed on; a larger
+    /// one streams, and the release completes before its last frame is handed out. The
+    /// default.
     #[default]
     AfterBody,
     /// When the handler has returned its response, before the response is handed on. For

@@ -91,9 +91,12 @@
 //!
 //! # The lock's lifetime
 //!
-//! * It is taken before the inner service is called, and given back after the response body
-//!   has been sent: the release completes *before* the body's last frame goes out, so a
-//!   client that has the whole response can lock the same key again at once.
+//! * It is taken before the inner service is called, and given back once the response body
+//!   is complete: a small body (a size hint of at most [`future::BUFFER_LIMIT`], 64 KiB, as
+//!   for any `Full`, JSON or string body) is read in full under the lock, the lock is given
+//!   back, and the response goes out in one piece; a larger or open-ended body streams under
+//!   the lock, and the release completes *before* its last frame goes out. Either way a client
+//!   that has the whole response can lock the same key again at once.
 //! * If the client disconnects, the handler's future or the body is dropped and the lock is
 //!   released in the background at once (not when the lease runs out).
 //! * If the lock is lost while the request runs (its lease expired: Redis unreachable for
@@ -109,13 +112,15 @@
 //!   [`lock_core::current_lock`] finds it. The [`HeldLock`] extension is the handler's view
 //!   of it too. Tasks the handler spawns are other holders.
 //!
-//! # Serve with `TCP_NODELAY`
+//! # Streaming bodies: serve with `TCP_NODELAY`
 //!
-//! With [`Release::AfterBody`] the last body frame goes out only once the lock is released, so
-//! the headers and a small body usually leave in two writes. With Nagle's algorithm on (the
-//! default for `axum::serve`), the second write can wait for the client's delayed ACK, about
-//! 40 ms on Linux: the benchmark measured 44 ms per request through the layer without
-//! `TCP_NODELAY` and 0.7–0.9× the speed of the bare handler with it. Turn it on:
+//! For a streaming body (above [`future::BUFFER_LIMIT`] or of unknown size) the last frame
+//! goes out only once the lock is released, so the response leaves in at least two writes.
+//! With Nagle's algorithm on (the default for `axum::serve`), the last write can wait for the
+//! client's delayed ACK, about 40 ms on Linux. Small bodies are not affected (they are read
+//! under the lock and sent in one piece after the release); before they were, the benchmark
+//! measured 44 ms per request through the layer without `TCP_NODELAY`. For streaming
+//! responses, turn it on:
 //!
 //! ```no_run
 //! # async fn f(app: axum::Router) -> std::io::Result<()> {

@@ -909,8 +909,35 @@ async fn each_extractor_locks_its_name_through_oneshot() {
         )
         .await
         .unwrap();
-    assert!(res.body().holds_lock());
+    // A small body was read in full under the lock, and the lock given back before the
+    // response was handed on (so it goes out in one write).
+    assert!(!res.body().holds_lock());
+    assert!(!client.is_locked("t:job").await.unwrap());
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "t:job");
+    // A body larger than the buffer limit streams, keeping the lock until its last frame.
+    let big = ServiceBuilder::new()
+        .layer(DistributedLockLayer::new(client.clone(), PathSegment::new(0)).prefix("t:"))
+        .service_fn(|_req: Request<Full<Bytes>>| async move {
+            let size = usize::try_from(lock_tower::future::BUFFER_LIMIT).unwrap() + 1;
+            Ok::<_, MyError>(http::Response::new(Full::new(Bytes::from(vec![
+                b'x';
+                size
+            ]))))
+        });
+    let res = big
+        .oneshot(
+            Request::builder()
+                .uri("/big")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(res.body().holds_lock());
+    assert!(client.is_locked("t:big").await.unwrap());
+    let len = res.into_body().collect().await.unwrap().to_bytes().len();
+    assert_eq!(len as u64, lock_tower::future::BUFFER_LIMIT + 1);
+    assert!(!client.is_locked("t:big").await.unwrap());
     let err = svc
         .clone()
         .oneshot(
