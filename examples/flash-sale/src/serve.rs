@@ -94,9 +94,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     let shutdown = async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
     };
-    // TCP_NODELAY: the lock layer sends the last body frame only once the lock is released,
-    // so headers and body may leave in two writes; with Nagle on, the second one can wait for
-    // the client's delayed ACK (~40 ms).
+    // TCP_NODELAY: for a streaming body the lock layer sends the last frame only once the
+    // lock is released, so the response may leave in two writes; with Nagle on, the second
+    // one can wait for the client's delayed ACK (~40 ms). (This app's small JSON bodies are
+    // read under the lock and sent in one piece, but a server should not depend on that.)
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
