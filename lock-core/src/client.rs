@@ -372,8 +372,9 @@ impl LockClient {
     /// Each lock lives in the slot of its name (its keys share the hash tag `{name}`), so
     /// every operation on one lock is one script on one node; waiters listen through sharded
     /// pub/sub (`SSUBSCRIBE`) on that node; the watchdog renews each slot's locks with one
-    /// script per slot. A multi-lock must keep its names in one slot
-    /// ([`LockError::CrossSlot`] otherwise). A failover of a primary may lose the locks it held
+    /// script per slot. A multi-lock over names in different slots takes them one by one in a
+    /// stable order, with rollback (see [`multi`](crate::multi)). A failover of a primary may
+    /// lose the locks it held
     /// unless [`min_replicas`](LockClientBuilder::min_replicas) is set (see there for what that
     /// does and does not cover).
     ///

@@ -94,10 +94,10 @@ pub enum LockError {
         timeout: Duration,
     },
 
-    /// On a Redis Cluster, the locks of one multi-key operation live in different hash slots,
-    /// so no single script can take them atomically.
+    /// On a Redis Cluster, the locks of an [`atomic`](crate::MultiLockRequest::atomic)
+    /// multi-lock live in different hash slots, so no single script can take them together.
     #[error(
-        "locks `{first}` and `{second}` are in different Redis Cluster slots; one multi-lock must stay in one slot"
+        "locks `{first}` and `{second}` are in different Redis Cluster slots; an atomic multi-lock must stay in one slot"
     )]
     CrossSlot {
         /// One lock's name.

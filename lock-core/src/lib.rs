@@ -62,7 +62,7 @@
 //! |---|---|---|
 //! | one server | [`LockClient::builder`] | a bb8 pool (or yours) of multiplexed connections |
 //! | Redis Sentinel | [`LockClient::builder_sentinel`] | asks the sentinels for the primary, follows failovers (commands, renewals, pub/sub); [`LockError::NoPrimary`] while none is known |
-//! | Redis Cluster (7.0+) | [`LockClient::builder_cluster`] | one slot per lock (hash tag `{name}`), MOVED/ASK followed, sharded pub/sub, renewals grouped by slot; a multi-lock must stay in one slot ([`LockError::CrossSlot`]) |
+//! | Redis Cluster (7.0+) | [`LockClient::builder_cluster`] | one slot per lock (hash tag `{name}`), MOVED/ASK followed, sharded pub/sub, renewals grouped by slot; a multi-lock across slots is taken in a stable order with rollback |
 //!
 //! The lock logic is the same on all three: only how a script reaches its node differs.
 //!

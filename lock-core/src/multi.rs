@@ -21,8 +21,12 @@
 //! name's release message (or its holder's lease to run out) and tries again.
 //!
 //! On a Redis Cluster one script can only touch keys of one slot, and each lock lives in the
-//! slot of its own name, so a multi-lock whose names fall in different slots fails at once
-//! with [`LockError::CrossSlot`], before anything is sent.
+//! slot of its own name. A multi-lock whose names share a slot is still one atomic script;
+//! one whose names fall in different slots takes them one by one in a stable order (the order
+//! of their keys, the same for every request, so overlapping multi-locks cannot deadlock),
+//! each with what is left of the wait, and gives back the ones it took if a later one cannot
+//! be had. [`MultiLockRequest::atomic`] refuses that instead, with [`LockError::CrossSlot`]
+//! before anything is sent.
 
 use std::fmt;
 use std::future::IntoFuture;
@@ -61,6 +65,7 @@ impl LockClient {
             names: names.into_iter().map(Into::into).collect(),
             wait: None,
             lease: None,
+            atomic: false,
         }
     }
 }
@@ -73,9 +78,19 @@ pub struct MultiLockRequest {
     names: Vec<String>,
     wait: Option<Duration>,
     lease: Option<Duration>,
+    atomic: bool,
 }
 
 impl MultiLockRequest {
+    /// Requires the one-script path: on a Redis Cluster, names in different hash slots then
+    /// fail at once with [`LockError::CrossSlot`] (before anything is sent) instead of being
+    /// taken one by one in a stable order. On a standalone or Sentinel server every
+    /// multi-lock is atomic anyway.
+    pub fn atomic(mut self) -> Self {
+        self.atomic = true;
+        self
+    }
+
     /// Gives up after waiting this long, with [`LockError::Timeout`] naming a lock that was
     /// busy. `Duration::ZERO` makes a single attempt.
     pub fn wait(mut self, wait: Duration) -> Self {
@@ -97,7 +112,9 @@ impl IntoFuture for MultiLockRequest {
 
     fn into_future(self) -> Self::IntoFuture {
         let span = tracing::debug_span!("multi_lock", names = self.names.len());
-        Box::pin(acquire(self.inner, self.names, self.wait, self.lease).instrument(span))
+        Box::pin(
+            acquire(self.inner, self.names, self.wait, self.lease, self.atomic).instrument(span),
+        )
     }
 }
 
@@ -107,6 +124,7 @@ impl fmt::Debug for MultiLockRequest {
             .field("names", &self.names)
             .field("wait", &self.wait)
             .field("lease", &self.lease)
+            .field("atomic", &self.atomic)
             .finish()
     }
 }
@@ -186,6 +204,7 @@ async fn acquire(
     names: Vec<String>,
     wait: Option<Duration>,
     lease: Option<Duration>,
+    atomic: bool,
 ) -> Result<MultiLockGuard, LockError> {
     let start = Instant::now();
     if names.is_empty() || names.len() > MAX_MULTI_NAMES {
@@ -218,10 +237,13 @@ async fn acquire(
     if let Some(first) = keys.first() {
         let slot = inner.backend.slot(&first.hash);
         if let Some(other) = keys.iter().find(|k| inner.backend.slot(&k.hash) != slot) {
-            return Err(LockError::CrossSlot {
-                first: first.name.clone(),
-                second: other.name.clone(),
-            });
+            if atomic {
+                return Err(LockError::CrossSlot {
+                    first: first.name.clone(),
+                    second: other.name.clone(),
+                });
+            }
+            return in_order(&inner, &keys, &order, deadline_of(start, wait), lease).await;
         }
     }
     let owner = inner.owner_for_current_task();
@@ -258,6 +280,49 @@ async fn acquire(
         }
         waiter.sleep(holder_ttl).await;
     }
+}
+
+fn deadline_of(start: Instant, wait: Option<Duration>) -> Option<Instant> {
+    wait.and_then(|w| start.checked_add(w))
+}
+
+/// Takes the locks one by one in the order of their keys (the same order for every request,
+/// so two multi-locks over overlapping names cannot deadlock), each with what is left of the
+/// wait. If one cannot be had, the ones already taken are given back (awaited) and its error
+/// returned. Not atomic: while it waits for a later lock it holds the earlier ones.
+async fn in_order(
+    inner: &Arc<Inner>,
+    keys: &[LockKeys],
+    order: &[usize],
+    deadline: Option<Instant>,
+    lease: Option<Duration>,
+) -> Result<MultiLockGuard, LockError> {
+    let client = LockClient {
+        inner: inner.clone(),
+    };
+    let mut taken: Vec<(usize, LockGuard)> = Vec::with_capacity(keys.len());
+    for (key, position) in keys.iter().zip(order) {
+        let mut request = client.lock(key.name.clone());
+        if let Some(d) = deadline {
+            request = request.wait(d.saturating_duration_since(Instant::now()));
+        }
+        if let Some(lease) = lease {
+            request = request.lease(lease);
+        }
+        match request.await {
+            Ok(guard) => taken.push((*position, guard)),
+            Err(e) => {
+                // Roll back: give back what was taken, and wait for it, so that "not held" is
+                // true when the error returns.
+                join_all(taken.into_iter().map(|(_, g)| g.unlock())).await;
+                return Err(e);
+            }
+        }
+    }
+    taken.sort_by_key(|(position, _)| *position);
+    Ok(MultiLockGuard {
+        guards: taken.into_iter().map(|(_, g)| g).collect(),
+    })
 }
 
 /// What undoing a multi-acquisition needs, per lock: the hold, the count it started from

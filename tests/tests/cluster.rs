@@ -214,12 +214,16 @@ async fn the_watchdog_renews_locks_of_many_slots() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_lock_across_slots_fails_before_sending_anything() {
+async fn an_atomic_multi_lock_across_slots_fails_before_sending_anything() {
     let cluster = blocking(|| RedisCluster::start_with(3, 0));
     let c = cluster_client(&cluster, Duration::from_secs(5)).await;
     let (x, y) = (name_on(&cluster, 0, "multi"), name_on(&cluster, 2, "multi"));
     reset_stats(&cluster);
-    let err = c.multi_lock([x.clone(), y.clone()]).await.unwrap_err();
+    let err = c
+        .multi_lock([x.clone(), y.clone()])
+        .atomic()
+        .await
+        .unwrap_err();
     match &err {
         LockError::CrossSlot { first, second } => {
             let mut got = [first.clone(), second.clone()];
@@ -234,11 +238,79 @@ async fn a_multi_lock_across_slots_fails_before_sending_anything() {
         assert_eq!(command_calls(cluster.node(i), "evalsha"), 0, "nothing sent");
         assert_eq!(command_calls(cluster.node(i), "eval"), 0, "nothing sent");
     }
-    // Names that share a slot are taken together.
+    // Names that share a slot are taken together, atomically.
     let z = name_in_slot_of(&x, "same");
-    let both = c.multi_lock([x.clone(), z.clone()]).await.unwrap();
+    let both = c.multi_lock([x.clone(), z.clone()]).atomic().await.unwrap();
     assert!(c.is_locked(&x).await.unwrap() && c.is_locked(&z).await.unwrap());
     assert!(both.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_across_slots_is_taken_in_order_and_rolled_back() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let a = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let names: Vec<String> = (0..3).map(|n| name_on(&cluster, n, "spread")).collect();
+
+    // All or nothing: with one name held elsewhere, the request times out and gives back the
+    // names it had taken.
+    let blocker = b
+        .lock(names[2].clone())
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let err = a
+        .multi_lock(names.clone())
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Timeout { name, .. } if *name == names[2]),
+        "{err:?}"
+    );
+    for name in &names[..2] {
+        assert!(!b.is_locked(name).await.unwrap(), "{name} rolled back");
+    }
+    assert!(blocker.unlock().await.unwrap());
+
+    // Taken: every name held, guards in the caller's order, one unlock frees all.
+    let reversed: Vec<String> = names.iter().rev().cloned().collect();
+    let all = a.multi_lock(reversed.clone()).await.unwrap();
+    for (guard, name) in all.guards().iter().zip(&reversed) {
+        assert_eq!(guard.name(), name);
+        assert!(b.is_locked(name).await.unwrap());
+    }
+    assert!(all.unlock().await.unwrap());
+
+    // Overlapping multi-locks in opposite orders from two clients never deadlock, and
+    // exclude each other.
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (client, list) in [(a.clone(), names.clone()), (b.clone(), reversed.clone())] {
+        for _ in 0..2 {
+            let (client, list, inside) = (client.clone(), list.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = client
+                        .multi_lock(list.clone())
+                        .wait(Duration::from_secs(20))
+                        .await
+                        .unwrap();
+                    assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0);
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    assert!(g.unlock().await.unwrap());
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    assert_no_shard_channels(&cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
