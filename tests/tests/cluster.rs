@@ -573,3 +573,30 @@ async fn a_stalled_node_bounds_acquisitions_and_spares_the_other_nodes() {
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_replicas_an_acknowledged_cluster_lock_is_given_back() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let c = LockClient::builder_cluster(cluster.primary_urls())
+        .min_replicas(1, Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let name = name_on(&cluster, 1, "unacked");
+    let err = c.lock(name.clone()).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LockError::NotReplicated {
+                acked: 0,
+                required: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!c.is_locked(&name).await.unwrap(), "given back");
+    // The node keeps only the free lock's fencing counter (`|0|<token>|…`).
+    let value = cluster.node(1).cmd(&["GET", &key(&name)]);
+    assert!(value.starts_with('|') || value == "(nil)", "{value}");
+}
