@@ -116,3 +116,21 @@ pub async fn woken<T>(
     assert!(after < Duration::from_secs(3), "woken after {after:?}");
     got
 }
+
+/// Takes `name` with a client that has `min_replicas` set, trying again while the replicas
+/// do not acknowledge yet (a replica whose link just came up may not answer `WAIT` at once);
+/// panics after 15 s or on any other error.
+pub async fn lock_replicated(c: &LockClient, name: &str) -> lock_core::LockGuard {
+    let started = tokio::time::Instant::now();
+    loop {
+        match c.lock(name.to_owned()).await {
+            Ok(g) => return g,
+            Err(lock_core::LockError::NotReplicated { .. })
+                if started.elapsed() < Duration::from_secs(15) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("could not take {name}: {e:?}"),
+        }
+    }
+}

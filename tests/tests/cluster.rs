@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockClient, LockError, LockGuard};
-use lock_tests::fixtures::{blocking, command_calls, eventually, recovered, woken};
+use lock_tests::fixtures::{
+    blocking, command_calls, eventually, lock_replicated, recovered, woken,
+};
 use lock_tests::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -409,7 +411,7 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
         .unwrap();
     let b = cluster_client(&cluster, lease).await;
     let name = name_on(&cluster, 0, "survivor");
-    let held = a.lock(name.clone()).await.unwrap();
+    let held = lock_replicated(&a, &name).await;
 
     let promoted = blocking(|| cluster.failover(0));
     assert_eq!(cluster.node_for_key(&key(&name)), promoted);

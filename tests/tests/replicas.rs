@@ -5,23 +5,45 @@
 use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
-use lock_tests::RedisServer;
-use lock_tests::fixtures::{assert_clean, eventually};
+use lock_tests::fixtures::assert_clean;
+use lock_tests::{RedisServer, Reply};
 
 const ACK: Duration = Duration::from_millis(100);
 
 /// A primary and a replica whose replication link is up.
 async fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
+    // No diskless-sync delay: by default the primary waits 5 s for more replicas before the
+    // first full sync.
+    let no_delay = ["--repl-diskless-sync-delay", "0"];
+    let primary = RedisServer::start_with(&no_delay);
     let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    eventually("the replica is in sync", || {
-        replica
-            .cmd(&["INFO", "replication"])
-            .contains("master_link_status:up")
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &port, no_delay[0], no_delay[1]]);
+    replica_acks(&primary).await;
+    (primary, replica)
+}
+
+/// Waits until a replica acknowledges writes: a write followed by `WAIT 1` on one connection
+/// is confirmed (the replica's link being up, or the primary listing it online, comes earlier).
+async fn replica_acks(primary: &RedisServer) {
+    until("a replica acknowledges writes", || {
+        let replies = primary.query_many(&[&["SET", "probe", "1"], &["WAIT", "1", "200"]]);
+        matches!(replies.last(), Some(Reply::Integer(1)))
     })
     .await;
-    (primary, replica)
+}
+
+/// Waits (up to 30 s: replication steps are slower than the 5 s of `eventually` on a loaded
+/// machine) until `check` holds.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn acked_client(url: &str) -> LockClient {
@@ -105,12 +127,7 @@ async fn a_stalled_replica_fails_acquisitions_cleanly_until_it_returns() {
     assert!(!c.is_locked("during").await.unwrap(), "given back at once");
 
     replica.resume();
-    eventually("the replica is back", || {
-        replica
-            .cmd(&["INFO", "replication"])
-            .contains("master_link_status:up")
-    })
-    .await;
+    replica_acks(&primary).await;
     let mut guard = None;
     for _ in 0..50 {
         match c.lock("during").await {
@@ -155,7 +172,7 @@ async fn every_primitive_is_acknowledged_or_given_back() {
 
     // Without a replica every one of them is refused, and nothing is left held.
     drop(replica);
-    eventually("the primary noticed", || {
+    until("the primary noticed", || {
         primary
             .cmd(&["INFO", "replication"])
             .contains("connected_slaves:0")
@@ -213,7 +230,7 @@ async fn a_split_brain_old_primary_cannot_grant_an_acknowledged_lock() {
     let acked = acked_client(&old_primary.url()).await;
     let plain_old = LockClient::connect(&old_primary.url()).await.unwrap();
     assert_eq!(new_primary.cmd(&["REPLICAOF", "NO", "ONE"]), "OK");
-    eventually("the old primary lost its replica", || {
+    until("the old primary lost its replica", || {
         old_primary
             .cmd(&["INFO", "replication"])
             .contains("connected_slaves:0")

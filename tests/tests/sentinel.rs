@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
 use lock_tests::checkers::FencedStore;
-use lock_tests::fixtures::{blocking, eventually, recovered, woken};
+use lock_tests::fixtures::{blocking, eventually, lock_replicated, recovered, woken};
 use lock_tests::{FaultProxy, SentinelGroup};
 use tokio::time::Instant;
 
@@ -58,7 +58,7 @@ async fn a_replica_acknowledged_lock_survives_a_failover_and_its_waiter_follows(
         .await
         .unwrap();
     let b = sentinel_client(&group, lease).await;
-    let held = a.lock("f6").await.unwrap();
+    let held = lock_replicated(&a, "f6").await;
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move { b.lock("f6").wait(Duration::from_secs(40)).await })
@@ -191,7 +191,7 @@ async fn a_graceful_failover_moves_holder_and_waiter_to_the_new_primary() {
         .await
         .unwrap();
     let b = sentinel_client(&group, lease).await;
-    let held = a.lock("graceful").await.unwrap();
+    let held = lock_replicated(&a, "graceful").await;
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move { b.lock("graceful").wait(Duration::from_secs(40)).await })
