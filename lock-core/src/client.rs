@@ -271,7 +271,18 @@ impl LockClientBuilder {
                 }
                 let client = Cluster::client(urls, connect_timeout, response_timeout)
                     .map_err(|e| invalid("urls", e))?;
-                let backend = Cluster::connect(&client, connect_timeout, response_timeout).await?;
+                // Acknowledged acquisitions get their own connection, whose response timeout
+                // covers `WAIT`.
+                let acks = match self.min_replicas {
+                    Some((_, wait)) => Some(
+                        Cluster::client(urls, connect_timeout, response_timeout + wait)
+                            .map_err(|e| invalid("urls", e))?,
+                    ),
+                    None => None,
+                };
+                let backend =
+                    Cluster::connect(&client, acks.as_ref(), connect_timeout, response_timeout)
+                        .await?;
                 Ok((Backend::Cluster(backend), Source::Cluster(urls.clone())))
             }
             Deployment::Sentinel {

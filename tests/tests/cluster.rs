@@ -4,6 +4,7 @@
 //! ASK), and a primary failover.
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -601,4 +602,49 @@ async fn without_replicas_an_acknowledged_cluster_lock_is_given_back() {
     // The node keeps only the free lock's fencing counter (`|0|<token>|…`).
     let value = cluster.node(1).cmd(&["GET", &key(&name)]);
     assert!(value.starts_with('|') || value == "(nil)", "{value}");
+}
+
+/// `WAIT` blocks the node connection it runs on. With a replica stalled, acknowledged
+/// acquisitions each wait their full timeout; the watchdog's renewals, on the other cluster
+/// connection, must not queue behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_stalled_replica_does_not_delay_renewals() {
+    let mut cluster = blocking(RedisCluster::start);
+    let lease = Duration::from_millis(900);
+    let c = LockClient::builder_cluster(cluster.primary_urls())
+        .watchdog_lease(lease)
+        .min_replicas(1, Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let held_name = name_on(&cluster, 0, "renewed");
+    let held = lock_replicated(&c, &held_name).await;
+
+    let replica = cluster.replica_of(0);
+    blocking(|| cluster.node_mut(replica).pause());
+    // Acknowledged acquisitions on the same node: each waits 2 s for the stalled replica.
+    let tries = {
+        let c = c.clone();
+        let names: Vec<String> = (0..4)
+            .map(|i| name_on(&cluster, 0, &format!("try{i}")))
+            .collect();
+        tokio::spawn(async move {
+            let attempts = names.iter().map(|n| c.lock(n.clone()).into_future());
+            futures_util::future::join_all(attempts).await
+        })
+    };
+    // Three leases pass while those wait: only renewals that do not queue behind `WAIT` keep
+    // the lock.
+    tokio::time::sleep(lease * 3).await;
+    assert!(held.is_held(), "renewals were delayed past the lease");
+    // Each fails as an outage: `NotReplicated`, or a response timeout for those queued
+    // behind another's `WAIT` on the same node connection.
+    for outcome in tries.await.unwrap() {
+        assert!(
+            outcome.as_ref().is_err_and(LockError::is_unavailable),
+            "{outcome:?}"
+        );
+    }
+    blocking(|| cluster.node_mut(replica).resume());
+    assert!(held.unlock().await.unwrap());
 }

@@ -17,8 +17,25 @@ use crate::error::LockError;
 
 pub(crate) struct Cluster {
     connection: ClusterConnection,
+    /// For acquisitions followed by `WAIT` (see [`Cluster::connect`]).
+    acks: Option<ClusterConnection>,
     response_timeout: Duration,
     connect_timeout: Duration,
+}
+
+/// Opens a cluster connection, bounded by the connect timeout.
+async fn open(client: &ClusterClient, timeout: Duration) -> Result<ClusterConnection, LockError> {
+    match tokio::time::timeout(timeout, client.get_async_connection()).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(e)) => Err(LockError::Unavailable {
+            waited: timeout,
+            source: Some(e),
+        }),
+        Err(_) => Err(LockError::Unavailable {
+            waited: timeout,
+            source: None,
+        }),
+    }
 }
 
 /// How many times the cluster connection re-sends a command after a redirect or a failure.
@@ -41,29 +58,25 @@ impl Cluster {
     }
 
     /// Connects to the cluster (learning its slot map from the seed nodes).
+    ///
+    /// With `acks` (a client built with a response timeout that covers `WAIT`, when the lock
+    /// client has `min_replicas`), a second cluster connection carries the acquisitions that
+    /// are followed by `WAIT`: `WAIT` blocks the node connection it runs on, and on this one it
+    /// delays only other acknowledged acquisitions, never a renewal or a release.
     pub(crate) async fn connect(
         client: &ClusterClient,
+        acks: Option<&ClusterClient>,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
-        let connection =
-            match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
-                Ok(Ok(connection)) => connection,
-                Ok(Err(e)) => {
-                    return Err(LockError::Unavailable {
-                        waited: connect_timeout,
-                        source: Some(e),
-                    });
-                }
-                Err(_) => {
-                    return Err(LockError::Unavailable {
-                        waited: connect_timeout,
-                        source: None,
-                    });
-                }
-            };
+        let connection = open(client, connect_timeout).await?;
+        let acks = match acks {
+            Some(client) => Some(open(client, connect_timeout).await?),
+            None => None,
+        };
         let cluster = Self {
             connection,
+            acks,
             response_timeout,
             connect_timeout,
         };
@@ -123,9 +136,10 @@ impl Topology for Cluster {
         self.bounded(invocation.invoke_async(&mut connection)).await
     }
 
-    /// `WAIT` goes to the primary of the script's slot, on the cluster connection's (shared)
-    /// connection to that node, so it covers the script's write. It blocks that connection for
-    /// up to `timeout`, delaying other commands to the same node meanwhile.
+    /// The script and `WAIT` go to the primary of the script's slot on the acknowledgement
+    /// connection, so `WAIT` covers the script's write. It blocks that node connection for up
+    /// to `timeout`: other acknowledged acquisitions to the same node queue behind it (and may
+    /// time out), renewals and releases (on the other connection) do not.
     async fn invoke_acked(
         &self,
         invocation: &ScriptInvocation<'_>,
@@ -133,7 +147,7 @@ impl Topology for Cluster {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.acks.as_ref().unwrap_or(&self.connection).clone();
         let value = self
             .bounded(invocation.invoke_async(&mut connection))
             .await?;
