@@ -43,7 +43,7 @@ use crate::backend::Topology;
 use crate::client::{Inner, LockClient, check_lease};
 use crate::error::LockError;
 use crate::guard::{Hold, Lease, LockGuard};
-use crate::mutex::{expected_count, millis};
+use crate::mutex::{expected_count, millis, send_acquisition};
 use crate::name::LockKeys;
 use crate::scripts;
 use crate::waiters::Waiter;
@@ -233,6 +233,7 @@ async fn acquire(
         });
     }
     let (keys, order): (Vec<LockKeys>, Vec<usize>) = keyed.into_iter().unzip();
+    let deadline = wait.and_then(|w| start.checked_add(w));
     // On a Cluster one script can only touch one slot.
     if let Some(first) = keys.first() {
         let slot = inner.backend.slot(&first.hash);
@@ -243,11 +244,10 @@ async fn acquire(
                     second: other.name.clone(),
                 });
             }
-            return in_order(&inner, &keys, &order, deadline_of(start, wait), lease).await;
+            return in_order(&inner, &keys, &order, deadline, lease).await;
         }
     }
     let owner = inner.owner_for_current_task();
-    let deadline = wait.and_then(|w| start.checked_add(w));
     let will_wait = wait != Some(Duration::ZERO);
     let timeout = |busy: usize, holder_ttl| LockError::Timeout {
         name: keys[busy].name.clone(),
@@ -280,10 +280,6 @@ async fn acquire(
         }
         waiter.sleep(holder_ttl).await;
     }
-}
-
-fn deadline_of(start: Instant, wait: Option<Duration>) -> Option<Instant> {
-    wait.and_then(|w| start.checked_add(w))
 }
 
 /// Takes the locks one by one in the order of their keys (the same order for every request,
@@ -355,33 +351,6 @@ impl Drop for Reply {
     }
 }
 
-/// Runs the multi-acquisition followed by `WAIT` (see `LockClientBuilder::min_replicas`): an
-/// applied acquisition that fewer than `required` replicas confirmed is an error.
-async fn acknowledged(
-    inner: &Inner,
-    invocation: &redis::ScriptInvocation<'static>,
-    first: &LockKeys,
-    required: u32,
-    timeout: Duration,
-) -> Result<Vec<i64>, LockError> {
-    let (value, acked) = inner
-        .backend
-        .invoke_acked(invocation, &first.hash, required, timeout)
-        .await?;
-    let reply: Vec<i64> = crate::backend::convert(value)?;
-    if reply.first() == Some(&1) && acked < required {
-        tracing::warn!(lock = %first.name, acked, required,
-            "too few replicas confirmed the multi-lock; giving it back");
-        return Err(LockError::NotReplicated {
-            name: first.name.clone(),
-            acked,
-            required,
-            timeout,
-        });
-    }
-    Ok(reply)
-}
-
 /// One try to take every lock, in one script.
 async fn attempt(
     inner: &Arc<Inner>,
@@ -410,17 +379,19 @@ async fn attempt(
     for (key, (_, expected, _)) in keys.iter().zip(&undo) {
         invocation.key(&key.hash).arg(*expected);
     }
+    // The keys share a slot here (see `acquire`): `WAIT` goes to the first one's node.
+    let Some(first) = keys.first().cloned() else {
+        return Err(LockError::InvalidOption {
+            option: "names",
+            reason: "a multi-lock needs at least one name".to_owned(),
+        });
+    };
     let (tx, rx) = oneshot::channel();
     let task_inner = inner.clone();
-    let first = keys.first().cloned();
     tokio::spawn(async move {
         let sent_at = Instant::now();
-        let result = match (task_inner.config.min_replicas, first) {
-            (Some((required, timeout)), Some(first)) => {
-                acknowledged(&task_inner, &invocation, &first, required, timeout).await
-            }
-            _ => task_inner.backend.invoke(&invocation).await,
-        };
+        let applied = |reply: &Vec<i64>| reply.first() == Some(&1);
+        let result = send_acquisition(&task_inner, &first, &invocation, applied).await;
         if matches!(result, Err(LockError::NotReplicated { .. })) {
             // Given back before the caller hears of it, so the error means "not held".
             for (hold, expected, op) in undo {

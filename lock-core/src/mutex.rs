@@ -135,12 +135,7 @@ pub(crate) async fn send_undoable(
         let (inner, hold) = (inner.clone(), hold.clone());
         async move {
             let sent_at = Instant::now();
-            let result = match inner.config.min_replicas {
-                None => inner.backend.invoke::<i64>(&invocation).await,
-                Some((required, timeout)) => {
-                    acknowledged(&inner, &hold, &invocation, required, timeout).await
-                }
-            };
+            let result = send_acquisition(&inner, &hold.keys, &invocation, |r: &i64| *r > 0).await;
             if matches!(result, Err(LockError::NotReplicated { .. })) {
                 // Given back before the caller hears of it, so the error means "not held".
                 hold.compensate(&inner, expected, op).await;
@@ -183,25 +178,29 @@ pub(crate) async fn send_undoable(
     Ok((reply, delivered.sent_at, op))
 }
 
-/// Runs an acquisition followed by `WAIT`: an applied acquisition that fewer than `required`
-/// replicas confirmed is an error, and is given back before the caller hears of it.
-async fn acknowledged(
+/// Sends an acquisition script. With [`min_replicas`](crate::LockClientBuilder::min_replicas)
+/// it is followed by `WAIT`, and a reply that `applied` says took effect but that fewer than
+/// the required replicas confirmed becomes [`LockError::NotReplicated`] (the caller gives the
+/// acquisition back before reporting it).
+pub(crate) async fn send_acquisition<T: redis::FromRedisValue>(
     inner: &Inner,
-    hold: &Hold,
+    keys: &LockKeys,
     invocation: &redis::ScriptInvocation<'static>,
-    required: u32,
-    timeout: Duration,
-) -> Result<i64, LockError> {
+    applied: impl FnOnce(&T) -> bool,
+) -> Result<T, LockError> {
+    let Some((required, timeout)) = inner.config.min_replicas else {
+        return inner.backend.invoke(invocation).await;
+    };
     let (value, acked) = inner
         .backend
-        .invoke_acked(invocation, &hold.keys.hash, required, timeout)
+        .invoke_acked(invocation, &keys.hash, required, timeout)
         .await?;
-    let reply: i64 = crate::backend::convert(value)?;
-    if reply > 0 && acked < required {
-        tracing::warn!(lock = %hold.keys.name, acked, required,
+    let reply: T = crate::backend::convert(value)?;
+    if applied(&reply) && acked < required {
+        tracing::warn!(lock = %keys.name, acked, required,
             "too few replicas confirmed the acquisition; giving it back");
         return Err(LockError::NotReplicated {
-            name: hold.keys.name.clone(),
+            name: keys.name.clone(),
             acked,
             required,
             timeout,

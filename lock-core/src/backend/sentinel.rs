@@ -91,12 +91,7 @@ impl Discovery {
             return Ok((c.generation, c.node.clone()));
         }
         let generation = current.as_ref().map_or(1, |c| c.generation + 1);
-        let info = self
-            .settings
-            .primary
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        let client = redis::Client::open(info).map_err(LockError::Redis)?;
+        let client = self.primary_client(&addr).map_err(LockError::Redis)?;
         let pool = Standalone::default_pool(
             &client,
             self.settings.pool_size,
@@ -118,6 +113,16 @@ impl Discovery {
         drop(current);
         self.changes.send_replace(generation);
         Ok((generation, node))
+    }
+
+    /// A client for the node at `addr`, with the primary's connection settings.
+    fn primary_client(&self, addr: &(String, u16)) -> Result<redis::Client, redis::RedisError> {
+        let info = self
+            .settings
+            .primary
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+        redis::Client::open(info)
     }
 
     /// The first sentinel's answer that names a node which confirms it is a primary.
@@ -156,12 +161,7 @@ impl Discovery {
     }
 
     async fn is_primary(&self, addr: &(String, u16)) -> Result<bool, redis::RedisError> {
-        let info = self
-            .settings
-            .primary
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        let client = redis::Client::open(info)?;
+        let client = self.primary_client(addr)?;
         let role: Vec<Value> = self.query(&client, &redis::cmd("ROLE")).await?;
         let role = match role.into_iter().next() {
             Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
@@ -283,16 +283,11 @@ async fn watch_sentinels(discovery: Weak<Discovery>) {
 /// The backend: every command goes to the current primary.
 pub(crate) struct Sentinel {
     discovery: Arc<Discovery>,
-    connect_timeout: Duration,
 }
 
 impl Sentinel {
     pub(crate) fn new(discovery: Arc<Discovery>) -> Self {
-        let connect_timeout = discovery.settings.connect_timeout;
-        Self {
-            discovery,
-            connect_timeout,
-        }
+        Self { discovery }
     }
 
     /// Runs `f` on the current primary; when it fails in a way that says the primary may have
@@ -359,6 +354,6 @@ impl Topology for Sentinel {
     }
 
     fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.discovery.settings.connect_timeout
     }
 }
