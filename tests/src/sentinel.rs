@@ -276,7 +276,10 @@ impl SentinelGroup {
     }
 
     /// Makes data node `index` a replica of the current primary and waits
-    /// until its link is up and the sentinels see it as a healthy replica.
+    /// until its link is up and a majority of the sentinels see it as a
+    /// healthy replica (all of them, as first written, was flaky: a sentinel
+    /// that learned of the failover second-hand sometimes took longer than
+    /// 30 s to list the returning node; Sentinel decides by majority anyway).
     fn demote(&self, index: usize) {
         let node = &self.data[index];
         let primary_port = self.primary().port();
@@ -291,23 +294,30 @@ impl SentinelGroup {
             &format!("the sentinels to list port {port} as a healthy replica"),
             TOPOLOGY_TIMEOUT,
             || {
+                let mut healthy = 0;
+                let mut reasons = Vec::new();
                 for sentinel in &sentinels {
                     let replicas = sentinel_replicas(sentinel)?;
                     let entry = replicas
                         .iter()
-                        .find(|r| r.get("port").map(String::as_str) == Some(&port.to_string()))
-                        .ok_or_else(|| {
-                            format!("sentinel {} does not know port {port}", sentinel.port())
-                        })?;
-                    let flags = entry.get("flags").cloned().unwrap_or_default();
-                    if flags != "slave" {
-                        return Err(format!(
+                        .find(|r| r.get("port").map(String::as_str) == Some(&port.to_string()));
+                    match entry.and_then(|e| e.get("flags")) {
+                        Some(flags) if flags == "slave" => healthy += 1,
+                        Some(flags) => reasons.push(format!(
                             "sentinel {}: replica flags {flags:?}",
                             sentinel.port()
-                        ));
+                        )),
+                        None => reasons.push(format!(
+                            "sentinel {} does not know port {port}",
+                            sentinel.port()
+                        )),
                     }
                 }
-                Ok(())
+                if healthy * 2 > sentinels.len() {
+                    Ok(())
+                } else {
+                    Err(reasons.join("; "))
+                }
             },
         );
     }
