@@ -6,7 +6,7 @@ use std::time::Duration;
 ///
 /// Each failure is its own variant so callers can match on it; the underlying Redis error, when
 /// there is one, is returned by [`std::error::Error::source`] and not repeated in the message.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// The lock stayed held by someone else until the caller's wait ran out.
@@ -24,13 +24,6 @@ pub enum LockError {
     /// failed for longer than the lease.
     #[error("lock `{name}` was lost")]
     Lost {
-        /// The lock's name.
-        name: String,
-    },
-
-    /// The operation needs the lock to be held by this guard, and it is not.
-    #[error("lock `{name}` is not held by this owner")]
-    NotHeld {
         /// The lock's name.
         name: String,
     },
@@ -53,9 +46,11 @@ pub enum LockError {
         reason: String,
     },
 
-    /// No connection to Redis could be had in time (server down, unreachable, or the pool
-    /// exhausted).
-    #[error("no Redis connection within {waited:?}")]
+    /// No connection to Redis could be had in time (server down, unreachable, refused, a
+    /// password refused, or the pool exhausted). The message ends with the last connection
+    /// error when one was seen (e.g. `: Connection refused (os error 111)`), which is also
+    /// the [`source`](std::error::Error::source).
+    #[error("no Redis connection within {waited:?}{}", cause(.source.as_ref()))]
     Unavailable {
         /// How long the client tried.
         waited: Duration,
@@ -94,7 +89,7 @@ pub enum LockError {
         timeout: Duration,
     },
 
-    /// On a Redis Cluster, the locks of an [`atomic`](crate::MultiLockRequest::atomic)
+    /// On a Redis Cluster, the locks of an [`atomic`](crate::MultiLock::atomic)
     /// multi-lock live in different hash slots, so no single script can take them together.
     #[error(
         "locks `{first}` and `{second}` are in different Redis Cluster slots; an atomic multi-lock must stay in one slot"
@@ -117,6 +112,44 @@ pub enum LockError {
         source: Option<redis::RedisError>,
     },
 
+    /// A semaphore was opened with another size than the one its current users gave, which
+    /// Redis recorded at its first use (the record lasts while any permit of it is held).
+    #[error("semaphore `{name}` has {recorded} permits, not {requested}")]
+    SizeMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The size this handle was made with.
+        requested: u32,
+        /// The size Redis recorded.
+        recorded: u32,
+    },
+
+    /// Redis refused a command, key or channel to the client's ACL user (`NOPERM`). Nothing
+    /// retries it: give the user the permission. The crate docs (*Production Redis*) list
+    /// every permission a lock client needs, as one `ACL SETUSER` line.
+    #[error("the Redis ACL user lacks a permission: {missing} (Redis said: {detail})")]
+    NoPermission {
+        /// What is missing, as an ACL rule: `+evalsha` for a command, `+script|load` for a
+        /// subcommand, or which kind of key or channel pattern when Redis names no command.
+        missing: String,
+        /// Redis's own message.
+        detail: String,
+    },
+
+    /// A TLS connection to Redis could not be set up: the server's certificate is not trusted
+    /// (an unknown CA, another host name) or the server refused the client's (none given, or
+    /// one it does not trust). Nothing retries it: fix the certificates (see
+    /// [`LockClientBuilder::tls_root_certificate`](crate::LockClientBuilder::tls_root_certificate)
+    /// and [`tls_client_identity`](crate::LockClientBuilder::tls_client_identity)).
+    #[error("TLS connection to Redis failed: {reason}")]
+    Tls {
+        /// What went wrong, and what to change.
+        reason: String,
+        /// The handshake's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// Redis answered something the lock scripts never return.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),
@@ -126,6 +159,13 @@ impl LockError {
     /// True for [`LockError::Timeout`]: the lock is busy, Redis is fine.
     pub fn is_timeout(&self) -> bool {
         matches!(self, LockError::Timeout { .. })
+    }
+
+    /// True for [`LockError::Lost`]: a lock that was held is no longer (its lease ran out, it
+    /// was deleted, or renewals failed for longer than the lease), or a grant came too late to
+    /// be trusted.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
     }
 
     /// True when Redis could not be reached or did not answer: retrying later may help.
@@ -149,8 +189,14 @@ impl LockError {
             LockError::Unavailable { .. }
                 | LockError::NoPrimary { .. }
                 | LockError::CrossSlot { .. }
+                | LockError::Tls { .. }
         )
     }
+}
+
+/// `": <error>"` for an error, nothing for none.
+fn cause(source: Option<&redis::RedisError>) -> String {
+    source.map(|e| format!(": {e}")).unwrap_or_default()
 }
 
 /// Errors after which the connection that saw them should not be used again.
@@ -160,13 +206,4 @@ pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_unrecoverable_error()
-}
-
-/// Shortens a user-supplied string for an error message or a log line.
-pub(crate) fn shorten(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
 }

@@ -35,7 +35,7 @@
 //! * **Mutual exclusion** holds on one Redis server while every holder's lease is honoured.
 //!   A holder that stalls longer than its lease (a long GC-like pause, a frozen VM) can
 //!   overlap with the next holder: no lease-based lock can prevent that. Its guard reports
-//!   the loss ([`LockGuard::lost`], [`LockGuard::is_held`]), and a resource that checks
+//!   the loss ([`Guard::lost`], [`Guard::is_held`]), and a resource that checks
 //!   [`LockGuard::fencing_token`] refuses its late writes.
 //! * **Fencing tokens** strictly increase per lock name. A free lock's counter expires after
 //!   [`LockClientBuilder::fence_ttl`] so per-request names do not pile up; a new counter is
@@ -53,8 +53,7 @@
 //!   twice. [`LockClientBuilder::min_replicas`] makes every acquisition wait (`WAIT`) for
 //!   replicas to confirm it, and gives back the ones they do not; it closes that window for
 //!   the crash of a primary, not every failover (see there). [`RedLock`] over independent
-//!   masters survives the loss of a minority of them (with the caveats written in
-//!   [`redlock`]).
+//!   masters survives the loss of a minority of them (with the caveats written there).
 //!
 //! # Deployments
 //!
@@ -66,57 +65,288 @@
 //!
 //! The lock logic is the same on all three: only how a script reaches its node differs.
 //!
+//! # Production Redis: TLS, ACL users, managed services
+//!
+//! **TLS.** A `rediss://` URL connects with TLS, through rustls (no OpenSSL), behind the
+//! `tls` feature (on by default; without it, `rediss://` and the TLS options are
+//! [`LockError::InvalidOption`]). Server certificates are verified against the platform's
+//! trust store unless [`tls_root_certificate`](LockClientBuilder::tls_root_certificate) gives
+//! the CA; [`tls_client_identity`](LockClientBuilder::tls_client_identity) presents a client
+//! certificate (mutual TLS); [`danger_accept_invalid_certificates`](LockClientBuilder::danger_accept_invalid_certificates)
+//! (or a `rediss://…/#insecure` URL) turns verification off, for development only. The
+//! options apply to every `rediss://` connection of the client: the command pool, the pub/sub
+//! connection, every Cluster node. With Sentinel, each URL's scheme decides: `rediss://`
+//! sentinel URLs for TLS to the sentinels, a `rediss://` [`sentinel_primary_url`](LockClientBuilder::sentinel_primary_url)
+//! for TLS to the primary they name, with the same certificates. A handshake that fails (an
+//! untrusted or misnamed server certificate, a client certificate missing or refused) is
+//! [`LockError::Tls`], at once, not after the connect timeout. The crate installs rustls's
+//! ring crypto provider as the process default when none is installed (an application that
+//! wants another installs it before building a client).
+//!
+//! ```no_run
+//! use lock_core::LockClient;
+//!
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = LockClient::builder("rediss://locks:CHANGE-ME@redis.internal:6380")
+//!     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?)
+//!     .build()
+//!     .await?;
+//! # drop(client);
+//! # Ok(()) }
+//! ```
+//!
+//! **ACL users.** `redis://user:password@host` (or `rediss://`) logs in as an ACL user
+//! (`redis://:password@host` with the `default` user's password). The least a lock client
+//! needs on a data node (a standalone server, a Sentinel primary and its replicas, every
+//! Cluster node), with the default key prefix `lock:` (use yours in `~…*` and `&…*`):
+//!
+//! ```text
+//! ACL SETUSER locks reset on >CHANGE-ME ~lock:* &lock:* +ping +fcall +function|load +subscribe +unsubscribe +publish +get +set +del +exists +pexpire +pttl +time +hget +hset +hdel +hgetall +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
+//! ```
+//!
+//! The lock code is one Redis function library (`FUNCTION LOAD` at connect, `FCALL` per
+//! call); it runs as the user, so the commands it calls are listed too (`get` … `zscore`,
+//! `publish`). A user without `+fcall +function|load` but with `+evalsha +script|load` gets
+//! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
+//! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
+//! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
+//! (sharded pub/sub, the slot map, the version check at connect). On the sentinels, when they
+//! require a login (the sentinel URLs carry it):
+//!
+//! ```text
+//! ACL SETUSER locks reset on >CHANGE-ME &+switch-master +sentinel|get-master-addr-by-name +subscribe
+//! ```
+//!
+//! A refused command, key or channel is [`LockError::NoPermission`], which names what is
+//! missing (Redis 7.0 does not name a command refused inside a script; its `ACL LOG` does).
+//! It is not an outage ([`LockError::is_unavailable`] is false): nothing retries it. One
+//! exception: a refused `SUBSCRIBE` (or `SSUBSCRIBE`) is logged as an error and the waiters
+//! look for the lock every 200 ms instead of being woken.
+//!
+//! **Managed services and other Redis-compatible servers.** The library sends only the
+//! commands above: functions (`FUNCTION LOAD`, `FCALL`) or scripts (`SCRIPT LOAD`,
+//! `EVALSHA`), `PING`,
+//! (sharded) pub/sub, `WAIT`, `ROLE` and `SENTINEL GET-MASTER-ADDR-BY-NAME`, `INFO server` and
+//! `CLUSTER SLOTS`. It never sends `DEBUG`, `CONFIG`, `KEYS`, `FLUSHALL` or `MONITOR`, which
+//! managed services often forbid; only the test harness (`tests/`, its own throwaway
+//! `redis-server`s) uses `DEBUG` and `CONFIG`. A Cluster must run Redis 7.0 or later (sharded
+//! pub/sub), checked at connect.
+//!
 //! # The primitives
 //!
-//! | what | made by | guard |
+//! Every primitive is a handle made by the client, with the same verbs: a take that waits
+//! (a [`LockRequest`]: `.wait(d)`, `.lease(d)`, `.await`), a single try (a [`TryLockRequest`]
+//! that resolves to `Ok(None)` when the lock is busy), and `info()`. Every guard implements
+//! [`Guard`] (`name`, `fencing_token`, `is_held`, `remaining`, `lost`, `held_lock`, `unlock`).
+//!
+//! | primitive | handle | take | try once | guard | fencing token |
+//! |---|---|---|---|---|---|
+//! | reentrant mutex | [`LockClient::mutex`] | `lock()` | `try_lock()` | [`LockGuard`] | yes |
+//! | fair lock (arrival order) | [`LockClient::fair_lock`] | `lock()` | `try_lock()` | [`LockGuard`] | yes |
+//! | read-write lock | [`LockClient::read_write_lock`] | `read()` / `write()` | `try_read()` / `try_write()` | [`ReadGuard`] / [`WriteGuard`] | writers |
+//! | semaphore (leased permits) | [`LockClient::semaphore`] | `acquire(n)` | `try_acquire(n)` | [`SemaphoreGuard`] | no |
+//! | several mutexes, all or none | [`LockClient::multi_lock`] | `lock()` | `try_lock()` | [`MultiLockGuard`] | one per name |
+//! | RedLock over independent masters | [`RedLock::new`] | `lock(name)` | `try_lock(name)` | [`RedLockGuard`] | per node |
+//!
+//! [`LockClient::lock`] and [`LockClient::try_lock`] are shortcuts for the mutex.
+//!
+//! # Patterns
+//!
+//! ## A locked block in one call
+//!
+//! [`LockRequest::run`] takes the lock, runs a body with the [`HeldLock`] (its fencing token,
+//! `is_held()`, `lost()`), drops the body at its next `.await` if the lock is lost (returning
+//! [`LockError::Lost`]) and releases the lock when the body returns; [`LockRequest::try_run`]
+//! makes one attempt and returns `Ok(None)` when the lock is busy.
+//!
+//! ```no_run
+//! # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+//! let report = client
+//!     .lock("report:daily")
+//!     .run(|held| async move { format!("written with token {:?}", held.fencing_token()) })
+//!     .await?;
+//! # drop(report);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Once per period: the noon lottery
+//!
+//! Every instance's timer fires at noon and exactly one must draw the winners. Name the lock
+//! after the period ([`Period`]), make one attempt, and keep the lock taken for most of the
+//! period with [`hold_at_least`](LockRequest::hold_at_least): without it, an instance whose
+//! timer fires a moment after another one *finished* finds the lock free and draws again.
+//!
+//! ```no_run
+//! # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+//! use std::time::Duration;
+//! use lock_core::Period;
+//!
+//! let period = Period::every(Duration::from_secs(24 * 3600))?;
+//! let drawn = client
+//!     .lock(period.name("lottery")) // "lottery:2026-11-24T00:00:00Z"
+//!     .lease(Duration::from_secs(3600))
+//!     .hold_at_least(Duration::from_secs(3600))
+//!     .try_run(|held| async move {
+//!         // ... draw 10 winners, store them with held.fencing_token() ...
+//!     })
+//!     .await?;
+//! if drawn.is_none() {
+//!     // another instance drew this period's winners (or is drawing them)
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The macro says the same with `on_busy = "skip", hold_at_least = "1h"`. Instances must
+//! agree on the period: see [`Period`] on clocks.
+//!
+//! ## Leader election
+//!
+//! [`LockClient::leader`] campaigns for a name: [`Leader::campaign`] waits until this instance
+//! leads and returns its [`Term`] (the fencing token is the term number; the watchdog keeps
+//! it; `is_leader()` before each unit of work; `deposed()` resolves when it is lost);
+//! [`Leader::events`] is the same as a stream of [`LeaderEvent`]s that campaigns again after
+//! each loss.
+//!
+//! ## Fencing at the resource
+//!
+//! A fencing token protects what checks it. The resource keeps the highest token it accepted
+//! and refuses writes that carry a lower one. In Redis, [`fenced::set`] does it in one script.
+//! In SQL, keep a `fence BIGINT NOT NULL DEFAULT 0` column (tokens are about 1.8·10^15:
+//! they fit a signed 64-bit integer, and Lua numbers hold them exactly):
+//!
+//! ```sql
+//! -- One write per hold: accepted unless a newer holder wrote (an equal token is the same
+//! -- holder writing again). 0 rows updated = refused: this holder lost the lock.
+//! UPDATE reports SET body = $1, fence = $2 WHERE id = $3 AND fence <= $2;
+//!
+//! -- Read-modify-write (read the stock, write stock - 1): claim first, then write only while
+//! -- the claim stands, so a stale holder that read before a newer one cannot write after it.
+//! UPDATE sales SET fence = $1 WHERE id = $2 AND fence < $1;      -- claim: 0 rows = stale
+//! SELECT stock FROM sales WHERE id = $2;
+//! UPDATE sales SET stock = $3 WHERE id = $2 AND fence = $1;      -- 0 rows = a newer claim
+//! ```
+//!
+//! Both work the same on PostgreSQL and SQLite (`$1` placeholders, or `?1` in SQLite). The
+//! claim uses `<`, not `<=`, so that two holders can never both claim with one token; the
+//! single write uses `<=` so a holder may write twice. The flash-sale example
+//! (`examples/flash-sale`) uses the claim-then-write form for its stock.
+//!
+//! ## A lock is not idempotency
+//!
+//! A lock stops two callers from running *at the same time*. It does not stop a retried
+//! request that arrives after the first one finished (a payment callback replayed by the
+//! provider, a double click after a slow response): that one takes the free lock and runs
+//! again. Under the lock, check a durable record of what was already done, and write the
+//! result and the record together, fenced:
+//!
+//! ```no_run
+//! # async fn f(client: lock_core::LockClient, payment_id: &str) -> Result<(), lock_core::LockError> {
+//! # async fn already_applied(_: &str) -> bool { false }
+//! # async fn apply_and_record(_: &str, _: u64) {}
+//! let guard = client.lock(format!("payment:{payment_id}")).await?;
+//! if !already_applied(payment_id).await {
+//!     // one transaction: the effect, the "applied" record, and the fence check
+//!     apply_and_record(payment_id, guard.fencing_token()).await;
+//! }
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Defaults and limits
+//!
+//! | setting | default | limits |
 //! |---|---|---|
-//! | reentrant lock | [`LockClient::lock`], [`LockClient::try_lock`] | [`LockGuard`] |
-//! | several locks, all or none | [`LockClient::multi_lock`] | [`MultiLockGuard`] |
-//! | fair lock (arrival order) | [`LockClient::fair_lock`] | [`LockGuard`] |
-//! | read-write lock | [`LockClient::read_write_lock`] | [`ReadGuard`] / [`LockGuard`] |
-//! | semaphore (leased permits) | [`LockClient::semaphore`] | [`SemaphoreGuard`] |
-//! | RedLock over independent masters | [`RedLock::new`] | [`RedLockGuard`] |
+//! | [`key_prefix`](LockClientBuilder::key_prefix) | `"lock:"` | at most 128 bytes, no braces, whitespace or control characters |
+//! | lock names | | 1 to 512 bytes, no braces, whitespace or control characters ([`validate_name`]) |
+//! | [`watchdog_lease`](LockClientBuilder::watchdog_lease) | 30 s, renewed every 10 s | 30 ms to 30 days |
+//! | a request's fixed [`lease`](LockRequest::lease) | none: the watchdog's | 10 ms to 30 days |
+//! | a request's [`wait`](LockRequest::wait) | as long as it takes | zero makes one attempt |
+//! | [`fence_ttl`](LockClientBuilder::fence_ttl) | 1 h | 1 s to 30 days |
+//! | [`pool_size`](LockClientBuilder::pool_size) | 16 | 1 to 1024 |
+//! | [`connect_timeout`](LockClientBuilder::connect_timeout) | 2 s | 1 ms to 1 h |
+//! | [`response_timeout`](LockClientBuilder::response_timeout) | 1 s | 1 ms to 1 h |
+//! | [`min_replicas`](LockClientBuilder::min_replicas) | none | 1 to 16 replicas, 1 ms to 1 h |
+//! | [`tls_root_certificate`](LockClientBuilder::tls_root_certificate) | the platform's trust store | PEM; `rediss://` URLs only |
+//! | [`tls_client_identity`](LockClientBuilder::tls_client_identity) | none | PEM certificate and key |
+//! | [`danger_accept_invalid_certificates`](LockClientBuilder::danger_accept_invalid_certificates) | off | development only |
+//! | [`FairLock::waiter_timeout`] | 5 s | 100 ms to 1 h |
+//! | semaphore size | | 1 to [`Semaphore::MAX_SIZE`] (100,000); 1 to [`Semaphore::MAX_ACQUIRE`] (1,000) permits per acquisition |
+//! | multi-lock names | | 1 to [`MultiLock::MAX_NAMES`] (64), distinct |
+//!
+//! **One rule for bad input:** nothing panics. Constructors and builders never fail; a bad
+//! name, option or size is reported as a typed error ([`LockError::InvalidName`],
+//! [`LockError::InvalidOption`]) by the first call that could send something (`build()`, a
+//! request's `.await`, `info()`), before anything is sent. The tower layer and the macro
+//! follow the same rule (the macro checks literals at compile time).
+//!
+//! # Types from other crates
+//!
+//! [`LockError`] carries [`redis::RedisError`]s and [`LockClientBuilder::pool`] takes a
+//! [`bb8::Pool`] of [`bb8_redis::RedisConnectionManager`]: those crates are re-exported
+//! ([`redis`], [`bb8`], [`bb8_redis`]) so you can name their types without guessing matching
+//! versions.
 //!
 //! # Redis data model
 //!
-//! See [`name`] for the keys of a lock. The scripts live in `src/scripts/*.lua`.
+//! Every key of a lock named `N` starts with `P{N}` (`P` the client's key prefix), so a Redis
+//! Cluster keeps them in one slot; each primitive's docs list its keys. The scripts live in
+//! `src/scripts/*.lua`, behind one prelude that defines the lock-string format.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod backend;
+mod builder;
 mod client;
+mod driver;
+mod engine;
 mod error;
-pub mod fair;
+mod fair;
+pub mod fenced;
 mod global;
 mod guard;
-pub mod multi;
+mod held;
+mod hold;
+mod info;
+mod leader;
+mod lock_string;
+mod multi;
 mod mutex;
-pub mod name;
-pub mod redlock;
-pub mod rwlock;
+mod name;
+mod named;
+mod period;
+mod redlock;
+mod run;
+mod rwlock;
 mod scope;
 mod scripts;
-pub mod semaphore;
+mod semaphore;
+mod util;
 mod waiters;
 mod watchdog;
 
-pub use client::{
-    DEFAULT_FENCE_TTL, DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_LEASE, LockClient, LockClientBuilder,
-    LockInfo, MAX_LEASE, MIN_LEASE,
-};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
+pub use driver::{LockRequest, TryLockRequest};
 pub use error::LockError;
-pub use fair::{DEFAULT_WAITER_TIMEOUT, FairLock, FairRequest};
+pub use fair::FairLock;
 pub use global::{global_client, install_global};
-pub use guard::{HeldLock, LockGuard};
-pub use multi::{MAX_MULTI_NAMES, MultiLockGuard, MultiLockRequest};
-pub use mutex::{LockRequest, TryLockRequest};
-pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockRequest, RedLockTryRequest};
-pub use rwlock::{ReadGuard, ReadWriteLock, RwRequest};
+pub use guard::Guard;
+pub use held::{HeldLock, Lost};
+pub use info::{FairLockInfo, LockInfo, ReadWriteLockInfo, SemaphoreInfo};
+pub use leader::{Leader, LeaderEvent, Term};
+pub use multi::{MultiLock, MultiLockGuard};
+pub use mutex::{LockGuard, Mutex};
+pub use name::validate_name;
+pub use period::Period;
+pub use redlock::{RedLock, RedLockBuilder, RedLockGuard};
+pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use scope::{ReentrantScope, current_lock, reentrant};
-pub use semaphore::{
-    MAX_PERMITS, MAX_PERMITS_PER_ACQUISITION, PermitRequest, Semaphore, SemaphoreGuard,
-};
+pub use semaphore::{Semaphore, SemaphoreGuard};
+
+pub use bb8;
+pub use bb8_redis;
+pub use redis;
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

@@ -1,59 +1,62 @@
-//! Lock-name validation and the Redis key layout.
+//! Lock names, key prefixes, and every Redis key and channel of every primitive.
 //!
-//! A lock named `N` under prefix `P` is one key and one channel that share the hash tag
-//! `{N}`, so a Redis Cluster puts them in one slot:
+//! A lock named `N` under prefix `P` owns keys and channels that all start with `P{N}`, so
+//! they share the hash tag `{N}` and a Redis Cluster keeps them in one slot. The layout (see
+//! DESIGN.md for what each holds):
 //!
-//! | key | type | holds |
+//! | primitive | keys | channels |
 //! |---|---|---|
-//! | `P{N}` | string | `owner|count|token|released|waiters`: the owner id (empty when free), its hold count, the last fencing token issued, the token of the last full release, and `1` while someone waits |
-//! | `P{N}:released` | channel | a message on a full release that someone waits for |
+//! | mutex | `P{N}` | `P{N}:released` |
+//! | fair lock | `P{N}:fair`, `P{N}:fair:queue`, `P{N}:fair:deadlines` | `P{N}:fair:wake:<owner>` |
+//! | read-write lock | `P{N}:rw`, `P{N}:rw:readers`, `P{N}:rw:writer-waiting` | `P{N}:rw:released` |
+//! | semaphore | `P{N}:permits`, `P{N}:permits:size` | `P{N}:permits:released` |
 //!
-//! While held, the key expires with the lease. A free lock keeps its key (and so its fencing
-//! counter) for the client's `fence_ttl`, then it expires too. One string rather than a hash:
-//! `SET … PX` writes the state and the lease in one call, and on Redis every call a script
-//! makes costs several microseconds.
+//! This is the only place that spells a suffix.
 
-use crate::error::{LockError, shorten};
+use std::fmt;
+use std::sync::Arc;
+
+use redis::{RedisWrite, ToRedisArgs};
+
+use crate::error::LockError;
+use crate::util::shorten;
 
 /// The longest lock name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 512;
+pub(crate) const MAX_NAME_LEN: usize = 512;
 
 /// The longest key prefix accepted, in bytes.
-pub const MAX_PREFIX_LEN: usize = 128;
+pub(crate) const MAX_PREFIX_LEN: usize = 128;
 
-/// The Redis keys and channel of one lock.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct LockKeys {
-    pub(crate) name: String,
-    pub(crate) hash: String,
-    pub(crate) channel: String,
-}
-
-impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
-        validate_name(name)?;
-        let hash = format!("{prefix}{{{name}}}");
-        Ok(Self {
-            name: name.to_owned(),
-            channel: format!("{hash}:released"),
-            hash,
-        })
-    }
-}
-
-/// Checks a lock name: 1 to [`MAX_NAME_LEN`] bytes, no braces (they would break the hash
-/// tag), no whitespace and no control characters.
+/// Checks a lock name: 1 to 512 bytes, no braces (they would break the hash tag), no
+/// whitespace and no control characters. Returns [`LockError::InvalidName`] with the reason
+/// otherwise.
+///
+/// Every constructor of a lock checks its name this way; call it yourself to vet names built
+/// from external input (a payment provider's id, a path segment) before you lock them.
+///
+/// ```
+/// assert!(lock_core::validate_name("order:42").is_ok());
+/// assert!(lock_core::validate_name("order 42").unwrap_err().to_string().contains("whitespace"));
+/// ```
 pub fn validate_name(name: &str) -> Result<(), LockError> {
     let reason = if name.is_empty() {
         Some("it is empty")
     } else if name.len() > MAX_NAME_LEN {
         Some("it is longer than 512 bytes")
+    } else if name.is_ascii() {
+        // The common case, checked in one pass over the bytes.
+        name.bytes().find_map(|b| match b {
+            b'{' | b'}' => Some(BRACES),
+            b if b.is_ascii_whitespace() => Some(WHITESPACE),
+            b if b.is_ascii_control() => Some(CONTROL),
+            _ => None,
+        })
     } else if name.contains(['{', '}']) {
-        Some("it contains `{` or `}`, which would break the Redis Cluster hash tag")
+        Some(BRACES)
     } else if name.chars().any(char::is_whitespace) {
-        Some("it contains whitespace")
+        Some(WHITESPACE)
     } else if name.chars().any(char::is_control) {
-        Some("it contains a control character")
+        Some(CONTROL)
     } else {
         None
     };
@@ -66,8 +69,12 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
     }
 }
 
-/// Checks a key prefix: at most [`MAX_PREFIX_LEN`] bytes, no braces, whitespace or control
-/// characters. An empty prefix is allowed.
+const BRACES: &str = "it contains `{` or `}`, which would break the Redis Cluster hash tag";
+const WHITESPACE: &str = "it contains whitespace";
+const CONTROL: &str = "it contains a control character";
+
+/// Checks a key prefix: at most 128 bytes, no braces, whitespace or control characters. An
+/// empty prefix is allowed.
 pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     let bad = prefix.len() > MAX_PREFIX_LEN
         || prefix.contains(['{', '}'])
@@ -85,24 +92,188 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// The keys and channels of one lock name under one prefix, for every primitive. Cheap to
+/// clone: one shared string, `P{N}`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Keys {
+    base: Arc<str>,
+    /// Where the name starts in `base` (after the prefix and `{`).
+    name_at: usize,
+}
+
+impl Keys {
+    /// The keys of `name` under `prefix` (a prefix the client checked), if `name` is valid.
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Keys, LockError> {
+        validate_name(name)?;
+        let mut base = String::with_capacity(prefix.len() + name.len() + 2);
+        base.push_str(prefix);
+        base.push('{');
+        base.push_str(name);
+        base.push('}');
+        Ok(Keys {
+            base: base.into(),
+            name_at: prefix.len() + 1,
+        })
+    }
+
+    /// The lock's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.base[self.name_at..self.base.len() - 1]
+    }
+
+    /// The mutex: a lock string `owner|count|token|released|waiters`.
+    pub(crate) fn lock(&self) -> &str {
+        &self.base
+    }
+
+    /// `P{N}` + `suffix`, written straight into a command (no string of its own).
+    pub(crate) fn with(&self, suffix: &'static str) -> Suffixed<'_> {
+        Suffixed {
+            base: &self.base,
+            suffix,
+        }
+    }
+
+    /// The channel a mutex's release is published on.
+    pub(crate) fn released(&self) -> String {
+        self.with(RELEASED).to_string()
+    }
+
+    /// The fair lock: a lock string.
+    pub(crate) fn fair(&self) -> String {
+        self.with(FAIR).to_string()
+    }
+
+    /// The fair lock's queue: owner → arrival (server µs).
+    pub(crate) fn fair_queue(&self) -> String {
+        self.with(FAIR_QUEUE).to_string()
+    }
+
+    /// The fair lock's waiter deadlines: owner → expiry (server ms).
+    pub(crate) fn fair_deadlines(&self) -> String {
+        self.with(FAIR_DEADLINES).to_string()
+    }
+
+    /// The prefix of the fair lock's wake channels: a waiter listens on this + its owner id.
+    pub(crate) fn fair_wake(&self) -> String {
+        self.with(FAIR_WAKE).to_string()
+    }
+
+    /// The read-write lock's writer: a lock string.
+    pub(crate) fn rw_writer(&self) -> String {
+        self.with(RW_WRITER).to_string()
+    }
+
+    /// The read-write lock's readers: owner → `count|expiry`.
+    pub(crate) fn rw_readers(&self) -> String {
+        self.with(RW_READERS).to_string()
+    }
+
+    /// The mark of a waiting writer (its owner id, with a TTL).
+    pub(crate) fn rw_mark(&self) -> String {
+        self.with(RW_MARK).to_string()
+    }
+
+    /// The channel of the read-write lock's releases.
+    pub(crate) fn rw_released(&self) -> String {
+        self.with(RW_RELEASED).to_string()
+    }
+
+    /// The semaphore's permits: permit id `<owner>:<k>` → expiry (server ms).
+    pub(crate) fn permits(&self) -> String {
+        self.with(PERMITS).to_string()
+    }
+
+    /// The semaphore's size, recorded at first use.
+    pub(crate) fn permits_size(&self) -> String {
+        self.with(PERMITS_SIZE).to_string()
+    }
+
+    /// The channel of the semaphore's releases.
+    pub(crate) fn permits_released(&self) -> String {
+        self.with(PERMITS_RELEASED).to_string()
+    }
+}
+
+/// The suffixes after `P{N}`: the one place that spells them.
+pub(crate) const RELEASED: &str = ":released";
+pub(crate) const FAIR: &str = ":fair";
+const FAIR_QUEUE: &str = ":fair:queue";
+const FAIR_DEADLINES: &str = ":fair:deadlines";
+const FAIR_WAKE: &str = ":fair:wake:";
+pub(crate) const RW_WRITER: &str = ":rw";
+const RW_READERS: &str = ":rw:readers";
+const RW_MARK: &str = ":rw:writer-waiting";
+pub(crate) const RW_RELEASED: &str = ":rw:released";
+pub(crate) const PERMITS: &str = ":permits";
+const PERMITS_SIZE: &str = ":permits:size";
+const PERMITS_RELEASED: &str = ":permits:released";
+
+/// A key or channel name, `base` + `suffix`, that writes itself into a command without a
+/// string of its own.
+#[derive(Clone, Copy)]
+pub(crate) struct Suffixed<'a> {
+    base: &'a str,
+    suffix: &'static str,
+}
+
+impl fmt::Display for Suffixed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.base)?;
+        f.write_str(self.suffix)
+    }
+}
+
+impl ToRedisArgs for Suffixed<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        let _ = arg.write_all(self.base.as_bytes());
+        let _ = arg.write_all(self.suffix.as_bytes());
+    }
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Keys").field(&self.base).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn layout_shares_one_hash_tag() {
-        let k = LockKeys::new("lock:", "order:42").unwrap();
-        assert_eq!(k.hash, "lock:{order:42}");
-        assert_eq!(k.channel, "lock:{order:42}:released");
+    fn every_key_shares_one_hash_tag() {
+        let k = Keys::new("lock:", "order:42").unwrap();
+        assert_eq!(k.name(), "order:42");
+        assert_eq!(k.lock(), "lock:{order:42}");
+        for key in [
+            k.released(),
+            k.fair(),
+            k.fair_queue(),
+            k.fair_deadlines(),
+            k.fair_wake(),
+            k.rw_writer(),
+            k.rw_readers(),
+            k.rw_mark(),
+            k.rw_released(),
+            k.permits(),
+            k.permits_size(),
+            k.permits_released(),
+        ] {
+            assert!(key.starts_with("lock:{order:42}:"), "{key}");
+        }
+        assert_eq!(Keys::new("", "a").unwrap().name(), "a");
     }
 
     #[test]
     fn suffixes_cannot_collide_with_other_names() {
         // `a` + ":released" must never equal the key of a lock named "a:released".
-        let a = LockKeys::new("lock:", "a").unwrap();
-        let b = LockKeys::new("lock:", "a:released").unwrap();
-        assert_ne!(a.channel, b.hash);
-        assert_ne!(a.channel, b.channel);
+        let a = Keys::new("lock:", "a").unwrap();
+        let b = Keys::new("lock:", "a:released").unwrap();
+        assert_ne!(a.released(), b.lock());
+        assert_ne!(a.released(), b.released());
     }
 
     #[test]
@@ -132,6 +303,196 @@ mod tests {
         assert!(validate_prefix("app:lock:").is_ok());
         for bad in ["{x}", "a b", "a\n"] {
             assert!(validate_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Hostile names and prefixes (issue 17 §3): arbitrary text against the documented rule.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::util::arbitrary::config;
+
+        /// The characters the rules are about, common ones, and any character at all.
+        fn name_char() -> impl Strategy<Value = char> {
+            prop_oneof![
+                6 => prop::char::range('a', 'z'),
+                2 => prop::sample::select(vec![':', '-', '_', '.', '*', '|', '/', '0', '9', '#']),
+                3 => prop::sample::select(vec![
+                    '{', '}', ' ', '\t', '\n', '\r', '\0', '\x0b', '\x0c', '\x1c', '\x1f', '\x7f',
+                    '\u{85}', '\u{9f}', '\u{a0}', '\u{1680}', '\u{2000}', '\u{2028}', '\u{2029}',
+                    '\u{3000}', '\u{200b}', '\u{feff}', '\u{ff5b}', '\u{ff5d}',
+                ]),
+                2 => prop::sample::select(vec!['é', '订', '单', '😀', 'ß', '\u{10ffff}', '\u{fffd}']),
+                2 => any::<char>(),
+            ]
+        }
+
+        /// A character every rule allows.
+        fn safe_char() -> impl Strategy<Value = char> {
+            prop_oneof![
+                4 => prop::char::range('a', 'z'),
+                2 => prop::sample::select(vec![':', '-', '_', '.', '*', '|', '/', '0', '#', '\u{200b}']),
+                1 => prop::sample::select(vec!['é', '订', '😀', '\u{10ffff}', '\u{fffd}']),
+                1 => any::<char>().prop_filter("allowed", |c| !forbidden(*c)),
+            ]
+        }
+
+        /// Short names (mostly hostile, or made of allowed characters only), names around the 512-byte limit (with multi-byte characters on the
+        /// edge), and arbitrary strings.
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                4 => prop::collection::vec(name_char(), 0..24).prop_map(String::from_iter),
+                3 => prop::collection::vec(safe_char(), 1..24).prop_map(String::from_iter),
+                2 => (505usize..=514, prop::collection::vec(name_char(), 0..3))
+                    .prop_map(|(n, tail)| "x".repeat(n) + &String::from_iter(tail)),
+                1 => any::<String>(),
+            ]
+        }
+
+        fn prefix() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => prop::collection::vec(name_char(), 0..12).prop_map(String::from_iter),
+                3 => prop::collection::vec(safe_char(), 0..12).prop_map(String::from_iter),
+                1 => (124usize..=130, prop::collection::vec(name_char(), 0..2))
+                    .prop_map(|(n, tail)| "p".repeat(n) + &String::from_iter(tail)),
+                1 => any::<String>(),
+            ]
+        }
+
+        /// The rule as documented: 1 to 512 bytes, no braces, whitespace or control characters.
+        fn documented_name_rule(name: &str) -> bool {
+            (1..=MAX_NAME_LEN).contains(&name.len()) && !name.chars().any(forbidden)
+        }
+
+        fn forbidden(c: char) -> bool {
+            c == '{' || c == '}' || c.is_whitespace() || c.is_control()
+        }
+
+        /// The Redis Cluster hash tag of `key`: what is between its first `{` and the first `}`
+        /// after it, if that is not empty; else the whole key.
+        fn hash_tag(key: &str) -> &str {
+            if let Some(open) = key.find('{')
+                && let Some(len) = key[open + 1..].find('}')
+                && len > 0
+            {
+                return &key[open + 1..open + 1 + len];
+            }
+            key
+        }
+
+        fn every_key(keys: &Keys) -> Vec<String> {
+            vec![
+                keys.lock().to_owned(),
+                keys.with(RELEASED).to_string(),
+                keys.released(),
+                keys.fair(),
+                keys.fair_queue(),
+                keys.fair_deadlines(),
+                keys.fair_wake(),
+                keys.rw_writer(),
+                keys.rw_readers(),
+                keys.rw_mark(),
+                keys.rw_released(),
+                keys.permits(),
+                keys.permits_size(),
+                keys.permits_released(),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(config(1000))]
+
+            #[test]
+            fn a_name_is_accepted_exactly_when_it_follows_the_documented_rule(name in name()) {
+                match validate_name(&name) {
+                    Ok(()) => prop_assert!(documented_name_rule(&name)),
+                    Err(LockError::InvalidName { name: shown, reason }) => {
+                        prop_assert!(!documented_name_rule(&name));
+                        prop_assert_eq!(shown, shorten(&name));
+                        // The reason names a rule the name really breaks.
+                        let broken = match reason {
+                            "it is empty" => name.is_empty(),
+                            "it is longer than 512 bytes" => name.len() > MAX_NAME_LEN,
+                            BRACES => name.contains(['{', '}']),
+                            WHITESPACE => name.chars().any(char::is_whitespace),
+                            CONTROL => name.chars().any(char::is_control),
+                            other => return Err(TestCaseError::fail(format!("reason {other:?}"))),
+                        };
+                        prop_assert!(broken, "{:?} does not break {:?}", name, reason);
+                    }
+                    Err(other) => prop_assert!(false, "wrong error {:?}", other),
+                }
+            }
+
+            #[test]
+            fn a_prefix_is_accepted_exactly_when_it_follows_the_documented_rule(p in prefix()) {
+                let rule = p.len() <= MAX_PREFIX_LEN && !p.chars().any(forbidden);
+                match validate_prefix(&p) {
+                    Ok(()) => prop_assert!(rule),
+                    Err(LockError::InvalidOption { option, .. }) => {
+                        prop_assert!(!rule);
+                        prop_assert_eq!(option, "key_prefix");
+                    }
+                    Err(other) => prop_assert!(false, "wrong error {:?}", other),
+                }
+            }
+        }
+
+        /// Two names: unrelated, equal, or the second one is the first plus a key suffix.
+        fn name_pair() -> impl Strategy<Value = (String, String)> {
+            name().prop_flat_map(|a| {
+                let suffixes = vec![
+                    RELEASED,
+                    FAIR,
+                    FAIR_QUEUE,
+                    FAIR_WAKE,
+                    RW_WRITER,
+                    RW_MARK,
+                    PERMITS,
+                    PERMITS_SIZE,
+                    "}",
+                    "}:",
+                    ":",
+                ];
+                let grown = a.clone();
+                let b = prop_oneof![
+                    2 => name(),
+                    1 => Just(a.clone()),
+                    3 => prop::sample::select(suffixes).prop_map(move |s| grown.clone() + s),
+                ];
+                (Just(a), b)
+            })
+        }
+
+        proptest! {
+            #![proptest_config(config(500))]
+
+            #[test]
+            fn every_key_of_an_accepted_name_shares_its_hash_tag(p in prefix(), name in name()) {
+                let keys = Keys::new(&p, &name);
+                prop_assert_eq!(keys.is_ok(), validate_name(&name).is_ok());
+                let (Ok(keys), Ok(())) = (keys, validate_prefix(&p)) else {
+                    return Ok(());
+                };
+                prop_assert_eq!(keys.name(), name.as_str());
+                let base = format!("{p}{{{name}}}");
+                for key in every_key(&keys) {
+                    prop_assert!(key.starts_with(&base), "{:?} does not start with {:?}", key, base);
+                    prop_assert_eq!(hash_tag(&key), name.as_str());
+                }
+            }
+
+            #[test]
+            fn two_accepted_names_never_share_a_key(p in prefix(), (a, b) in name_pair()) {
+                let (Ok(()), Ok(ka), Ok(kb)) = (validate_prefix(&p), Keys::new(&p, &a), Keys::new(&p, &b)) else {
+                    return Ok(());
+                };
+                let of_a = every_key(&ka);
+                for key in every_key(&kb) {
+                    prop_assert_eq!(of_a.contains(&key), a == b, "{:?} / {:?}: {:?}", a, b, key);
+                }
+            }
         }
     }
 }

@@ -1,385 +1,236 @@
-//! Read-write locks: many readers or one writer.
-//!
-//! ```no_run
-//! # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
-//! use std::time::Duration;
-//!
-//! let catalog = client.read_write_lock("catalog");
-//! let read = catalog.read().wait(Duration::from_secs(1)).await?; // shared with other readers
-//! read.unlock().await?;
-//! let write = catalog.write().await?; // alone: no reader, no other writer
-//! let token = write.fencing_token(); // writers get fencing tokens, like a lock
-//! # let _ = token;
-//! write.unlock().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! The lock `N` is three keys and a channel under the hash tag `{N}`: the writer
-//! `P{N}:rw` (a lock string, as for [`LockClient::lock`]), the readers `P{N}:rw:readers` (a
-//! hash: reader owner → `count|expiry`, so each reader's lease is its own and a crashed
-//! reader's share expires without freeing the others'), the writer-waiting mark
-//! `P{N}:rw:writer-waiting`, and the release channel `P{N}:rw:released`.
-//!
-//! **Policy: writers are not starved.** A writer that has to wait marks the lock, and from
-//! then on new readers hold back (readers that already read may re-enter) until the writer has
-//! had its turn or stopped waiting. The writer may re-enter, and may take a read share (within
-//! one [`reentrant`](crate::reentrant) scope) and then give up writing: a downgrade. A reader
-//! cannot upgrade: a reader asking to write waits for every reader, itself included.
+//! [`ReadWriteLock`]: many readers or one writer, with [`ReadGuard`] and [`WriteGuard`].
 
 use std::fmt;
-use std::future::IntoFuture;
-use std::pin::Pin;
+use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::time::Instant;
-use tracing::Instrument;
-
-use crate::backend::Topology;
-use crate::client::{Inner, LockClient, check_lease};
+use crate::driver::{
+    Attempt, LockRequest, Primitive, Request, TryLockRequest, attempt_one, started,
+};
+use crate::engine::Engine;
 use crate::error::LockError;
-use crate::guard::{GuardCore, Hold, Kind, Lease, LockGuard};
-use crate::mutex::{expected_count, millis, send_undoable};
-use crate::name::LockKeys;
-use crate::scripts;
-use crate::waiters::Waiter;
+use crate::guard::{GuardCore, core_guard};
+use crate::hold::{Hold, Kind};
+use crate::info::{self, ReadWriteLockInfo};
+use crate::lock_string::lock_string_guard;
+use crate::named::Named;
+use crate::scripts::{Call, Op};
+use crate::util::millis;
 
-impl LockClient {
-    /// The read-write lock `name`.
-    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
-        ReadWriteLock {
-            inner: self.inner.clone(),
-            name: name.into(),
-        }
-    }
-}
-
-/// A read-write lock: made by [`LockClient::read_write_lock`]. Cheap to clone.
+/// Many readers or one writer: made by
+/// [`LockClient::read_write_lock`](crate::LockClient::read_write_lock). Cheap to clone.
+///
+/// ```no_run
+/// # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+///
+/// let catalog = client.read_write_lock("catalog");
+/// let read = catalog.read().wait(Duration::from_secs(1)).await?; // shared with other readers
+/// read.unlock().await?;
+/// let write = catalog.write().await?; // alone: no reader, no other writer
+/// let token = write.fencing_token(); // writers get fencing tokens, like a mutex
+/// # let _ = token;
+/// write.unlock().await?;
+/// # Ok(()) }
+/// ```
+///
+/// The lock `N` is three keys and a channel under the hash tag `{N}`: the writer `P{N}:rw` (a
+/// lock string, as for a [`Mutex`](crate::Mutex)), the readers `P{N}:rw:readers` (a hash:
+/// reader owner → `count|expiry`, so each reader's lease is its own and a crashed reader's
+/// share expires without freeing the others'), the writer-waiting mark
+/// `P{N}:rw:writer-waiting`, and the release channel `P{N}:rw:released`.
+///
+/// **Policy: writers are not starved.** A writer that has to wait marks the lock, and from
+/// then on new readers hold back (readers that already read may re-enter) until the writer has
+/// had its turn or stopped waiting. The writer may re-enter, and may take a read share (within
+/// one [`reentrant`](crate::reentrant) scope) and then give up writing: a downgrade. A reader
+/// cannot upgrade: a reader asking to write waits for every reader, itself included.
 #[derive(Clone)]
 pub struct ReadWriteLock {
-    inner: Arc<Inner>,
-    name: String,
+    named: Named,
 }
 
 impl ReadWriteLock {
+    pub(crate) fn new(engine: Arc<Engine>, name: String) -> Self {
+        Self {
+            named: Named::new(engine, name),
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.named.name()
     }
 
-    /// Takes a read share; see [`RwRequest`] for the wait and lease options.
-    pub fn read(&self) -> RwRequest<ReadGuard> {
-        RwRequest::new(self.clone(), Mode::Read)
+    /// Takes a read share, waiting as long as needed; see [`LockRequest`].
+    pub fn read(&self) -> LockRequest<ReadGuard> {
+        LockRequest::new(self.side())
     }
 
-    /// Takes the write lock; see [`RwRequest`]. The guard is a [`LockGuard`], with a fencing
-    /// token.
-    pub fn write(&self) -> RwRequest<LockGuard> {
-        RwRequest::new(self.clone(), Mode::Write)
+    /// Tries once to take a read share: `Ok(None)` while someone writes or a writer waits.
+    pub fn try_read(&self) -> TryLockRequest<ReadGuard> {
+        TryLockRequest::new(self.side())
     }
 
-    fn keys(&self) -> Result<RwKeys, LockError> {
-        let base = LockKeys::new(&self.inner.config.prefix, &self.name)?;
-        let channel = format!("{}:rw:released", base.hash);
-        Ok(RwKeys {
-            writer: LockKeys {
-                name: base.name.clone(),
-                hash: format!("{}:rw", base.hash),
-                channel: channel.clone(),
-            },
-            readers: LockKeys {
-                name: base.name,
-                hash: format!("{}:rw:readers", base.hash),
-                channel,
-            },
-            mark: format!("{}:rw:writer-waiting", base.hash),
-        })
+    /// Takes the write lock, waiting as long as needed; see [`LockRequest`].
+    pub fn write(&self) -> LockRequest<WriteGuard> {
+        LockRequest::new(self.side())
+    }
+
+    /// Tries once to take the write lock: `Ok(None)` while anyone reads or writes.
+    pub fn try_write(&self) -> TryLockRequest<WriteGuard> {
+        TryLockRequest::new(self.side())
+    }
+
+    /// What Redis knows about the lock right now.
+    pub async fn info(&self) -> Result<ReadWriteLockInfo, LockError> {
+        info::read_write(&self.named.engine, &self.named.keys()?).await
+    }
+
+    /// Frees the lock whoever holds it (the writer and every read share), and wakes its
+    /// waiters; returns whether anything was held. An escape hatch for operators: the holders
+    /// are not told until their next renewal, unlock or extension finds the lock gone. The
+    /// writer's fencing counter stays, and so does a waiting writer's mark.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        let (engine, keys) = (&self.named.engine, self.named.keys()?);
+        let mut call = Call::new(Op::RwForceUnlock);
+        call.key(keys.rw_writer())
+            .key(keys.rw_readers())
+            .arg(keys.rw_released())
+            .arg(millis(engine.config.fence_ttl));
+        let freed: i64 = engine.invoke(&call).await?;
+        Ok(freed == 1)
+    }
+
+    fn side<G>(&self) -> Side<G> {
+        Side {
+            named: self.named.clone(),
+            hold: None,
+            request: Request::default(),
+            guard: PhantomData,
+        }
     }
 }
 
 impl fmt::Debug for ReadWriteLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReadWriteLock")
-            .field("name", &self.name)
+            .field("name", &self.named)
             .finish()
     }
 }
 
-struct RwKeys {
-    writer: LockKeys,
-    readers: LockKeys,
-    mark: String,
+/// The guard of one side, and what tells the sides apart.
+trait SideGuard: Send + 'static {
+    const KIND: Kind;
+    const SPAN: &'static str;
+    fn new(core: GuardCore) -> Self;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Read,
-    Write,
+/// One acquisition of one side of a read-write lock.
+struct Side<G> {
+    named: Named,
+    hold: Option<Arc<Hold>>,
+    request: Request,
+    guard: PhantomData<fn() -> G>,
 }
 
-/// A request for a read share ([`ReadGuard`]) or the write lock ([`LockGuard`]): made by
-/// [`ReadWriteLock::read`] / [`ReadWriteLock::write`], run by `.await`.
-#[must_use = "a lock request does nothing until awaited"]
-pub struct RwRequest<G> {
-    lock: ReadWriteLock,
-    mode: Mode,
-    wait: Option<Duration>,
-    lease: Option<Duration>,
-    _guard: std::marker::PhantomData<fn() -> G>,
-}
+impl<G: SideGuard> Primitive for Side<G> {
+    type Guard = G;
+    const SPAN: &'static str = G::SPAN;
 
-impl<G> RwRequest<G> {
-    fn new(lock: ReadWriteLock, mode: Mode) -> Self {
-        Self {
-            lock,
-            mode,
-            wait: None,
-            lease: None,
-            _guard: std::marker::PhantomData,
-        }
+    fn engine(&self) -> &Arc<Engine> {
+        &self.named.engine
     }
 
-    /// Gives up after waiting this long, with [`LockError::Timeout`]. `Duration::ZERO` makes a
-    /// single attempt.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
+    fn name(&self) -> &str {
+        self.named.name()
     }
 
-    /// Holds for a fixed lease that is never renewed (at least 10 ms). Without it the
-    /// client's watchdog keeps the hold for as long as the guard lives.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
+    fn start(&mut self, request: Request) -> Result<(), LockError> {
+        self.hold = Some(self.named.hold_for_current_task(G::KIND)?);
+        self.request = request;
+        Ok(())
     }
-}
 
-impl<G> fmt::Debug for RwRequest<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RwRequest")
-            .field("lock", &self.lock)
-            .field("mode", &self.mode)
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
-            .finish()
-    }
-}
-
-impl IntoFuture for RwRequest<ReadGuard> {
-    type Output = Result<ReadGuard, LockError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'static>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let span =
-            tracing::debug_span!("read_lock", name = %crate::error::shorten(&self.lock.name));
-        Box::pin(
-            async move {
-                match acquire(self.lock, Mode::Read, self.wait, self.lease).await? {
-                    Held::Read(guard) => Ok(guard),
-                    Held::Write(_) => unreachable!("a read request yields a read share"),
-                }
-            }
-            .instrument(span),
-        )
-    }
-}
-
-impl IntoFuture for RwRequest<LockGuard> {
-    type Output = Result<LockGuard, LockError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'static>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let span =
-            tracing::debug_span!("write_lock", name = %crate::error::shorten(&self.lock.name));
-        Box::pin(
-            async move {
-                match acquire(self.lock, Mode::Write, self.wait, self.lease).await? {
-                    Held::Write(guard) => Ok(guard),
-                    Held::Read(_) => unreachable!("a write request yields the write lock"),
-                }
-            }
-            .instrument(span),
-        )
-    }
-}
-
-enum Held {
-    Read(ReadGuard),
-    Write(LockGuard),
-}
-
-/// Removes a waiting writer's mark when its wait ends without the lock (timeout, error,
-/// cancellation), so the readers it held back go on at once.
-struct Unmark<'a> {
-    inner: &'a Arc<Inner>,
-    keys: &'a RwKeys,
-    owner: &'a str,
-    armed: bool,
-}
-
-impl Drop for Unmark<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let mut invocation = self.inner.publish.rw_unmark.key(&self.keys.mark);
-            invocation.arg(self.owner).arg(&self.keys.writer.channel);
-            self.inner
-                .script_in_background(invocation, "removal of a writer-waiting mark");
-        }
-    }
-}
-
-async fn acquire(
-    lock: ReadWriteLock,
-    mode: Mode,
-    wait: Option<Duration>,
-    lease: Option<Duration>,
-) -> Result<Held, LockError> {
-    let start = Instant::now();
-    let keys = lock.keys()?;
-    if let Some(lease) = lease {
-        check_lease("lease", lease)?;
-    }
-    let inner = &lock.inner;
-    let owner = inner.owner_for_current_task();
-    let deadline = wait.and_then(|w| start.checked_add(w));
-    let will_wait = wait != Some(Duration::ZERO);
-    let mut unmark = Unmark {
-        inner,
-        keys: &keys,
-        owner: &owner,
-        armed: mode == Mode::Write && will_wait,
-    };
-    let mut waiter = Waiter::new(
-        deadline,
-        inner.config.watchdog_lease,
-        inner.backend.connect_timeout(),
-    );
-    loop {
-        waiter.mark_seen();
-        let retry_in = match attempt(inner, &keys, &owner, mode, lease, will_wait).await {
-            Ok(Ok(held)) => {
-                unmark.armed = false;
-                return Ok(held);
-            }
-            Ok(Err(retry_in)) => retry_in,
-            Err(e) => {
-                waiter.ride_out(e).await?;
-                continue;
-            }
+    async fn attempt(&mut self) -> Result<Attempt<G>, LockError> {
+        let (engine, hold) = (&self.named.engine, started(&self.hold));
+        let Request {
+            lease, will_wait, ..
+        } = self.request;
+        let (_, lease_len) = engine.lease(lease);
+        let op = match G::KIND {
+            Kind::Read => Op::RwRead,
+            _ => Op::RwWrite,
         };
-        if waiter.expired() {
-            return Err(LockError::Timeout {
-                name: keys.writer.name.clone(),
-                waited: start.elapsed(),
-                holder_ttl: retry_in,
-            });
+        let channel = || hold.keys.rw_released();
+        let attempt = attempt_one(engine, hold, lease, channel, |expected| {
+            let keys = &hold.keys;
+            let mut call = Call::new(op);
+            call.key(keys.rw_writer())
+                .key(keys.rw_readers())
+                .key(keys.rw_mark())
+                .arg(engine.owner_arg(hold.holder))
+                .arg(millis(lease_len))
+                .arg(expected)
+                .arg(if will_wait { "1" } else { "0" });
+            call
+        })
+        .await?;
+        Ok(attempt
+            .map(|generation| G::new(GuardCore::new(hold.clone(), engine.clone(), generation))))
+    }
+
+    // A writer removes its writer-waiting mark, so the readers it held back go on at once.
+    fn abandon(&mut self) {
+        let (engine, Some(hold)) = (&self.named.engine, &self.hold) else {
+            return;
+        };
+        if G::KIND == Kind::Write {
+            let mut call = Call::new(Op::RwUnmark);
+            call.key(hold.keys.rw_mark())
+                .arg(engine.owner_arg(hold.holder))
+                .arg(hold.keys.rw_released());
+            engine.call_in_background(call, "removal of a writer-waiting mark");
         }
-        // Subscribe first, then try again right away.
-        if waiter.subscribe(&inner.waiters, &keys.writer.channel).await {
-            continue;
-        }
-        waiter.sleep(retry_in).await;
     }
 }
 
-/// One try; `Err(d)` inside `Ok`: busy, look again in `d` (None: no expiry to wait for).
-async fn attempt(
-    inner: &Arc<Inner>,
-    keys: &RwKeys,
-    owner: &str,
-    mode: Mode,
-    lease: Option<Duration>,
-    will_wait: bool,
-) -> Result<Result<Held, Option<Duration>>, LockError> {
-    let (hold, script) = match mode {
-        Mode::Write => (inner.hold(&keys.writer, owner), &scripts::RW_WRITE),
-        Mode::Read => (
-            inner.hold_of(Kind::Read, &keys.readers, owner),
-            &scripts::RW_READ,
-        ),
-    };
-    let op = hold.op.clone().lock_owned().await;
-    let expected = expected_count(&hold)?;
-    let (kind, lease_len) = match lease {
-        Some(d) => (Lease::Fixed, d),
-        None => (Lease::Watchdog, inner.config.watchdog_lease),
-    };
-    let mut invocation = script.key(&keys.writer.hash);
-    invocation
-        .key(&keys.readers.hash)
-        .key(&keys.mark)
-        .arg(owner)
-        .arg(millis(lease_len))
-        .arg(expected)
-        .arg(if will_wait { "1" } else { "0" });
-    let (reply, sent_at, op) = send_undoable(inner, &hold, expected, op, invocation).await?;
-    let outcome = match reply {
-        token if token > 0 => {
-            let token = if mode == Mode::Write {
-                token.unsigned_abs()
-            } else {
-                0
-            };
-            let generation = hold.acquired(token, sent_at, kind, lease_len);
-            Ok(Ok(match mode {
-                Mode::Write => Held::Write(LockGuard::new(hold.clone(), inner.clone(), generation)),
-                Mode::Read => Held::Read(ReadGuard::new(hold.clone(), inner.clone(), generation)),
-            }))
-        }
-        0 => {
-            let generation = hold.state().generation;
-            hold.mark_lost(generation, "re-entry found the hold gone");
-            Err(LockError::Lost {
-                name: keys.writer.name.clone(),
-            })
-        }
-        -1 => Ok(Err(None)),
-        busy => Ok(Err(Some(Duration::from_millis((-2 - busy).unsigned_abs())))),
-    };
-    drop(op);
-    outcome
-}
-
-/// A read share of a [`ReadWriteLock`]. Released by [`unlock`](ReadGuard::unlock), or in
-/// the background when dropped.
+/// A read share of a [`ReadWriteLock`]: made by [`ReadWriteLock::read`] and
+/// [`ReadWriteLock::try_read`]. Released by [`unlock`](ReadGuard::unlock), or in the
+/// background when dropped. Readers have no fencing token.
 #[must_use = "dropping the guard releases the read share"]
 pub struct ReadGuard {
     core: GuardCore,
 }
 
-impl ReadGuard {
-    fn new(hold: Arc<Hold>, inner: Arc<Inner>, generation: u64) -> Self {
-        Self {
-            core: GuardCore::new(hold, inner, generation),
-        }
-    }
+impl SideGuard for ReadGuard {
+    const KIND: Kind = Kind::Read;
+    const SPAN: &'static str = "read_lock";
 
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.core.hold.keys.name
-    }
-
-    /// True while the share is ours: not released, not lost, within its lease.
-    pub fn is_held(&self) -> bool {
-        self.core.is_held()
-    }
-
-    /// Resolves when the share is known or presumed lost, or released.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.core.lost()
-    }
-
-    /// Gives the share back. Returns whether it was still held until now.
-    pub async fn unlock(self) -> Result<bool, LockError> {
-        self.core.release().await
+    fn new(core: GuardCore) -> Self {
+        Self { core }
     }
 }
 
-impl fmt::Debug for ReadGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReadGuard")
-            .field("name", &self.core.hold.keys.name)
-            .field("held", &self.is_held())
-            .finish()
+core_guard!(ReadGuard, "read-write lock");
+
+/// The write lock of a [`ReadWriteLock`]: made by [`ReadWriteLock::write`] and
+/// [`ReadWriteLock::try_write`]. Like a [`LockGuard`](crate::LockGuard), it has a fencing
+/// token, a hold count, [`reenter`](WriteGuard::reenter) and [`extend`](WriteGuard::extend).
+#[must_use = "dropping the guard releases the write lock"]
+pub struct WriteGuard {
+    core: GuardCore,
+}
+
+impl SideGuard for WriteGuard {
+    const KIND: Kind = Kind::Write;
+    const SPAN: &'static str = "write_lock";
+
+    fn new(core: GuardCore) -> Self {
+        Self { core }
     }
 }
+
+core_guard!(WriteGuard, "read-write lock");
+lock_string_guard!(WriteGuard);

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::guard::HeldLock;
+use crate::held::HeldLock;
 
 tokio::task_local! {
     static SCOPE: ReentrantScope;
@@ -85,12 +85,12 @@ pub(crate) fn current_holder() -> Option<u64> {
     SCOPE.try_with(|s| s.inner.holder).ok()
 }
 
-/// Records a lock taken inside the current scope (no-op outside one).
-pub(crate) fn record(lock: HeldLock) {
+/// Records a lock taken inside the current scope (no-op, and `lock` not called, outside one).
+pub(crate) fn record(lock: impl FnOnce() -> HeldLock) {
     let _ = SCOPE.try_with(|s| {
-        let mut held = s.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = crate::util::lock(&s.inner.held);
         held.retain(HeldLock::is_held);
-        held.push(lock);
+        held.push(lock());
     });
 }
 
@@ -127,7 +127,7 @@ pub async fn reentrant<F: Future>(future: F) -> F::Output {
 /// lock_core::reentrant(async {
 ///     let _guard = client.lock("stock:sku-1").await?;
 ///     let held = lock_core::current_lock("stock:sku-1").expect("taken above");
-///     println!("write with fencing token {}", held.fencing_token());
+///     println!("write with fencing token {:?}", held.fencing_token());
 ///     Ok::<_, lock_core::LockError>(())
 /// })
 /// .await
@@ -136,7 +136,7 @@ pub async fn reentrant<F: Future>(future: F) -> F::Output {
 pub fn current_lock(name: &str) -> Option<HeldLock> {
     SCOPE
         .try_with(|s| {
-            let held = s.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+            let held = crate::util::lock(&s.inner.held);
             held.iter()
                 .rev()
                 .find(|l| l.name() == name && l.is_held())

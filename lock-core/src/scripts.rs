@@ -1,113 +1,314 @@
-//! The Lua scripts, each hashed once and sent with EVALSHA (EVAL on NOSCRIPT).
+//! The Lua code and how a call reaches it.
+//!
+//! Each operation is a body in `scripts/<op>.lua` that reads `KEYS` and `ARGV`; the helpers
+//! they share (the lock-string format, the server clock, tokens, the busy answer, acquiring
+//! and releasing a lock string) are in `scripts/prelude.lua`. The same sources are sent two
+//! ways:
+//!
+//! - as one Redis **function library** (`FUNCTION LOAD`, Redis 7.0+): the prelude and every
+//!   operation as a function, called with `FCALL`. The helpers are created once, when the
+//!   library loads, instead of on every call: measured with callgrind on redis-server 7.0, a
+//!   fresh acquisition costs ~40k instructions this way against ~60k as a script with the
+//!   prelude in front;
+//! - as **scripts** (`EVALSHA`, `EVAL` on `NOSCRIPT`), prelude in front of each, where
+//!   functions cannot be loaded (a server older than 7.0, or an ACL user without
+//!   `FUNCTION LOAD`).
+//!
+//! The library's and the functions' names carry a hash of the library's text, so clients of
+//! different versions never call each other's code. Operations that wake waiters publish with
+//! `PUBLISH` on a standalone or Sentinel server and with `SPUBLISH` on a Cluster (where a
+//! message then travels only within the lock's shard): the sharded flavour is made from the
+//! same sources.
 
+use std::io;
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Cmd, RedisWrite, Script, ToRedisArgs};
 
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-pub(crate) static MULTI_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/multi_acquire.lua")));
-pub(crate) static SEM_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sem_acquire.lua")));
-pub(crate) static SEM_RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sem_renew.lua")));
-pub(crate) static RW_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_write.lua")));
-pub(crate) static RW_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_read.lua")));
-pub(crate) static RW_READ_RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_read_renew.lua")));
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fair_acquire.lua")));
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
-const PUBLISHING_SOURCES: [&str; 7] = [
-    include_str!("scripts/release.lua"),
-    include_str!("scripts/sem_release.lua"),
-    include_str!("scripts/rw_read_release.lua"),
-    include_str!("scripts/rw_unmark.lua"),
-    include_str!("scripts/fair_release.lua"),
-    include_str!("scripts/fair_leave.lua"),
-    include_str!("scripts/force_unlock.lua"),
-];
+macro_rules! ops {
+    ($($op:ident => $file:literal),* $(,)?) => {
+        /// One operation of the Lua code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Op {
+            $($op,)*
+        }
 
-fn variant(source: &str, sharded: bool) -> String {
-    if sharded {
-        source.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
-    } else {
-        source.to_owned()
+        impl Op {
+            const ALL: &'static [Op] = &[$(Op::$op),*];
+
+            /// The operation's name (its file, and its function's suffix).
+            fn name(self) -> &'static str {
+                match self {
+                    $(Op::$op => $file,)*
+                }
+            }
+
+            fn source(self) -> &'static str {
+                match self {
+                    $(Op::$op => include_str!(concat!("scripts/", $file, ".lua")),)*
+                }
+            }
+        }
+    };
+}
+
+ops!(
+    Acquire => "acquire",
+    Release => "release",
+    ReleaseKeep => "release_keep",
+    Batch => "batch",
+    Renew => "renew",
+    ForceUnlock => "force_unlock",
+    Inspect => "inspect",
+    MultiAcquire => "multi_acquire",
+    FairAcquire => "fair_acquire",
+    FairRelease => "fair_release",
+    FairLeave => "fair_leave",
+    FairInspect => "fair_inspect",
+    FairForceUnlock => "fair_force_unlock",
+    RwWrite => "rw_write",
+    RwRead => "rw_read",
+    RwReadRelease => "rw_read_release",
+    RwReadRenew => "rw_read_renew",
+    RwUnmark => "rw_unmark",
+    RwInspect => "rw_inspect",
+    RwForceUnlock => "rw_force_unlock",
+    SemAcquire => "sem_acquire",
+    SemRelease => "sem_release",
+    SemRenew => "sem_renew",
+    SemInspect => "sem_inspect",
+    SemForceUnlock => "sem_force_unlock",
+);
+
+/// How calls reach the Lua code on a deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `FCALL` into the loaded function library.
+    Function,
+    /// `EVALSHA` (`EVAL` after a `NOSCRIPT`).
+    Script,
+}
+
+/// The Lua code of one flavour (plain or sharded publishing).
+pub(crate) struct Scripts {
+    /// The `FUNCTION LOAD` text.
+    library: String,
+    /// Each operation's function name, by `Op` index.
+    functions: Vec<String>,
+    /// Each operation as a script, by `Op` index.
+    scripts: Vec<Script>,
+}
+
+impl Scripts {
+    /// The code for a topology: sharded (`SPUBLISH`) for a Cluster.
+    pub(crate) fn get(sharded: bool) -> &'static Scripts {
+        static PLAIN: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(false));
+        static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(true));
+        if sharded { &SHARDED } else { &PLAIN }
     }
-}
 
-/// The scripts that wake waiters. They publish with `PUBLISH` on a standalone server (any
-/// Redis version) and with `SPUBLISH` on a Cluster, where a message then travels only within
-/// the lock's shard instead of to every node.
-pub(crate) struct Publishing {
-    pub(crate) release: Script,
-    pub(crate) sem_release: Script,
-    pub(crate) rw_read_release: Script,
-    pub(crate) rw_unmark: Script,
-    pub(crate) fair_release: Script,
-    pub(crate) fair_leave: Script,
-    pub(crate) force_unlock: Script,
-}
-
-impl Publishing {
-    fn new(sharded: bool) -> Self {
-        let [
-            release,
-            sem_release,
-            rw_read_release,
-            rw_unmark,
-            fair_release,
-            fair_leave,
-            force_unlock,
-        ] = PUBLISHING_SOURCES.map(|source| Script::new(&variant(source, sharded)));
-        Self {
-            release,
-            sem_release,
-            rw_read_release,
-            rw_unmark,
-            fair_release,
-            fair_leave,
-            force_unlock,
+    fn build(sharded: bool) -> Self {
+        let flavour = |text: &str| {
+            if sharded {
+                text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+            } else {
+                text.to_owned()
+            }
+        };
+        let prelude = flavour(PRELUDE);
+        let scripts = Op::ALL
+            .iter()
+            .map(|op| Script::new(&format!("{prelude}{}", flavour(op.source()))))
+            .collect();
+        // The body of every operation, as a function taking KEYS and ARGV.
+        let mut bodies = String::new();
+        for op in Op::ALL {
+            let name = op.name();
+            bodies.push_str(&format!(
+                "local function op_{name}(KEYS, ARGV)\n{}\nend\n",
+                flavour(op.source())
+            ));
+        }
+        let hash = Script::new(&format!("{prelude}{bodies}")).get_hash()[..12].to_owned();
+        let prefix = format!("lockcore_{hash}");
+        let functions: Vec<String> = Op::ALL
+            .iter()
+            .map(|op| format!("{prefix}_{}", op.name()))
+            .collect();
+        let mut library = format!("#!lua name={prefix}\n{prelude}{bodies}");
+        for (op, function) in Op::ALL.iter().zip(&functions) {
+            library.push_str(&format!(
+                "redis.register_function('{function}', op_{})\n",
+                op.name()
+            ));
+        }
+        Scripts {
+            library,
+            functions,
+            scripts,
         }
     }
 
-    /// The variant for a topology: sharded (`SPUBLISH`) for a Cluster.
-    pub(crate) fn get(sharded: bool) -> &'static Publishing {
-        static PLAIN: LazyLock<Publishing> = LazyLock::new(|| Publishing::new(false));
-        static SHARDED: LazyLock<Publishing> = LazyLock::new(|| Publishing::new(true));
-        if sharded { &SHARDED } else { &PLAIN }
+    /// The function library's text, for `FUNCTION LOAD REPLACE`.
+    pub(crate) fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// Every operation as a script, for `SCRIPT LOAD`.
+    pub(crate) fn scripts(&self) -> &[Script] {
+        &self.scripts
+    }
+
+    fn index(op: Op) -> usize {
+        Op::ALL.iter().position(|o| *o == op).unwrap_or(0)
+    }
+
+    /// The script of `op`.
+    pub(crate) fn script(&self, op: Op) -> &Script {
+        &self.scripts[Self::index(op)]
     }
 }
 
-/// Every script of a topology, for loading them all up front.
-pub(crate) fn all(sharded: bool) -> [&'static Script; 17] {
-    let p = Publishing::get(sharded);
-    [
-        &ACQUIRE,
-        &p.release,
-        &RENEW,
-        &p.force_unlock,
-        &MULTI_ACQUIRE,
-        &SEM_ACQUIRE,
-        &SEM_RENEW,
-        &p.sem_release,
-        &RW_WRITE,
-        &RW_READ,
-        &p.rw_read_release,
-        &RW_READ_RENEW,
-        &p.rw_unmark,
-        &FAIR_ACQUIRE,
-        &p.fair_release,
-        &p.fair_leave,
-        &INSPECT,
-    ]
+/// One call of an operation: its keys and arguments, written as they are given (one buffer
+/// each, not one allocation per argument), sent as `FCALL` or `EVALSHA`.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    op: Op,
+    keys: Args,
+    args: Args,
+}
+
+impl Call {
+    pub(crate) fn new(op: Op) -> Self {
+        Self {
+            op,
+            keys: Args::default(),
+            args: Args::default(),
+        }
+    }
+
+    pub(crate) fn op(&self) -> Op {
+        self.op
+    }
+
+    /// Adds a key (each key of a call must be in one Cluster slot).
+    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Adds an argument.
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// One [`Op::Batch`] call doing `calls` (each an [`Op::Acquire`] or an [`Op::Release`]) in
+    /// order, each with its own answer (see `batch.lua`); `None` if any call is of another
+    /// operation.
+    pub(crate) fn batch(calls: &[&Call]) -> Option<Call> {
+        // ARGV[1]: the releases' fence TTL (their 5th argument; one value per client).
+        let fence_ttl = calls
+            .iter()
+            .find(|c| c.op == Op::Release)
+            .and_then(|c| c.args.iter().nth(4))
+            .unwrap_or(b"0");
+        let mut batch = Call::new(Op::Batch);
+        batch.args.write_arg(fence_ttl);
+        for call in calls {
+            let tag: &[u8] = match call.op {
+                Op::Acquire => b"a",
+                Op::Release => b"r",
+                _ => return None,
+            };
+            let key = call.keys.iter().next()?;
+            if call.args.len() < 4 {
+                return None;
+            }
+            batch.keys.write_arg(key);
+            batch.args.write_arg(tag);
+            for arg in call.args.iter().take(4) {
+                batch.args.write_arg(arg);
+            }
+        }
+        Some(batch)
+    }
+
+    /// The command, in `mode`.
+    pub(crate) fn cmd(&self, scripts: &Scripts, mode: Mode) -> Cmd {
+        let index = Scripts::index(self.op);
+        let mut cmd = Cmd::with_capacity(
+            3 + self.keys.len() + self.args.len(),
+            64 + self.keys.data.len() + self.args.data.len(),
+        );
+        match mode {
+            Mode::Function => cmd.arg("FCALL").arg(scripts.functions[index].as_str()),
+            Mode::Script => cmd.arg("EVALSHA").arg(scripts.scripts[index].get_hash()),
+        };
+        cmd.arg(self.keys.len());
+        for key in self.keys.iter() {
+            cmd.arg(key);
+        }
+        for arg in self.args.iter() {
+            cmd.arg(arg);
+        }
+        cmd
+    }
+}
+
+/// Arguments in one buffer: the bytes of each, one after another, and where each ends.
+#[derive(Debug, Clone, Default)]
+struct Args {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Args {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(s, e)| &self.data[s..e])
+    }
+}
+
+impl RedisWrite for Args {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.data.extend_from_slice(arg);
+        self.ends.push(self.data.len());
+    }
+
+    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
+        use std::io::Write;
+        let _ = write!(self.data, "{arg}");
+        self.ends.push(self.data.len());
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl io::Write + '_ {
+        struct Next<'a>(&'a mut Args);
+        impl io::Write for Next<'_> {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.0.data.extend_from_slice(buf);
+                Ok(buf.len())
+            }
+
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Drop for Next<'_> {
+            fn drop(&mut self) {
+                self.0.ends.push(self.0.data.len());
+            }
+        }
+        Next(self)
+    }
 }
 
 #[cfg(test)]
@@ -115,16 +316,104 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sharded_variants_publish_with_spublish_only() {
-        for source in PUBLISHING_SOURCES {
-            let plain = variant(source, false);
-            let sharded = variant(source, true);
-            assert!(plain.contains("redis.call('PUBLISH'"), "{plain}");
-            assert!(!plain.contains("SPUBLISH"), "{plain}");
-            assert!(sharded.contains("redis.call('SPUBLISH'"), "{sharded}");
-            assert!(!sharded.contains("'PUBLISH'"), "{sharded}");
+    fn the_sharded_flavour_publishes_with_spublish_only() {
+        let (plain, sharded) = (Scripts::get(false), Scripts::get(true));
+        assert!(plain.library().contains("redis.call('PUBLISH'"));
+        assert!(!plain.library().contains("SPUBLISH"));
+        assert!(sharded.library().contains("redis.call('SPUBLISH'"));
+        assert!(!sharded.library().contains("'PUBLISH'"));
+        assert_ne!(plain.functions[0], sharded.functions[0]);
+        let release = Scripts::index(Op::Release);
+        assert_ne!(
+            plain.scripts[release].get_hash(),
+            sharded.scripts[release].get_hash()
+        );
+    }
+
+    #[test]
+    fn the_lock_string_format_is_written_in_the_prelude_only() {
+        let pattern = "(%d+)|(%d+)|(%d*)|(1?)$";
+        assert!(PRELUDE.contains(pattern));
+        for op in Op::ALL {
+            assert!(
+                !op.source().contains(pattern),
+                "{op:?} parses lock strings itself"
+            );
         }
-        let (plain, sharded) = (Publishing::get(false), Publishing::get(true));
-        assert_ne!(plain.release.get_hash(), sharded.release.get_hash());
+    }
+
+    #[test]
+    fn a_call_renders_as_fcall_or_evalsha() {
+        let scripts = Scripts::get(false);
+        let mut call = Call::new(Op::Acquire);
+        call.key("lock:{a}")
+            .arg("owner")
+            .arg(30_000u64)
+            .arg(0u32)
+            .arg("1");
+        let text = |cmd: Cmd| String::from_utf8_lossy(&cmd.get_packed_command()).into_owned();
+        let f = text(call.cmd(scripts, Mode::Function));
+        assert!(
+            f.contains("FCALL") && f.contains("_acquire") && f.contains("lock:{a}"),
+            "{f}"
+        );
+        assert!(f.contains("$5\r\n30000\r\n"), "{f}");
+        let s = text(call.cmd(scripts, Mode::Script));
+        assert!(s.contains("EVALSHA") && s.contains(scripts.script(Op::Acquire).get_hash()));
+    }
+
+    #[test]
+    fn a_batch_lays_out_each_call_as_batch_lua_reads_it() {
+        let mut acquire = Call::new(Op::Acquire);
+        acquire
+            .key("lock:{a}")
+            .arg("o:1")
+            .arg(30_000u64)
+            .arg(0u32)
+            .arg("1");
+        let mut release = Call::new(Op::Release);
+        release
+            .key("lock:{b}")
+            .arg("o:2")
+            .arg(1u32)
+            .arg(77u64)
+            .arg("lock:{b}:released")
+            .arg(3_600_000u64);
+        let batch = Call::batch(&[&acquire, &release]).unwrap();
+        let keys: Vec<&[u8]> = batch.keys.iter().collect();
+        assert_eq!(keys, [&b"lock:{a}"[..], b"lock:{b}"]);
+        let args: Vec<String> = batch
+            .args
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "3600000",
+                "a",
+                "o:1",
+                "30000",
+                "0",
+                "1",
+                "r",
+                "o:2",
+                "1",
+                "77",
+                "lock:{b}:released"
+            ]
+        );
+        // Only acquisitions and releases batch.
+        assert!(Call::batch(&[&Call::new(Op::Renew)]).is_none());
+    }
+
+    #[test]
+    fn the_library_registers_every_operation_under_a_versioned_name() {
+        let scripts = Scripts::get(false);
+        assert!(scripts.library().starts_with("#!lua name=lockcore_"));
+        for (op, function) in Op::ALL.iter().zip(&scripts.functions) {
+            assert!(function.ends_with(op.name()));
+            assert!(scripts.library().contains(&format!("'{function}'")));
+        }
     }
 }

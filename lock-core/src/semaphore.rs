@@ -1,266 +1,230 @@
-//! Semaphores whose permits each have a lease.
-//!
-//! ```no_run
-//! # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
-//! use std::time::Duration;
-//!
-//! // At most 10 concurrent exports across every instance.
-//! let exports = client.semaphore("exports", 10);
-//! let permit = exports.acquire(1).wait(Duration::from_secs(5)).await?;
-//! // ... export ...
-//! permit.release().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! The semaphore `N` is a sorted set `P{N}:permits` of permit ids scored by their expiry on
-//! the server's clock; its release channel is `P{N}:permits:released`. Every group of permits
-//! has a lease: renewed by the client's watchdog for as long as the guard lives (or fixed, with
-//! [`PermitRequest::lease`]), so the permits of a holder that crashed come back by themselves
-//! when their lease runs out. A waiter wakes on a release message or when the first held
-//! permit's lease runs out, whichever comes first. Every user of a name must give the same
-//! size.
+//! [`Semaphore`]: permits with their own leases, and [`SemaphoreGuard`].
 
 use std::fmt;
-use std::future::IntoFuture;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tracing::Instrument;
+use redis::Value;
 
-use crate::backend::Topology;
-use crate::client::{Inner, LockClient, check_lease};
+use crate::backend::convert;
+use crate::driver::{Attempt, LockRequest, Primitive, Request, TryLockRequest, started};
+use crate::engine::{Claims, Engine};
 use crate::error::LockError;
-use crate::guard::{GuardCore, Hold, Lease};
-use crate::mutex::{millis, send_undoable};
-use crate::name::LockKeys;
-use crate::scripts;
-use crate::waiters::Waiter;
+use crate::guard::{GuardCore, core_guard};
+use crate::hold::{Hold, Kind};
+use crate::info::{self, SemaphoreInfo};
+use crate::named::Named;
+use crate::scripts::{Call, Op};
+use crate::util::millis;
 
-/// The largest semaphore accepted.
-pub const MAX_PERMITS: u32 = 100_000;
-
-/// The most permits one acquisition takes.
-pub const MAX_PERMITS_PER_ACQUISITION: u32 = 1_000;
-
-impl LockClient {
-    /// The semaphore `name` with `permits` permits in all.
-    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore {
-            inner: self.inner.clone(),
-            name: name.into(),
-            size: permits,
-        }
-    }
-}
-
-/// A semaphore: made by [`LockClient::semaphore`]. Cheap to clone.
+/// At most `size` permits held at once, across every process: made by
+/// [`LockClient::semaphore`](crate::LockClient::semaphore). Cheap to clone.
+///
+/// ```no_run
+/// # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+///
+/// // At most 10 concurrent exports across every instance.
+/// let exports = client.semaphore("exports", 10);
+/// let permit = exports.acquire(1).wait(Duration::from_secs(5)).await?;
+/// // ... export ...
+/// permit.unlock().await?;
+/// # Ok(()) }
+/// ```
+///
+/// The semaphore `N` is a sorted set `P{N}:permits` of permit ids scored by their expiry on
+/// the server's clock, and its size `P{N}:permits:size`, recorded while any permit is held;
+/// its release channel is `P{N}:permits:released`. Every group of permits has a lease:
+/// renewed by the client's watchdog for as long as the guard lives (or fixed, with
+/// [`LockRequest::lease`]), so the permits of a holder that crashed come back by themselves
+/// when their lease runs out. A waiter wakes on a release message or when the first held
+/// permit's lease runs out, whichever comes first.
+///
+/// Every user of a name must give the same size: an acquisition through a handle of another
+/// size than the one recorded fails with [`LockError::SizeMismatch`] while permits are held.
+/// There is no plain never-expiring counting semaphore: a holder that crashes would leak its
+/// permits forever.
 #[derive(Clone)]
 pub struct Semaphore {
-    inner: Arc<Inner>,
-    name: String,
+    named: Named,
     size: u32,
 }
 
 impl Semaphore {
-    /// The semaphore's name.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The largest semaphore accepted: 100,000 permits.
+    pub const MAX_SIZE: u32 = 100_000;
+
+    /// The most permits one acquisition takes: 1,000.
+    pub const MAX_ACQUIRE: u32 = 1_000;
+
+    pub(crate) fn new(engine: Arc<Engine>, name: String, size: u32) -> Self {
+        Self {
+            named: Named::new(engine, name),
+            size,
+        }
     }
 
-    /// Its number of permits.
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.named.name()
+    }
+
+    /// Its number of permits, as this handle was made with.
     pub fn size(&self) -> u32 {
         self.size
     }
 
-    /// Takes `n` permits, waiting for them as long as needed; see [`PermitRequest`].
-    pub fn acquire(&self, n: u32) -> PermitRequest {
-        PermitRequest {
-            semaphore: self.clone(),
-            n,
-            wait: None,
-            lease: None,
-        }
+    /// Takes `n` permits (1 to the size, at most [`MAX_ACQUIRE`](Self::MAX_ACQUIRE)), waiting
+    /// for them as long as needed; see [`LockRequest`].
+    pub fn acquire(&self, n: u32) -> LockRequest<SemaphoreGuard> {
+        LockRequest::new(self.take(n))
     }
 
     /// Tries once to take `n` permits: `Ok(None)` when not enough are free.
-    pub async fn try_acquire(&self, n: u32) -> Result<Option<SemaphoreGuard>, LockError> {
-        match self.acquire(n).wait(Duration::ZERO).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(LockError::Timeout { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+    pub fn try_acquire(&self, n: u32) -> TryLockRequest<SemaphoreGuard> {
+        TryLockRequest::new(self.take(n))
     }
 
-    fn keys(&self) -> Result<LockKeys, LockError> {
-        if self.size == 0 || self.size > MAX_PERMITS {
-            return Err(LockError::InvalidOption {
-                option: "permits",
-                reason: format!(
-                    "a semaphore has 1 to {MAX_PERMITS} permits, not {}",
-                    self.size
-                ),
-            });
-        }
-        let lock = LockKeys::new(&self.inner.config.prefix, &self.name)?;
-        Ok(LockKeys {
-            hash: format!("{}:permits", lock.hash),
-            channel: format!("{}:permits:released", lock.hash),
-            name: lock.name,
-        })
+    /// What Redis knows about the semaphore right now.
+    pub async fn info(&self) -> Result<SemaphoreInfo, LockError> {
+        check_size(self.size)?;
+        info::semaphore(&self.named.engine, &self.named.keys()?, self.size).await
     }
+
+    /// Frees every permit whoever holds them, and wakes the waiters; returns whether any was
+    /// held. An escape hatch for operators: the holders are not told until their next
+    /// renewal or unlock finds their permits gone. The recorded size goes with the permits,
+    /// and this handle's size is not checked (it plays no part).
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        let (engine, keys) = (&self.named.engine, self.named.keys()?);
+        let mut call = Call::new(Op::SemForceUnlock);
+        call.key(keys.permits())
+            .key(keys.permits_size())
+            .arg(keys.permits_released());
+        let freed: i64 = engine.invoke(&call).await?;
+        Ok(freed == 1)
+    }
+
+    fn take(&self, n: u32) -> Take {
+        Take {
+            named: self.named.clone(),
+            size: self.size,
+            n,
+            hold: None,
+            lease: None,
+        }
+    }
+}
+
+fn check_size(size: u32) -> Result<(), LockError> {
+    if size == 0 || size > Semaphore::MAX_SIZE {
+        return Err(LockError::InvalidOption {
+            option: "permits",
+            reason: format!(
+                "a semaphore has 1 to {} permits, not {size}",
+                Semaphore::MAX_SIZE
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Semaphore")
-            .field("name", &self.name)
+            .field("name", &self.named)
             .field("size", &self.size)
             .finish()
     }
 }
 
-/// A request for permits: made by [`Semaphore::acquire`], run by `.await`.
-#[must_use = "a permit request does nothing until awaited"]
-pub struct PermitRequest {
-    semaphore: Semaphore,
+/// One acquisition of permits.
+struct Take {
+    named: Named,
+    size: u32,
     n: u32,
-    wait: Option<Duration>,
+    hold: Option<Arc<Hold>>,
     lease: Option<Duration>,
 }
 
-impl PermitRequest {
-    /// Gives up after waiting this long, with [`LockError::Timeout`]. `Duration::ZERO` makes a
-    /// single attempt.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
+impl Primitive for Take {
+    type Guard = SemaphoreGuard;
+    const SPAN: &'static str = "semaphore";
+
+    fn engine(&self) -> &Arc<Engine> {
+        &self.named.engine
     }
 
-    /// Holds the permits for a fixed lease that is never renewed (at least 10 ms). Without it
-    /// the client's watchdog keeps them for as long as the guard lives.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
+    fn name(&self) -> &str {
+        self.named.name()
     }
-}
 
-impl fmt::Debug for PermitRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PermitRequest")
-            .field("semaphore", &self.semaphore)
-            .field("n", &self.n)
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
-            .finish()
-    }
-}
-
-impl IntoFuture for PermitRequest {
-    type Output = Result<SemaphoreGuard, LockError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'static>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let span = tracing::debug_span!(
-            "semaphore",
-            name = %crate::error::shorten(&self.semaphore.name),
-            n = self.n
-        );
-        Box::pin(acquire(self).instrument(span))
-    }
-}
-
-async fn acquire(request: PermitRequest) -> Result<SemaphoreGuard, LockError> {
-    let start = Instant::now();
-    let PermitRequest {
-        semaphore,
-        n,
-        wait,
-        lease,
-    } = request;
-    let keys = semaphore.keys()?;
-    if n == 0 || n > semaphore.size || n > MAX_PERMITS_PER_ACQUISITION {
-        return Err(LockError::InvalidOption {
-            option: "n",
-            reason: format!(
-                "asked for {n} permits of {} (at most {MAX_PERMITS_PER_ACQUISITION} at once)",
-                semaphore.size
-            ),
-        });
-    }
-    if let Some(lease) = lease {
-        check_lease("lease", lease)?;
-    }
-    let inner = &semaphore.inner;
-    let hold = inner.permit_hold(&keys, &inner.fresh_owner(), n);
-    let deadline = wait.and_then(|w| start.checked_add(w));
-    let mut waiter = Waiter::new(
-        deadline,
-        inner.config.watchdog_lease,
-        inner.backend.connect_timeout(),
-    );
-    loop {
-        waiter.mark_seen();
-        let retry_in = match attempt(inner, &hold, semaphore.size, lease).await {
-            Ok(Ok(guard)) => return Ok(guard),
-            Ok(Err(retry_in)) => retry_in,
-            Err(e) => {
-                waiter.ride_out(e).await?;
-                continue;
-            }
-        };
-        if waiter.expired() {
-            return Err(LockError::Timeout {
-                name: keys.name.clone(),
-                waited: start.elapsed(),
-                holder_ttl: Some(retry_in),
+    fn start(&mut self, request: Request) -> Result<(), LockError> {
+        check_size(self.size)?;
+        let n = self.n;
+        if n == 0 || n > self.size || n > Semaphore::MAX_ACQUIRE {
+            return Err(LockError::InvalidOption {
+                option: "n",
+                reason: format!(
+                    "asked for {n} permits of {} (at most {} at once)",
+                    self.size,
+                    Semaphore::MAX_ACQUIRE
+                ),
             });
         }
-        // Subscribe first, then try again right away.
-        if waiter.subscribe(&inner.waiters, &keys.channel).await {
-            continue;
+        // Every acquisition is an owner of its own: permits are never re-entered.
+        self.hold = Some(
+            self.named
+                .hold(Kind::Permits(n), crate::scope::next_holder())?,
+        );
+        self.lease = request.lease;
+        Ok(())
+    }
+
+    async fn attempt(&mut self) -> Result<Attempt<SemaphoreGuard>, LockError> {
+        let (engine, hold) = (&self.named.engine, started(&self.hold));
+        let (_, lease_len) = engine.lease(self.lease);
+        let claim = engine.claim(hold.clone()).await?;
+        let keys = &hold.keys;
+        let mut call = Call::new(Op::SemAcquire);
+        call.key(keys.permits())
+            .key(keys.permits_size())
+            .arg(engine.owner_arg(hold.holder))
+            .arg(self.n)
+            .arg(self.size)
+            .arg(millis(lease_len));
+        let applied = |v: &Value| matches!(v, Value::Array(a) if a.first() == Some(&Value::Int(1)));
+        let sent = engine.send(Claims::one(claim), call, applied).await?;
+        let reply: Vec<i64> = convert(sent.value)?;
+        match reply.as_slice() {
+            [1] => Ok(
+                match engine.grant(&sent.claims.first, 0, sent.sent_at, self.lease) {
+                    Some(generation) => Attempt::Acquired(SemaphoreGuard {
+                        core: GuardCore::new(hold.clone(), engine.clone(), generation),
+                    }),
+                    None => Attempt::Late,
+                },
+            ),
+            [0, ms] => Ok(Attempt::Busy {
+                retry_in: Some(Duration::from_millis(ms.unsigned_abs())),
+                channel: keys.permits_released(),
+            }),
+            [2, recorded] => Err(LockError::SizeMismatch {
+                name: self.named.name().to_owned(),
+                requested: self.size,
+                recorded: u32::try_from(*recorded).unwrap_or(u32::MAX),
+            }),
+            other => Err(LockError::UnexpectedReply(format!(
+                "sem_acquire returned {other:?}"
+            ))),
         }
-        waiter.sleep(Some(retry_in)).await;
     }
 }
 
-/// One try; `Err(d)` inside `Ok`: not enough permits free, the first lease runs out in `d`.
-async fn attempt(
-    inner: &Arc<Inner>,
-    hold: &Arc<Hold>,
-    size: u32,
-    lease: Option<Duration>,
-) -> Result<Result<SemaphoreGuard, Duration>, LockError> {
-    let crate::guard::Kind::Permits(n) = hold.kind else {
-        unreachable!("a semaphore hold holds permits");
-    };
-    let op = hold.op.clone().lock_owned().await;
-    let (kind, lease_len) = match lease {
-        Some(d) => (Lease::Fixed, d),
-        None => (Lease::Watchdog, inner.config.watchdog_lease),
-    };
-    let mut invocation = scripts::SEM_ACQUIRE.key(&hold.keys.hash);
-    invocation
-        .arg(&hold.owner)
-        .arg(n)
-        .arg(size)
-        .arg(millis(lease_len));
-    let (reply, sent_at, op) = send_undoable(inner, hold, 0, op, invocation).await?;
-    let outcome = if reply > 0 {
-        let generation = hold.acquired(0, sent_at, kind, lease_len);
-        Ok(SemaphoreGuard {
-            core: GuardCore::new(hold.clone(), inner.clone(), generation),
-        })
-    } else {
-        Err(Duration::from_millis(reply.unsigned_abs()))
-    };
-    drop(op);
-    Ok(outcome)
-}
-
-/// Permits of a semaphore, held. Released by [`release`](SemaphoreGuard::release), or in the
-/// background when dropped.
+/// Permits of a [`Semaphore`], held: made by [`Semaphore::acquire`] and
+/// [`Semaphore::try_acquire`]. Released by [`unlock`](SemaphoreGuard::unlock) (which says
+/// whether every permit was still held), or in the background when dropped. Permits have no
+/// fencing token.
 #[must_use = "dropping the guard releases the permits"]
 pub struct SemaphoreGuard {
     core: GuardCore,
@@ -270,33 +234,10 @@ impl SemaphoreGuard {
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         match self.core.hold.kind {
-            crate::guard::Kind::Permits(n) => n,
+            Kind::Permits(n) => n,
             _ => 0,
         }
     }
-
-    /// True while the permits are ours: not released, not lost, within their lease.
-    pub fn is_held(&self) -> bool {
-        self.core.is_held()
-    }
-
-    /// Resolves when the permits are known or presumed lost, or released.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.core.lost()
-    }
-
-    /// Gives the permits back. Returns whether all of them were still held until now.
-    pub async fn release(self) -> Result<bool, LockError> {
-        self.core.release().await
-    }
 }
 
-impl fmt::Debug for SemaphoreGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SemaphoreGuard")
-            .field("semaphore", &self.core.hold.keys.name)
-            .field("permits", &self.permits())
-            .field("held", &self.is_held())
-            .finish()
-    }
-}
+core_guard!(SemaphoreGuard, "semaphore");

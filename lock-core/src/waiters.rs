@@ -18,8 +18,11 @@ use futures_util::StreamExt;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
+use crate::backend::cluster::Seeds;
+use crate::backend::refusal;
 use crate::backend::sentinel::Discovery;
-use crate::error::LockError;
+use crate::error::{LockError, is_connection_error};
+use crate::util::lock;
 
 /// Where the pub/sub connection goes.
 pub(crate) enum Source {
@@ -27,9 +30,9 @@ pub(crate) enum Source {
     Server(Box<redis::Client>),
     /// The primary the sentinels name: `SUBSCRIBE` there, and move when it changes.
     Sentinel(Arc<Discovery>),
-    /// A Redis Cluster (seed node URLs): `SSUBSCRIBE` on the node that owns each channel's
+    /// A Redis Cluster (its seed nodes): `SSUBSCRIBE` on the node that owns each channel's
     /// slot, through a RESP3 cluster connection that follows slot moves and failovers.
-    Cluster(Vec<String>),
+    Cluster(Seeds),
 }
 
 /// The waiters of one client.
@@ -50,10 +53,22 @@ struct Channel {
 struct ChannelState {
     /// Bumped on every message on the channel and on every reconnect.
     version: watch::Sender<u64>,
-    /// True while Redis has confirmed the subscription.
-    subscribed: watch::Sender<bool>,
+    /// Whether Redis has confirmed (or refused) the subscription.
+    subscribed: watch::Sender<Sub>,
     /// The local queue: one permit, so one local waiter at a time contends in Redis.
     queue: Arc<Semaphore>,
+}
+
+/// Where a channel's subscription stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sub {
+    /// Sent, or to be sent again after a reconnect.
+    Pending,
+    /// Confirmed by Redis: messages arrive.
+    Confirmed,
+    /// Refused by Redis (an ACL without the command or the channel): waiters look again
+    /// on their own, and the next connection tries again.
+    Refused,
 }
 
 enum Command {
@@ -71,14 +86,22 @@ impl Waiters {
         });
         let shared_weak = Arc::downgrade(&shared);
         match source {
-            Source::Cluster(urls) => {
-                tokio::spawn(run_sharded(shared_weak, rx, urls, connect_timeout));
+            Source::Cluster(seeds) => {
+                tokio::spawn(run_sharded(shared_weak, rx, seeds, connect_timeout));
             }
             source => {
                 tokio::spawn(run(shared_weak, rx, source, connect_timeout));
             }
         }
         Self { shared }
+    }
+
+    /// Whether a local waiter is contending for the name whose releases `channel` announces
+    /// (it holds the channel's turn).
+    pub(crate) fn is_contended(&self, channel: &str) -> bool {
+        lock(&self.shared.channels)
+            .get(channel)
+            .is_some_and(|c| c.state.queue.available_permits() == 0)
     }
 
     /// Registers interest in `channel`. The subscription is sent in the background; await
@@ -94,7 +117,7 @@ impl Waiters {
                 refs: 0,
                 state: Arc::new(ChannelState {
                     version: watch::Sender::new(0),
-                    subscribed: watch::Sender::new(false),
+                    subscribed: watch::Sender::new(Sub::Pending),
                     queue: Arc::new(Semaphore::new(1)),
                 }),
             }
@@ -120,19 +143,19 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Waits (at most `limit`) until Redis has confirmed the subscription. Returns whether it
-    /// has; a waiter that goes on without it must not rely on messages.
+    /// Waits (at most `limit`) until Redis has confirmed or refused the subscription. Returns
+    /// whether it confirmed; a waiter that goes on without it must not rely on messages.
     pub(crate) async fn subscribed(&self, limit: Duration) -> bool {
         let mut rx = self.state.subscribed.subscribe();
         matches!(
-            tokio::time::timeout(limit, rx.wait_for(|s| *s)).await,
-            Ok(Ok(_))
+            tokio::time::timeout(limit, rx.wait_for(|s| *s != Sub::Pending)).await,
+            Ok(Ok(s)) if *s == Sub::Confirmed
         )
     }
 
     /// True while Redis has confirmed the subscription.
     pub(crate) fn is_subscribed(&self) -> bool {
-        *self.state.subscribed.borrow()
+        *self.state.subscribed.borrow() == Sub::Confirmed
     }
 
     /// Takes this process's turn to contend for the lock in Redis (FIFO).
@@ -179,10 +202,6 @@ impl Drop for Subscription {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Shared {
     fn wanted(&self, channel: &str) -> Option<Arc<ChannelState>> {
         lock(&self.channels).get(channel).map(|c| c.state.clone())
@@ -204,6 +223,8 @@ async fn run(
     connect_timeout: Duration,
 ) {
     let mut backoff = Duration::from_millis(50);
+    // Whether a refused subscription was reported (once per client).
+    let mut warned = false;
     let mut changes = match &source {
         Source::Sentinel(discovery) => Some(discovery.changes()),
         _ => None,
@@ -245,14 +266,10 @@ async fn run(
         // (Re)subscribe everything wanted, then wake everyone: messages may have been missed.
         let mut ok = true;
         for (channel, state) in s.all() {
-            match tokio::time::timeout(connect_timeout, sink.subscribe(&channel)).await {
-                Ok(Ok(())) => {
-                    state.subscribed.send_replace(true);
-                }
-                _ => {
-                    ok = false;
-                    break;
-                }
+            let result = tokio::time::timeout(connect_timeout, sink.subscribe(&channel)).await;
+            if !record(result, &channel, &state, &mut warned) {
+                ok = false;
+                break;
             }
         }
         for (_, state) in s.all() {
@@ -260,6 +277,9 @@ async fn run(
         }
         drop(s);
         if !ok {
+            if !back_off(&mut commands, &mut backoff).await {
+                return;
+            }
             continue;
         }
         backoff = Duration::from_millis(50);
@@ -274,17 +294,20 @@ async fn run(
                             Some(state) => {
                                 drop(s);
                                 let r = tokio::time::timeout(connect_timeout, sink.subscribe(&channel)).await;
-                                if matches!(r, Ok(Ok(()))) {
-                                    state.subscribed.send_replace(true);
+                                if record(r, &channel, &state, &mut warned) {
+                                    Ok(Ok(()))
+                                } else {
+                                    Ok(Err(()))
                                 }
-                                r
                             }
                             None => Ok(Ok(())),
                         },
                         Command::Unsubscribe(channel) => {
                             if s.wanted(&channel).is_none() {
                                 drop(s);
-                                tokio::time::timeout(connect_timeout, sink.unsubscribe(&channel)).await
+                                tokio::time::timeout(connect_timeout, sink.unsubscribe(&channel))
+                                    .await
+                                    .map(|r| r.map_err(drop))
                             } else {
                                 Ok(Ok(()))
                             }
@@ -311,11 +334,39 @@ async fn run(
             tracing::warn!("lock pub/sub connection lost; reconnecting");
             if let Some(s) = shared.upgrade() {
                 for (_, state) in s.all() {
-                    state.subscribed.send_replace(false);
+                    state.subscribed.send_replace(Sub::Pending);
                     state.version.send_modify(|v| *v += 1);
                 }
             }
         }
+    }
+}
+
+/// Records what Redis said to a (re)subscription to `channel`. Returns false when the
+/// connection failed (the caller reconnects); a refusal (an ACL without `SUBSCRIBE` or the
+/// channel) leaves the connection up and the channel's waiters looking again on their own, and
+/// is reported once.
+fn record<E>(
+    result: Result<redis::RedisResult<()>, E>,
+    channel: &str,
+    state: &ChannelState,
+    warned: &mut bool,
+) -> bool {
+    match result {
+        Ok(Ok(())) => {
+            state.subscribed.send_replace(Sub::Confirmed);
+            true
+        }
+        Ok(Err(e)) if !is_connection_error(&e) => {
+            state.subscribed.send_replace(Sub::Refused);
+            if !std::mem::replace(warned, true) {
+                let error = refusal(&e).map_or_else(|| e.to_string(), |r| r.to_string());
+                tracing::error!(%error, channel,
+                    "Redis refused a lock subscription; waiters look again every 200 ms instead of being woken");
+            }
+            true
+        }
+        _ => false,
     }
 }
 
@@ -355,17 +406,18 @@ async fn primary_changed(changes: &mut Option<watch::Receiver<u64>>) {
 async fn run_sharded(
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    urls: Vec<String>,
+    seeds: Seeds,
     connect_timeout: Duration,
 ) {
     let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    let client = match redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .push_sender(push_tx)
-        .connection_timeout(connect_timeout)
-        .response_timeout(connect_timeout)
-        .build()
-    {
+    let client = match seeds.builder().and_then(|builder| {
+        builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(push_tx)
+            .connection_timeout(connect_timeout)
+            .response_timeout(connect_timeout)
+            .build()
+    }) {
         Ok(client) => client,
         Err(e) => {
             tracing::error!(error = %e, "lock pub/sub cannot be configured; waiters fall back to lease expiry");
@@ -373,6 +425,8 @@ async fn run_sharded(
         }
     };
     let mut backoff = Duration::from_millis(50);
+    // Whether a refused subscription was reported (once per client).
+    let mut warned = false;
     let mut connection = loop {
         match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
             Ok(Ok(c)) => break c,
@@ -428,7 +482,7 @@ async fn run_sharded(
                         if let Some(channel) = push.data.first().and_then(channel_name)
                             && let Some(state) = s.wanted(&channel)
                         {
-                            state.subscribed.send_replace(false);
+                            state.subscribed.send_replace(Sub::Pending);
                             state.version.send_modify(|v| *v += 1);
                             pending.push(channel);
                         }
@@ -436,7 +490,7 @@ async fn run_sharded(
                     PushKind::Disconnection => {
                         tracing::warn!("a lock pub/sub node connection dropped; subscribing again");
                         for (channel, state) in s.all() {
-                            state.subscribed.send_replace(false);
+                            state.subscribed.send_replace(Sub::Pending);
                             state.version.send_modify(|v| *v += 1);
                             pending.push(channel);
                         }
@@ -457,15 +511,14 @@ async fn run_sharded(
             let Some(state) = s.wanted(&channel) else {
                 continue;
             };
-            match tokio::time::timeout(connect_timeout, connection.ssubscribe(&channel)).await {
-                Ok(Ok(())) => {
-                    if !*state.subscribed.borrow() {
-                        state.subscribed.send_replace(true);
-                        // A release may have come while it was not subscribed.
-                        state.version.send_modify(|v| *v += 1);
-                    }
-                }
-                _ => failed.push(channel),
+            let before = *state.subscribed.borrow();
+            let result =
+                tokio::time::timeout(connect_timeout, connection.ssubscribe(&channel)).await;
+            if !record(result, &channel, &state, &mut warned) {
+                failed.push(channel);
+            } else if before != Sub::Confirmed && *state.subscribed.borrow() == Sub::Confirmed {
+                // A release may have come while it was not subscribed.
+                state.version.send_modify(|v| *v += 1);
             }
         }
         pending = failed;
@@ -513,12 +566,6 @@ impl Waiter {
         }
     }
 
-    /// Counts an attempt made before this waiter was made.
-    pub(crate) fn after_first_attempt(mut self) -> Self {
-        self.attempts += 1;
-        self
-    }
-
     /// Decides what a failed attempt means. The first attempt fails fast; once waiting, a
     /// request rides out a Redis outage (no connection, no answer, no primary) within its
     /// deadline: this waits a moment and returns `Ok` to try again. Any other error, or an
@@ -556,17 +603,26 @@ impl Waiter {
         true
     }
 
-    /// The current subscription.
-    pub(crate) fn subscription(&self) -> Option<&Subscription> {
-        self.sub.as_ref()
+    /// Takes this process's turn to contend for the subscribed name (FIFO), within the
+    /// deadline: `None` when the deadline came first, `Some(None)` without a subscription.
+    pub(crate) async fn local_turn(&self) -> Option<Option<OwnedSemaphorePermit>> {
+        let Some(sub) = self.sub.as_ref() else {
+            return Some(None);
+        };
+        match self.deadline {
+            Some(d) => tokio::time::timeout_at(d, sub.queue()).await.ok().map(Some),
+            None => Some(Some(sub.queue().await)),
+        }
     }
 
-    /// Marks every message so far as seen; call before each attempt.
-    pub(crate) fn mark_seen(&mut self) {
+    /// Marks every message so far as seen; call before each attempt. Returns whether this
+    /// is the first attempt.
+    pub(crate) fn mark_seen(&mut self) -> bool {
         self.attempts += 1;
         if let Some(sub) = self.sub.as_mut() {
             sub.mark_seen();
         }
+        self.attempts == 1
     }
 
     /// Waits for a message on the subscription, for `retry_in` (None: the fallback), or for

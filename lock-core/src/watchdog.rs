@@ -1,12 +1,11 @@
 //! The watchdog: one background task per client that renews every watchdog-leased hold.
 //!
-//! Every `lease / 3` it sends one renew script per batch of up to [`BATCH`] locks of one kind
-//! (and, on a Cluster, of one slot), several batches at once. A hold
-//! Redis says is gone is marked lost at once. A hold whose last confirmed renewal is older
-//! than its lease (measured from when that renewal was sent, minus a drift margin) is marked
-//! lost when that moment passes, whether Redis answered with errors or not at all. Holds whose
-//! guards are all gone (released, dropped) are never renewed again. The task ends when the
-//! client is dropped.
+//! Every `lease / 3` it sends one renew script per batch of up to 256 holds of one kind (and,
+//! on a Cluster, of one slot), up to 32 batches at once. A hold Redis says is gone is marked
+//! lost at once. A hold whose last confirmed renewal is older than its lease (measured from
+//! when that renewal was sent, minus a drift margin) is marked lost when that moment passes,
+//! whether Redis answered with errors or not at all. Holds whose guards are all gone
+//! (released, dropped) are never renewed again. The task ends when the client is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -16,31 +15,51 @@ use futures_util::StreamExt;
 use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
-use crate::backend::Topology;
-use crate::client::Inner;
-use crate::guard::{Hold, Kind};
-use crate::mutex::millis;
-use crate::scripts;
+use crate::engine::Engine;
+use crate::hold::{Hold, Kind};
+use crate::scripts::{Call, Op};
+use crate::util::millis;
 
-/// Locks renewed per script call.
-pub(crate) const BATCH: usize = 256;
+/// Holds renewed per script call.
+const BATCH: usize = 256;
 
 /// Renew scripts in flight at once (on a Cluster, scripts to one node share its connection, so
 /// they are pipelined there).
 const CONCURRENT_BATCHES: usize = 32;
 
-pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
+/// Which renew script a hold needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Renewal {
+    /// A lock string: mutex, fair lock, writer.
+    String,
+    Read,
+    Permits,
+}
+
+fn renewal(kind: Kind) -> Renewal {
+    match kind {
+        Kind::Lock | Kind::Fair | Kind::Write => Renewal::String,
+        Kind::Read => Renewal::Read,
+        Kind::Permits(_) => Renewal::Permits,
+    }
+}
+
+pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
     let period = lease / 3;
     let mut next = Instant::now() + period;
     loop {
         tokio::time::sleep_until(next).await;
-        let Some(inner) = inner.upgrade() else { return };
-        let holds = inner.watched_holds();
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        let holds = engine.watched();
         let started = Instant::now();
         let failed = {
-            let inner = &inner;
-            futures_util::stream::iter(batches(inner, &holds))
-                .map(|batch| async move { renew(inner, &batch, lease, period).await })
+            let engine = &engine;
+            futures_util::stream::iter(batches(engine, &holds))
+                .map(
+                    |(kind, batch)| async move { renew(engine, kind, &batch, lease, period).await },
+                )
                 .buffer_unordered(CONCURRENT_BATCHES)
                 .fold(false, |failed, ok| async move { failed | !ok })
                 .await
@@ -64,54 +83,59 @@ pub(crate) async fn run(inner: Weak<Inner>, lease: Duration) {
     }
 }
 
-/// The renew scripts of one period: one kind of hold each, one slot each on a Cluster (a
+type Batch = Vec<(Arc<Hold>, u64)>;
+
+/// The renew scripts of one period: one script kind each, one slot each on a Cluster (a
 /// script's keys must share a slot there), at most [`BATCH`] holds each.
-fn batches(inner: &Inner, holds: &[(Arc<Hold>, u64)]) -> Vec<Vec<(Arc<Hold>, u64)>> {
-    let mut groups: HashMap<(std::mem::Discriminant<Kind>, Option<Slot>), Vec<_>> = HashMap::new();
+fn batches(engine: &Engine, holds: &[(Arc<Hold>, u64)]) -> Vec<(Renewal, Batch)> {
+    let mut groups: HashMap<(Renewal, Option<Slot>), Batch> = HashMap::new();
     for (hold, generation) in holds {
-        let kind = std::mem::discriminant(&renewed_as(hold.kind));
-        let slot = inner.backend.slot(&hold.keys.hash);
+        let slot = engine.backend.slot(hold.keys.lock());
         groups
-            .entry((kind, slot))
+            .entry((renewal(hold.kind), slot))
             .or_default()
             .push((hold.clone(), *generation));
     }
     groups
-        .into_values()
-        .flat_map(|group| group.chunks(BATCH).map(<[_]>::to_vec).collect::<Vec<_>>())
+        .into_iter()
+        .flat_map(|((kind, _), group)| {
+            group
+                .chunks(BATCH)
+                .map(|chunk| (kind, chunk.to_vec()))
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
-/// A fair lock renews like a lock: its lease is on the same kind of string.
-fn renewed_as(kind: Kind) -> Kind {
-    match kind {
-        Kind::Fair => Kind::Lock,
-        other => other,
+/// The renew call for one batch.
+fn renew_call(engine: &Engine, kind: Renewal, batch: &Batch, lease: Duration) -> Call {
+    let mut call = Call::new(match kind {
+        Renewal::String => Op::Renew,
+        Renewal::Read => Op::RwReadRenew,
+        Renewal::Permits => Op::SemRenew,
+    });
+    call.arg(millis(lease));
+    for (hold, _) in batch {
+        call.key(hold.kind.key(&hold.keys).as_ref())
+            .arg(engine.owner_arg(hold.holder));
+        if let Kind::Permits(n) = hold.kind {
+            call.key(hold.keys.permits_size()).arg(n);
+        }
     }
+    call
 }
 
 /// Renews one batch; returns false when Redis could not be asked or did not answer.
 async fn renew(
-    inner: &Inner,
-    batch: &[(Arc<Hold>, u64)],
+    engine: &Engine,
+    kind: Renewal,
+    batch: &Batch,
     lease: Duration,
     limit: Duration,
 ) -> bool {
-    // A batch holds one kind only (see `run`).
-    let mut invocation = match batch.first().map(|(hold, _)| hold.kind) {
-        Some(Kind::Permits(_)) => scripts::SEM_RENEW.prepare_invoke(),
-        Some(Kind::Read) => scripts::RW_READ_RENEW.prepare_invoke(),
-        _ => scripts::RENEW.prepare_invoke(),
-    };
-    invocation.arg(millis(lease));
-    for (hold, _) in batch {
-        invocation.key(&hold.keys.hash).arg(&hold.owner);
-        if let Kind::Permits(n) = hold.kind {
-            invocation.arg(n);
-        }
-    }
+    let call = renew_call(engine, kind, batch, lease);
     let sent_at = Instant::now();
-    let reply = tokio::time::timeout(limit, inner.backend.invoke::<Vec<i64>>(&invocation)).await;
+    let reply = tokio::time::timeout(limit, engine.invoke::<Vec<i64>>(&call)).await;
     match reply {
         Ok(Ok(replies)) if replies.len() == batch.len() => {
             for ((hold, generation), held) in batch.iter().zip(replies) {

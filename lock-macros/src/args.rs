@@ -1,15 +1,20 @@
 //! The attribute's arguments: `key = "...", client = <expr>, wait = "2s", lease = "10s",
-//! on_lost = "abort" | "continue", handle = <ident>, fair [= true | false]`.
+//! on_lost = "abort" | "continue", held = <ident>, kind = "mutex" | "fair" | "read" | "write",
+//! permits = <n>, on_busy = "wait" | "skip", hold_at_least = "55s"`.
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 use crate::template::Template;
 
 /// Every argument, in the order the docs list them.
-const VALID: &str = "`key`, `client`, `wait`, `lease`, `on_lost`, `handle`, `fair`";
+const VALID: &str = "`key`, `client`, `wait`, `lease`, `on_lost`, `held`, `kind`, `permits`, `on_busy`, \
+     `hold_at_least`";
+
+/// The largest semaphore lock-core accepts (`Semaphore::MAX_SIZE`).
+const MAX_PERMITS: u32 = 100_000;
 
 /// The shortest and longest lease lock-core accepts (`MIN_LEASE`, `MAX_LEASE`).
 const MIN_LEASE_MS: u64 = 10;
@@ -24,8 +29,29 @@ pub(crate) struct Args {
     pub(crate) wait: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
     pub(crate) on_lost: Option<OnLost>,
-    pub(crate) handle: Option<Ident>,
-    pub(crate) fair: Option<bool>,
+    pub(crate) held: Option<Ident>,
+    pub(crate) kind: Option<(Kind, Span)>,
+    pub(crate) permits: Option<(u32, Span)>,
+    pub(crate) on_busy: Option<(OnBusy, Span)>,
+    pub(crate) hold_at_least: Option<(DurationArg, Span)>,
+}
+
+/// `on_busy = "..."`: what a call does when the lock stays busy for its whole wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// Return the `LockError::Timeout`, converted (the default).
+    Wait,
+    /// Return `Ok(None)` without running the body (one attempt unless `wait` is given).
+    Skip,
+}
+
+/// `kind = "..."`: which lock the function takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Mutex,
+    Fair,
+    Read,
+    Write,
 }
 
 /// `key = "template"` or `key = <expr>` (any `Display` value, used as is).
@@ -73,19 +99,31 @@ impl Parse for Args {
                     unset(&args.on_lost, &name)?;
                     args.on_lost = Some(OnLost::parse(&value(input, &name)?)?);
                 }
-                "handle" => {
-                    unset(&args.handle, &name)?;
-                    args.handle = Some(value(input, &name)?);
+                "held" => {
+                    unset(&args.held, &name)?;
+                    args.held = Some(value(input, &name)?);
                 }
-                "fair" => {
-                    unset(&args.fair, &name)?;
-                    // `fair` alone means `fair = true`.
-                    let fair = if input.peek(Token![=]) {
-                        value::<LitBool>(input, &name)?.value
-                    } else {
-                        true
-                    };
-                    args.fair = Some(fair);
+                "kind" => {
+                    unset(&args.kind, &name)?;
+                    let lit: LitStr = value(input, &name)?;
+                    args.kind = Some((Kind::parse(&lit)?, lit.span()));
+                }
+                "permits" => {
+                    unset(&args.permits, &name)?;
+                    let lit: Lit = value(input, &name)?;
+                    args.permits = Some((parse_permits(&lit)?, lit.span()));
+                }
+                "on_busy" => {
+                    unset(&args.on_busy, &name)?;
+                    let lit: LitStr = value(input, &name)?;
+                    args.on_busy = Some((OnBusy::parse(&lit)?, lit.span()));
+                }
+                "hold_at_least" => {
+                    unset(&args.hold_at_least, &name)?;
+                    args.hold_at_least = Some((
+                        DurationArg::parse(value(input, &name)?, &name)?,
+                        name.span(),
+                    ));
                 }
                 _ => {
                     return Err(syn::Error::new(
@@ -99,8 +137,67 @@ impl Parse for Args {
             }
             input.parse::<Token![,]>()?;
         }
+        if let (Some((DurationArg::Millis(least, span), _)), Some(DurationArg::Millis(lease, _))) =
+            (&args.hold_at_least, &args.lease)
+            && least > lease
+        {
+            return Err(syn::Error::new(
+                *span,
+                "`hold_at_least` is longer than the `lease`: the lock would expire before it",
+            ));
+        }
+        if let Some((_, span)) = &args.hold_at_least {
+            let kind = args.kind.map(|(kind, _)| kind);
+            if args.permits.is_some() || !matches!(kind, None | Some(Kind::Mutex)) {
+                return Err(syn::Error::new(
+                    *span,
+                    "`hold_at_least` keeps a mutex taken after the call returns; it cannot be \
+                     combined with `kind = \"fair\"`, `\"read\"`, `\"write\"` or `permits`",
+                ));
+            }
+        }
+        if let (Some(_), Some((_, span))) = (&args.kind, &args.permits) {
+            return Err(syn::Error::new(
+                *span,
+                "`permits` takes a semaphore permit instead of a lock: it cannot be combined \
+                 with `kind`",
+            ));
+        }
         Ok(args)
     }
+}
+
+impl Kind {
+    fn parse(lit: &LitStr) -> syn::Result<Kind> {
+        match lit.value().as_str() {
+            "mutex" => Ok(Kind::Mutex),
+            "fair" => Ok(Kind::Fair),
+            "read" => Ok(Kind::Read),
+            "write" => Ok(Kind::Write),
+            other => Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown kind {other:?}; expected one of \"mutex\" (the default), \
+                     \"fair\", \"read\", \"write\" (or `permits = N` for a semaphore)"
+                ),
+            )),
+        }
+    }
+}
+
+/// `permits = N`: the semaphore's size, 1 to 100,000.
+fn parse_permits(lit: &Lit) -> syn::Result<u32> {
+    let n = match lit {
+        Lit::Int(int) => int.base10_parse::<u32>().ok(),
+        _ => None,
+    };
+    n.filter(|n| (1..=MAX_PERMITS).contains(n)).ok_or_else(|| {
+        syn::Error::new(
+            lit.span(),
+            "`permits` must be a whole number from 1 to 100000 (the semaphore's size; each \
+             call takes one permit)",
+        )
+    })
 }
 
 /// Refuses an argument given twice, at its second occurrence.
@@ -169,6 +266,12 @@ impl DurationArg {
                 ),
             )
         })?;
+        if name == "hold_at_least" && millis > MAX_LEASE_MS {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`hold_at_least` must be at most 30 days (and at most the `lease`)",
+            ));
+        }
         if name == "lease" && !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&millis) {
             return Err(syn::Error::new(
                 lit.span(),
@@ -195,6 +298,20 @@ fn parse_millis(s: &str) -> Option<u64> {
         _ => return None,
     };
     number.checked_mul(scale)
+}
+
+impl OnBusy {
+    fn parse(lit: &LitStr) -> syn::Result<OnBusy> {
+        match lit.value().as_str() {
+            "wait" => Ok(OnBusy::Wait),
+            "skip" => Ok(OnBusy::Skip),
+            _ => Err(syn::Error::new(
+                lit.span(),
+                "expected `on_busy = \"wait\"` (the default: a busy lock is an error) or \
+                 `on_busy = \"skip\"` (return `Ok(None)`)",
+            )),
+        }
+    }
 }
 
 impl OnLost {
@@ -229,7 +346,7 @@ mod tests {
     fn reads_every_argument() {
         let args = parse(
             r#"key = "stock:{sku}", client = self.locks, wait = "2s",
-               lease = Duration::from_secs(10), on_lost = "continue", handle = lock, fair = false,"#,
+               lease = Duration::from_secs(10), on_lost = "continue", held = lock, kind = "fair","#,
         )
         .unwrap();
         assert!(matches!(args.key, Some(Key::Template(..))));
@@ -237,7 +354,22 @@ mod tests {
         assert!(matches!(args.wait, Some(DurationArg::Millis(2000, _))));
         assert!(matches!(args.lease, Some(DurationArg::Expr(_))));
         assert_eq!(args.on_lost, Some(OnLost::Continue));
-        assert_eq!(args.handle.unwrap().to_string(), "lock");
+        assert_eq!(args.held.unwrap().to_string(), "lock");
+        assert_eq!(args.kind.map(|(k, _)| k), Some(Kind::Fair));
+        assert_eq!(
+            parse(r#"key = "a", permits = 3"#)
+                .unwrap()
+                .permits
+                .map(|(n, _)| n),
+            Some(3)
+        );
+
+        let args = parse(r#"key = "a", on_busy = "skip", hold_at_least = "55s""#).unwrap();
+        assert_eq!(args.on_busy.map(|(b, _)| b), Some(OnBusy::Skip));
+        assert!(matches!(
+            args.hold_at_least,
+            Some((DurationArg::Millis(55_000, _), _))
+        ));
 
         let args = parse("key = name.as_str()").unwrap();
         assert!(matches!(args.key, Some(Key::Expr(_))));
@@ -274,9 +406,19 @@ mod tests {
         assert!(error(r#"key = "a", wait = 2"#).contains("`wait` needs a unit"));
         assert!(error(r#"key = "a", lease = "5ms""#).contains("between 10ms and 30 days"));
         assert!(error(r#"key = "a", on_lost = "retry""#).contains("\"abort\""));
-        assert!(error(r#"key = "a", fair, fair = false"#).contains("more than once"));
-        assert!(error(r#"key = "a", fair = "yes""#).contains("expected boolean literal"));
+        assert!(error(r#"key = "a", kind = "mutex", kind = "fair""#).contains("more than once"));
+        assert!(error(r#"key = "a", kind = "exclusive""#).contains("\"read\""));
+        assert!(error(r#"key = "a", kind = "read", permits = 2"#).contains("cannot be combined"));
+        assert!(error(r#"key = "a", permits = 0"#).contains("1 to 100000"));
+        assert!(error(r#"key = "a", permits = "2""#).contains("1 to 100000"));
+        assert!(error(r#"key = "a", fair"#).starts_with("unknown argument `fair`"));
         assert!(error(r#"key "a""#).contains("expected `=` after `key`"));
+        assert!(error(r#"key = "a", on_busy = "drop""#).contains("\"skip\""));
+        assert!(error(r#"key = "a", hold_at_least = "1s", kind = "fair""#).contains("mutex"));
+        assert!(error(r#"key = "a", hold_at_least = "1s", permits = 2"#).contains("mutex"));
+        assert!(error(r#"key = "a", hold_at_least = "31d""#).contains("invalid duration"));
+        assert!(error(r#"key = "a", hold_at_least = "800h""#).contains("at most 30 days"));
+        assert!(error(r#"key = "a", lease = "1m", hold_at_least = "2m""#).contains("longer"));
         assert!(error(r#"key = "{id""#).contains("unclosed"));
     }
 }

@@ -2,15 +2,16 @@
 //!
 //! ```ignore
 //! // input
-//! #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = "2s", handle = lock)]
+//! #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = "2s", held = lock)]
 //! pub async fn reserve(&self, sku: &str) -> Result<(), AppError> { BODY }
 //!
 //! // output
 //! pub async fn reserve(&self, sku: &str) -> Result<(), AppError> {
 //!     ::lock_core::__private::reentrant(async move {
+//!         let __lock_name: ::std::string::String = ::std::format!("stock:{}", sku);
 //!         let __lock_acquire = ::lock_core::__private::acquire(
 //!             ::lock_core::__private::client(&(self.locks)),
-//!             ::std::format!("stock:{}", sku),
+//!             move |__lock_client: &::lock_core::LockClient| __lock_client.lock(__lock_name),
 //!             ::core::option::Option::Some(::core::time::Duration::from_millis(2000u64)),
 //!             ::core::option::Option::None,
 //!         );
@@ -36,7 +37,9 @@
 //! * The body is an `async move` block of its own, so its `return` and `?` leave the body
 //!   only, and `run` can release the lock (or race the body against the lost signal).
 //! * The client is only borrowed while the request is built, so the body may move what the
-//!   client expression borrowed from (`self: Arc<Self>`).
+//!   client expression borrowed from (`self: Arc<Self>`). The request is the public API's own
+//!   (`client.fair_lock(name).lock()`, `client.read_write_lock(name).read()`,
+//!   `client.semaphore(name, n).acquire(1)` for the other kinds).
 //! * The fake return edge (tracing's trick) pins the block's type to the declared return type
 //!   (with `impl Trait` erased to `_`), so `?` infers and mismatches point at the signature.
 //! * The conversion `E::from` is spanned at the error type, so a missing `From<LockError>` is
@@ -52,7 +55,7 @@ use syn::{
     Signature, Type, Visibility, braced, token::Brace,
 };
 
-use crate::args::{Args, DurationArg, Key, OnLost};
+use crate::args::{Args, DurationArg, Key, Kind, OnBusy, OnLost};
 
 /// The attribute's entry point: the expansion, or the unchanged function plus the errors.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -144,6 +147,14 @@ fn check(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<Checked> {
             Span::call_site()
         }
     };
+    if let Ok(Args {
+        on_busy: Some((OnBusy::Skip, span)),
+        ..
+    }) = &args
+        && let Err(error) = returns_result_of_option(&sig.output, *span)
+    {
+        push(error);
+    }
     match &args {
         Err(error) => push(error.clone()),
         Ok(args) => match &args.key {
@@ -213,6 +224,39 @@ fn result_error_span(name: &syn::Ident, output: &ReturnType) -> syn::Result<Span
     }
 }
 
+/// Checks that a function with `on_busy = "skip"` returns `...Result<Option<T>, E>`, whose
+/// `Ok(None)` says "skipped: someone else holds the lock".
+fn returns_result_of_option(output: &ReturnType, on_busy: Span) -> syn::Result<()> {
+    const MESSAGE: &str = "`on_busy = \"skip\"` needs the function to return \
+                           `Result<Option<T>, E>`: a call that finds the lock busy returns \
+                           `Ok(None)` without running the body";
+    let ReturnType::Type(_, ty) = output else {
+        return Err(syn::Error::new(on_busy, MESSAGE));
+    };
+    let first_argument = |ty: &Type, name: &str| -> Option<Type> {
+        let mut ty = ty;
+        while let Type::Group(group) = ty {
+            ty = &group.elem;
+        }
+        let Type::Path(path) = ty else { return None };
+        let segment = path.path.segments.last()?;
+        if segment.ident != name {
+            return None;
+        }
+        let PathArguments::AngleBracketed(generics) = &segment.arguments else {
+            return None;
+        };
+        generics.args.iter().find_map(|arg| match arg {
+            GenericArgument::Type(ty) => Some(ty.clone()),
+            _ => None,
+        })
+    };
+    match first_argument(ty, "Result").and_then(|ok| first_argument(&ok, "Option")) {
+        Some(_) => Ok(()),
+        None => Err(syn::Error::new(ty.span(), MESSAGE)),
+    }
+}
+
 /// The names a key may start with: `self` and every name the parameters' patterns bind.
 fn param_names(sig: &Signature) -> Vec<String> {
     fn bound(pat: &Pat, names: &mut Vec<String>) {
@@ -272,22 +316,45 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
         }
         None => unreachable!("checked: the key is required"),
     };
-    let wait = duration(args.wait.as_ref());
+    let skip = matches!(args.on_busy, Some((OnBusy::Skip, _)));
+    // Skipping makes one attempt unless a wait is given.
+    let wait = match (&args.wait, skip) {
+        (None, true) => {
+            quote!(::core::option::Option::Some(::core::time::Duration::ZERO))
+        }
+        (wait, _) => duration(wait.as_ref()),
+    };
     let lease = duration(args.lease.as_ref());
-    let acquire = if args.fair == Some(true) {
-        quote!(::lock_core::__private::acquire_fair)
-    } else {
-        quote!(::lock_core::__private::acquire)
+    let request = match (args.permits, args.kind.map(|(kind, _)| kind)) {
+        (Some((n, span)), _) => {
+            let n = LitInt::new(&format!("{n}u32"), span);
+            quote!(__lock_client.semaphore(__lock_name, #n).acquire(1))
+        }
+        (None, None | Some(Kind::Mutex)) => match &args.hold_at_least {
+            Some((least, _)) => {
+                let least = duration_value(least);
+                quote!(__lock_client.lock(__lock_name).hold_at_least(#least))
+            }
+            None => quote!(__lock_client.lock(__lock_name)),
+        },
+        (None, Some(Kind::Fair)) => quote!(__lock_client.fair_lock(__lock_name).lock()),
+        (None, Some(Kind::Read)) => quote!(__lock_client.read_write_lock(__lock_name).read()),
+        (None, Some(Kind::Write)) => quote!(__lock_client.read_write_lock(__lock_name).write()),
     };
     let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
         OnLost::Abort => quote!(::lock_core::__private::OnLost::Abort),
         OnLost::Continue => quote!(::lock_core::__private::OnLost::Continue),
     };
-    let handle = match &args.handle {
+    let held = match &args.held {
         Some(ident) => ident.to_token_stream(),
         None => quote!(_),
     };
     let fake_return = fake_return_edge(&sig.output);
+    let run = if skip {
+        quote!(run_or_skip)
+    } else {
+        quote!(run)
+    };
     // Named at the error type, so that a missing `From<LockError>` is reported there.
     let convert = quote_spanned! {error_span=>
         <_ as ::core::convert::From<::lock_core::LockError>>::from
@@ -299,12 +366,18 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
     brace.surround(&mut outer_body, |tokens| {
         tokens.extend(quote! {
             ::lock_core::__private::reentrant(async move {
-                let __lock_acquire = #acquire(#client, #key, #wait, #lease);
-                ::lock_core::__private::run(
+                let __lock_name: ::std::string::String = #key;
+                let __lock_acquire = ::lock_core::__private::acquire(
+                    #client,
+                    move |__lock_client: &::lock_core::LockClient| #request,
+                    #wait,
+                    #lease,
+                );
+                ::lock_core::__private::#run(
                     __lock_acquire,
                     #convert,
                     #on_lost,
-                    move |#handle: ::lock_core::HeldLock| async move {
+                    move |#held: ::lock_core::HeldLock| async move {
                         #fake_return
                         #body
                     },
@@ -323,12 +396,23 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
 fn duration(arg: Option<&DurationArg>) -> TokenStream {
     match arg {
         None => quote!(::core::option::Option::None),
-        Some(DurationArg::Millis(millis, span)) => {
-            let millis = LitInt::new(&format!("{millis}u64"), *span);
-            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#millis)))
+        Some(arg) => {
+            let value = duration_value(arg);
+            quote!(::core::option::Option::Some(#value))
         }
-        Some(DurationArg::Expr(expr)) => quote_spanned! {expr.span()=>
-            ::core::option::Option::Some::<::core::time::Duration>(#expr)
+    }
+}
+
+/// A `Duration` expression: a literal checked by the parser, or the user's (type-checked by
+/// rustc at its own span).
+fn duration_value(arg: &DurationArg) -> TokenStream {
+    match arg {
+        DurationArg::Millis(millis, span) => {
+            let millis = LitInt::new(&format!("{millis}u64"), *span);
+            quote!(::core::time::Duration::from_millis(#millis))
+        }
+        DurationArg::Expr(expr) => quote_spanned! {expr.span()=>
+            ::core::convert::identity::<::core::time::Duration>(#expr)
         },
     }
 }

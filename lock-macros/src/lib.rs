@@ -39,7 +39,11 @@
 //!     wait = "2s",                    // optional: default wait for as long as it takes
 //!     lease = "10s",                  // optional: default a watchdog-renewed lease
 //!     on_lost = "abort",              // optional: "abort" (default) | "continue"
-//!     handle = lock,                  // optional: binds a lock_core::HeldLock in the body
+//!     held = lock,                    // optional: binds a lock_core::HeldLock in the body
+//!     kind = "mutex",                 // optional: "mutex" (default) | "fair" | "read" | "write"
+//!     permits = 4,                    // optional, instead of kind: one of 4 semaphore permits
+//!     on_busy = "skip",               // optional: "wait" (default) | "skip": Ok(None) if busy
+//!     hold_at_least = "55s",          // optional (mutex): keep it taken this long at least
 //! )]
 //! ```
 //!
@@ -111,9 +115,12 @@
 //! long as the body runs. Same forms as `wait`; a literal must be between `10ms` and 30 days.
 //!
 //! ```ignore
-//! #[distributed_lock(key = "nightly-report", lease = "10m", wait = "0s")]
-//! async fn nightly_report() -> Result<(), AppError> { /* ... */ }
+//! #[distributed_lock(key = "import:{file}", lease = "10m")]
+//! async fn import(file: &str) -> Result<(), AppError> { /* ... */ }
 //! ```
+//!
+//! A job that must run once per period on one of several instances needs more than a
+//! lease: see `hold_at_least` and `on_busy` below.
 //!
 //! ## `on_lost`
 //!
@@ -123,7 +130,7 @@
 //! * `"abort"` (the default): the body is dropped at its next `.await` and the function
 //!   returns `Err(LockError::Lost { .. })` converted into `E`.
 //! * `"continue"`: the body runs to its end and its result is returned as is. Use it for
-//!   bodies that must not stop half-way, and check the lock yourself (the `handle`'s
+//!   bodies that must not stop half-way, and check the lock yourself (the `held` lock's
 //!   `is_held()` / `lost()`, and its fencing token at the resource).
 //!
 //! Abort is the default because the attribute promises that the body runs under the lock:
@@ -137,16 +144,18 @@
 //! async fn migrate(table: &str) -> Result<(), AppError> { /* ... */ }
 //! ```
 //!
-//! ## `handle`
+//! ## `held`
 //!
 //! Binds a `lock_core::HeldLock` under the given name in the body: the held lock's name,
-//! fencing token, `is_held()` and `lost()`. Write the fencing token with your update so the
-//! resource can refuse a stale holder:
+//! fencing token (`Option<u64>`: `Some` for the mutex, fair and write kinds), `is_held()` and
+//! `lost()`. Write the fencing token with your update so the resource can refuse a stale
+//! holder:
 //!
 //! ```ignore
-//! #[distributed_lock(key = "stock:{sku}", client = self.locks, handle = lock)]
+//! #[distributed_lock(key = "stock:{sku}", client = self.locks, held = lock)]
 //! async fn reserve(&self, sku: &str, qty: u32) -> Result<(), AppError> {
-//!     self.db.reserve(sku, qty, lock.fencing_token()).await?;
+//!     let token = lock.fencing_token().expect("a mutex has a fencing token");
+//!     self.db.reserve(sku, qty, token).await?;
 //!     Ok(())
 //! }
 //! ```
@@ -154,13 +163,55 @@
 //! Without it, code anywhere under the body (in the same task) reaches the lock with
 //! `lock_core::current_lock("stock:sku-1")`.
 //!
-//! ## `fair`
+//! ## `kind` and `permits`
 //!
-//! `fair` (or `fair = true`) takes `client.fair_lock(key)` instead of `client.lock(key)`:
-//! callers get the lock in arrival order across processes (first come, first served) instead
-//! of whoever asks first after a release. `wait`, `lease`, `on_lost` and `handle` work the
-//! same; a fair lock and an ordinary lock of the same key are different locks. Default
-//! `false`.
+//! Which lock the function takes, named by `key`:
+//!
+//! | argument | lock | callers at once per key |
+//! |---|---|---|
+//! | none, or `kind = "mutex"` | `client.lock(key)` | one |
+//! | `kind = "fair"` | `client.fair_lock(key).lock()` | one, in arrival order across processes |
+//! | `kind = "read"` | `client.read_write_lock(key).read()` | many readers, while no writer |
+//! | `kind = "write"` | `client.read_write_lock(key).write()` | one writer, and no reader |
+//! | `permits = N` | `client.semaphore(key, N).acquire(1)` | N (1 to 100000) |
+//!
+//! `wait`, `lease`, `on_lost` and `held` work the same for every kind. Locks of different
+//! kinds with the same key are different locks (a fair lock `a` does not exclude a mutex
+//! `a`), and a read and a write function must use the same key to exclude each other. Any
+//! other kind, or `permits` together with `kind`, is a compile error.
+//!
+//! ## `on_busy` and `hold_at_least`: once per period
+//!
+//! `on_busy = "skip"` makes a call that finds the lock held by someone else (after `wait`,
+//! which then defaults to a single attempt) return `Ok(None)` without running the body,
+//! instead of an error every caller would have to filter. The function must return
+//! `Result<Option<T>, E>` (a compile error says so otherwise); the body returns
+//! `Ok(Some(..))` as usual.
+//!
+//! `hold_at_least = "55s"` keeps the lock taken until at least that long after it was
+//! granted, even when the body returns sooner: the release sets the lock's lease to what is
+//! left instead of freeing it (`LockRequest::hold_at_least`; mutex only, at most the `lease`).
+//! Without it, an instance whose timer fires a moment after another one *finished* finds the
+//! lock free and runs the period again.
+//!
+//! Together, with a key that names the period (`lock_core::Period` makes one from a
+//! schedule), this is the noon lottery: every instance fires, exactly one draws.
+//!
+//! ```ignore
+//! #[distributed_lock(key = "{period}", on_busy = "skip", hold_at_least = "55s", held = lock)]
+//! async fn draw_winners(period: &str) -> Result<Option<Vec<UserId>>, AppError> {
+//!     let winners = pick(10).await?;
+//!     save(&winners, lock.fencing_token()).await?;
+//!     Ok(Some(winners))
+//! }
+//!
+//! // every instance, every minute:
+//! let period = lock_core::Period::every(Duration::from_secs(60))?.name("lottery");
+//! match draw_winners(&period).await? {
+//!     Some(winners) => tracing::info!(?winners, "drew this period"),
+//!     None => {} // another instance drew (or is drawing) this period
+//! }
+//! ```
 //!
 //! # Re-entry
 //!
@@ -181,7 +232,7 @@
 //! # Equivalent code without the macro
 //!
 //! ```ignore
-//! #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = "2s", handle = lock)]
+//! #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = "2s", held = lock)]
 //! async fn reserve(&self, sku: &str, qty: u32) -> Result<(), AppError> {
 //!     self.db.reserve(sku, qty, lock.fencing_token()).await?;
 //!     Ok(())
@@ -198,7 +249,7 @@
 //!             .lock(format!("stock:{sku}"))
 //!             .wait(Duration::from_secs(2))
 //!             .await?; // LockError -> AppError
-//!         let lock: lock_core::HeldLock = guard.handle();
+//!         let lock: lock_core::HeldLock = guard.held_lock();
 //!         let body = async move {
 //!             self.db.reserve(sku, qty, lock.fencing_token()).await?;
 //!             Ok(())
@@ -208,8 +259,8 @@
 //!             result = body => result,
 //!             () = guard.lost() => return Err(LockError::Lost { name: guard.name().into() }.into()),
 //!         };
-//!         // Awaited on its own task, so a cancelled caller cannot stop it half-way.
-//!         if let Err(e) = tokio::spawn(guard.unlock()).await.unwrap() {
+//!         // A cancelled caller does not stop it half-way: it finishes in the background.
+//!         if let Err(e) = guard.unlock().await {
 //!             tracing::warn!(error = %e, "could not release lock; its lease will expire it");
 //!         }
 //!         result

@@ -275,4 +275,174 @@ mod tests {
             quote!(::std::string::String::from("plain{x}")).to_string()
         );
     }
+
+    /// Hostile key templates (issue 17 §3): the parser never panics, every error points at
+    /// the key's literal, and what it accepts it reads exactly and expands into valid code.
+    mod properties {
+        use proptest::prelude::*;
+        use proptest::test_runner::Config;
+
+        use super::*;
+
+        fn config(cases: u32) -> Config {
+            Config {
+                cases,
+                failure_persistence: None,
+                ..Config::default()
+            }
+        }
+
+        /// Pieces of templates that matter to the parser, and any character.
+        fn fragment() -> impl Strategy<Value = String> {
+            prop_oneof![
+                4 => prop::sample::select(vec![
+                    "{", "}", "{{", "}}", ".", "..", ":", "?", ":?", ":>8", "!", " ", "0", "01",
+                    "4294967296", "r#", "r#type", "r#self", "r#_", "self", "Self", "super", "type",
+                    "_", "a", "req", "user_id", "é", "\u{301}", "\u{200b}", "\\", "\"", "'",
+                    "'a", "b'", "c\"", "/*", "*/", "//", "///", "#", "#!", "-", "1e3", "0x1f",
+                    "$", "@", "\0", "\n", "\u{feff}", "(", ")", "[", "]", ",", ";", "<", ">",
+                ])
+                .prop_map(str::to_owned),
+                1 => any::<char>().prop_map(String::from),
+                1 => "[a-z_][a-z0-9_]{0,6}",
+            ]
+        }
+
+        fn template() -> impl Strategy<Value = String> {
+            prop_oneof![
+                6 => prop::collection::vec(fragment(), 0..16).prop_map(|f| f.concat()),
+                1 => any::<String>(),
+            ]
+        }
+
+        /// `value` as the string literal a user writes: escaped, then read back by syn.
+        fn literal(value: &str) -> LitStr {
+            let tokens: TokenStream = proc_macro2::Literal::string(value)
+                .to_string()
+                .parse()
+                .expect("the literal lexes");
+            syn::parse2(tokens).expect("a string literal")
+        }
+
+        /// An error as [`Template::parse`] and [`Template::check_params`] must give it: one
+        /// message, saying something. (Where it points cannot be seen outside the compiler
+        /// without proc-macro2's `span-locations`; both build every error from `lit.span()`,
+        /// and the UI tests in `tests/ui` show it on the key.)
+        fn one_message(error: &syn::Error) -> bool {
+            error.clone().into_iter().count() == 1 && !error.to_string().trim().is_empty()
+        }
+
+        /// A parameter name the parser accepts: an identifier that is not a keyword, a raw
+        /// identifier, or `self`.
+        fn root() -> impl Strategy<Value = String> {
+            prop_oneof![
+                6 => "[a-z_][a-z0-9_]{0,8}"
+                    .prop_filter("not a keyword", |s| syn::parse_str::<Ident>(s).is_ok()),
+                1 => prop::sample::select(vec!["r#type", "r#match", "self", "é", "ünïcode"])
+                    .prop_map(str::to_owned),
+            ]
+        }
+
+        fn field() -> impl Strategy<Value = Field> {
+            prop_oneof![
+                root()
+                    .prop_filter("not self", |s| s != "self")
+                    .prop_map(Field::Named),
+                prop_oneof![0u32..10, Just(u32::MAX)].prop_map(Field::Index),
+            ]
+        }
+
+        fn piece() -> impl Strategy<Value = Piece> {
+            prop_oneof![
+                any::<String>().prop_map(Piece::Text),
+                prop::collection::vec(prop::sample::select(vec!['{', '}', ':', 'x']), 1..5)
+                    .prop_map(|c| Piece::Text(String::from_iter(c))),
+                (root(), prop::collection::vec(field(), 0..3))
+                    .prop_map(|(root, fields)| Piece::Field { root, fields }),
+            ]
+        }
+
+        /// The template text of `pieces`: text with its braces doubled, fields in braces.
+        fn render(pieces: &[Piece]) -> String {
+            let mut out = String::new();
+            for piece in pieces {
+                match piece {
+                    Piece::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                    Piece::Field { root, fields } => {
+                        out.push('{');
+                        out.push_str(root);
+                        for field in fields {
+                            match field {
+                                Field::Named(name) => out.push_str(&format!(".{name}")),
+                                Field::Index(index) => out.push_str(&format!(".{index}")),
+                            }
+                        }
+                        out.push('}');
+                    }
+                }
+            }
+            out
+        }
+
+        /// `pieces` as the parser reports them: adjacent text joined, empty text left out.
+        fn normalized(pieces: Vec<Piece>) -> Vec<Piece> {
+            let mut out: Vec<Piece> = Vec::new();
+            for piece in pieces {
+                match (out.last_mut(), piece) {
+                    (_, Piece::Text(text)) if text.is_empty() => {}
+                    (Some(Piece::Text(last)), Piece::Text(text)) => last.push_str(&text),
+                    (_, piece) => out.push(piece),
+                }
+            }
+            out
+        }
+
+        proptest! {
+            #![proptest_config(config(2000))]
+
+            /// Any template: read, or refused with one message (the parser's own), and what is
+            /// read expands into an expression; never a panic.
+            #[test]
+            fn any_template_is_read_or_refused_with_one_message(text in template()) {
+                let lit = literal(&text);
+                prop_assert_eq!(lit.value(), text.clone());
+                match Template::parse(&lit) {
+                    Ok(template) => {
+                        let expr = template.expand(lit.span());
+                        prop_assert!(
+                            syn::parse2::<syn::Expr>(expr.clone()).is_ok(),
+                            "{:?} expands to {}", text, expr
+                        );
+                        let params = ["self", "req", "a", "user_id"].map(str::to_owned);
+                        let fn_name = Ident::new("f", Span::call_site());
+                        if let Err(error) = template.check_params(&lit, &fn_name, &params) {
+                            prop_assert!(one_message(&error), "{:?}: {:?}", text, error);
+                        }
+                    }
+                    Err(error) => {
+                        prop_assert!(one_message(&error), "{:?}: {:?}", text, error);
+                        prop_assert_eq!(Err(error.to_string()), parse_str(&text).map(drop));
+                    }
+                }
+            }
+
+            /// A template written from pieces (text with doubled braces, parameters with
+            /// field paths) reads back as exactly those pieces, and expands into a `format!`
+            /// whose literal text is the pieces' text.
+            #[test]
+            fn a_well_formed_template_reads_back_exactly(
+                pieces in prop::collection::vec(piece(), 0..6),
+            ) {
+                let text = render(&pieces);
+                let read = parse_str(&text);
+                prop_assert_eq!(
+                    read.as_ref().map(|t| &t.pieces),
+                    Ok(&normalized(pieces)),
+                    "{:?}", text
+                );
+                let expr = read.unwrap().expand(Span::call_site());
+                prop_assert!(syn::parse2::<syn::Expr>(expr).is_ok(), "{:?}", text);
+            }
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! A key is the part of the lock name that comes from the request (an order id, a user id).
 //! The layer checks it (length, control characters, the lock-name rules of
-//! [`lock_core::name::validate_name`]) and puts the layer's prefix in front of it, so a client
+//! [`lock_core::validate_name`]) and puts the layer's prefix in front of it, so a client
 //! can only ever lock names under that prefix. Extractors only find the value: they do not
 //! need to validate it.
 //!
@@ -29,7 +29,7 @@ use http::header::{AsHeaderName, HeaderName};
 /// extractors:
 ///
 /// ```
-/// use http::Request;
+/// use axum::http::Request;
 /// use lock_tower::{KeyExtractor, header_value};
 ///
 /// let by_user = |req: &Request<()>| header_value(req, "x-user-id");
@@ -69,7 +69,7 @@ pub fn header_value<B>(request: &Request<B>, name: impl AsHeaderName) -> Option<
 /// carries the header more than once, the first value is the key.
 ///
 /// ```
-/// use http::{HeaderName, Request};
+/// use axum::http::{HeaderName, Request};
 /// use lock_tower::{Header, KeyExtractor};
 ///
 /// let key = Header::new(HeaderName::from_static("x-user-id"));
@@ -104,7 +104,7 @@ impl<B> KeyExtractor<B> for Header {
 /// route.
 ///
 /// ```
-/// use http::Request;
+/// use axum::http::Request;
 /// use lock_tower::{KeyExtractor, PathSegment};
 ///
 /// let req = Request::builder().uri("/orders/4%32/pay").body(()).unwrap();
@@ -140,7 +140,7 @@ impl<B> KeyExtractor<B> for PathSegment {
 /// rejects repeated parameters, or reads the first.
 ///
 /// ```
-/// use http::Request;
+/// use axum::http::Request;
 /// use lock_tower::{KeyExtractor, QueryParam};
 ///
 /// let req = Request::builder().uri("/pay?order=42&x=1").body(()).unwrap();

@@ -1,24 +1,39 @@
 //! [`ResponseFuture`]: takes the lock, then runs the inner service while holding it.
+//!
+//! A small state machine (tower-http's style): `poll` dispatches to one function per state,
+//! each of which either asks to be polled again later, moves to the next state, or finishes.
+//!
+//! ```text
+//! Acquiring ──▶ Running ──▶ (response with a locked body, streaming)
+//!    │            │  │
+//!    │            │  ├──▶ Buffering ──▶ Releasing ──▶ (response, lock given back)
+//!    │            │  └──────────────────▲
+//!    └──▶ Rejected ◀── (lock lost: Abort)
+//! ```
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use http::{Request, Response};
 use http_body::{Body, Frame};
-use lock_core::{LockError, LockGuard, ReentrantScope};
+use lock_core::ReentrantScope;
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 use tower::Service;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
+use crate::acquire::Acquire;
 use crate::body::ResponseBody;
+use crate::config::{LeaseLost, Release, Settings};
 use crate::hold::Hold;
-use crate::layer::{FailMode, LeaseLost, Release, Settings};
-use crate::response::{OnRejection, Rejection, RejectionKind};
+use crate::response::{Decision, OnRejection, Rejection, decide};
+
+/// The largest response body (by its size hint's upper bound), 64 KiB, read in full under the
+/// lock with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until
+/// their last frame.
+pub const BUFFER_LIMIT: u64 = 64 * 1024;
 
 pin_project! {
     /// Response future of [`DistributedLock`](crate::DistributedLock).
@@ -26,17 +41,19 @@ pin_project! {
     /// It takes the lock (bounded by the layer's acquire timeout), calls the inner service
     /// with the [`HeldLock`](lock_core::HeldLock) in the request's extensions, and hands the
     /// lock on to the [`ResponseBody`] (or releases it first, with
-    /// [`Release::AfterHandler`]). Dropping it at any point gives the lock back.
+    /// [`Release::AfterHandler`] or a small body). Dropping it at any point gives the lock
+    /// back.
     pub struct ResponseFuture<S, ReqBody, ResBody, R>
     where
         S: Service<Request<ReqBody>>,
         ResBody: Body,
     {
         #[pin]
-        state: State<S::Future, S::Response, ResBody>,
+        state: State<S::Future, ResBody>,
         service: Option<S>,
         request: Option<Request<ReqBody>>,
-        settings: Arc<Settings<R>>,
+        settings: Arc<Settings>,
+        on_rejection: Arc<R>,
         span: Span,
         // The acquisition and the handler run as one lock holder, so the handler can re-enter
         // the request's lock and find it with `lock_core::current_lock`.
@@ -46,7 +63,7 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, T, B>
+    enum State<F, B>
     where
         B: Body,
     {
@@ -56,49 +73,21 @@ pin_project! {
         Acquiring { acquire: Acquire },
         // The inner service runs (with the lock, unless `hold` is `None`).
         Running { #[pin] future: F, hold: Option<Hold> },
-        // `Release::AfterHandler`: giving the lock back before handing the response on.
-        Releasing { hold: Hold, response: Option<T> },
         // `Release::AfterBody` with a small body: reading it in full under the lock, so the
         // lock can be given back before the response goes out in one piece.
         Buffering { buffer: Option<Buffer<B>> },
-        // Then giving the lock back.
-        ReleasingBuffered { buffer: Option<Buffer<B>> },
+        // Giving the lock back before handing the response on.
+        Releasing { hold: Hold, response: Option<Response<ResponseBody<B>>> },
         Done,
     }
 }
 
-/// A small response body read in full while the lock is held.
-struct Buffer<B: Body> {
-    hold: Hold,
-    parts: http::response::Parts,
-    body: Pin<Box<B>>,
-    frames: VecDeque<Frame<B::Data>>,
-    error: Option<B::Error>,
-}
-
-/// The largest response body (by its size hint's upper bound) read in full under the lock
-/// with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until
-/// their last frame.
-pub const BUFFER_LIMIT: u64 = 64 * 1024;
-
-impl<B: Body> Buffer<B> {
-    /// Reads the body to its end (or its first error).
-    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            match ready!(self.body.as_mut().poll_frame(cx)) {
-                Some(Ok(frame)) => self.frames.push_back(frame),
-                Some(Err(e)) => {
-                    self.error = Some(e);
-                    return Poll::Ready(());
-                }
-                None => return Poll::Ready(()),
-            }
-        }
-    }
-
-    fn into_response(self) -> Response<ResponseBody<B>> {
-        Response::from_parts(self.parts, ResponseBody::buffered(self.frames, self.error))
-    }
+/// What a state's poll came to.
+enum Step<F, B: Body, E> {
+    /// Go on in this state.
+    Next(State<F, B>),
+    /// The response future's output.
+    Ready(Result<Response<ResponseBody<B>>, E>),
 }
 
 impl<S, ReqBody, ResBody, R> ResponseFuture<S, ReqBody, ResBody, R>
@@ -106,47 +95,60 @@ where
     S: Service<Request<ReqBody>>,
     ResBody: Body,
 {
-    pub(crate) fn rejected(rejection: Rejection, settings: Arc<Settings<R>>, span: Span) -> Self {
-        Self::with_state(
-            State::Rejected {
-                rejection: Some(rejection),
-            },
-            settings,
-            span,
-        )
+    pub(crate) fn rejected(
+        rejection: Rejection,
+        settings: Arc<Settings>,
+        on_rejection: Arc<R>,
+        span: Span,
+    ) -> Self {
+        let state = State::Rejected {
+            rejection: Some(rejection),
+        };
+        Self::with(state, None, settings, on_rejection, span)
     }
 
-    pub(crate) fn unlocked(future: S::Future, settings: Arc<Settings<R>>, span: Span) -> Self {
-        Self::with_state(State::Running { future, hold: None }, settings, span)
+    pub(crate) fn unlocked(
+        future: S::Future,
+        settings: Arc<Settings>,
+        on_rejection: Arc<R>,
+        span: Span,
+    ) -> Self {
+        let state = State::Running { future, hold: None };
+        Self::with(state, None, settings, on_rejection, span)
     }
 
     pub(crate) fn acquiring(
         acquire: Acquire,
         service: S,
         request: Request<ReqBody>,
-        settings: Arc<Settings<R>>,
+        settings: Arc<Settings>,
+        on_rejection: Arc<R>,
         span: Span,
     ) -> Self {
-        Self {
-            state: State::Acquiring { acquire },
-            service: Some(service),
-            request: Some(request),
+        let state = State::Acquiring { acquire };
+        Self::with(
+            state,
+            Some((service, request)),
             settings,
+            on_rejection,
             span,
-            scope: ReentrantScope::current_or_new(),
-        }
+        )
     }
 
-    fn with_state(
-        state: State<S::Future, S::Response, ResBody>,
-        settings: Arc<Settings<R>>,
+    fn with(
+        state: State<S::Future, ResBody>,
+        call: Option<(S, Request<ReqBody>)>,
+        settings: Arc<Settings>,
+        on_rejection: Arc<R>,
         span: Span,
     ) -> Self {
+        let (service, request) = call.unzip();
         Self {
             state,
-            service: None,
-            request: None,
+            service,
+            request,
             settings,
+            on_rejection,
             span,
             scope: ReentrantScope::current_or_new(),
         }
@@ -165,120 +167,197 @@ where
         let mut this = self.project();
         let _entered = this.span.enter();
         loop {
-            match this.state.as_mut().project() {
+            let step = match this.state.as_mut().project() {
                 StateProj::Rejected { rejection } => {
                     let rejection = rejection
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(this.settings.on_rejection.on_rejection(rejection)));
+                    Step::Ready(Ok(this.on_rejection.on_rejection(rejection)))
                 }
                 StateProj::Acquiring { acquire } => {
-                    let acquired =
-                        ready!(this.scope.enter(|| Pin::new(&mut acquire.future).poll(cx)));
-                    let guard = match acquired.decide(this.settings, this.span) {
-                        Ok(guard) => guard,
-                        Err(rejection) => {
-                            this.state.set(State::Rejected {
-                                rejection: Some(rejection),
-                            });
-                            continue;
-                        }
-                    };
-                    let mut request = this.request.take().expect("request taken twice");
-                    let hold = guard.map(|guard| {
-                        request.extensions_mut().insert(guard.handle());
-                        let watch_lost = this.settings.lease_lost == LeaseLost::Abort;
-                        Hold::new(guard, watch_lost, this.span.clone())
-                    });
-                    let mut service = this.service.take().expect("service taken twice");
-                    let future = this.scope.enter(|| service.call(request));
-                    this.state.set(State::Running { future, hold });
+                    let acquired = ready!(this.scope.enter(|| Pin::new(acquire).poll(cx)));
+                    this.span.record("wait_ms", millis(acquired.waited));
+                    let decision = decide(acquired.outcome, this.settings, this.span);
+                    let service = this.service.take().expect("service taken twice");
+                    let request = this.request.take().expect("request taken twice");
+                    Step::Next(call(
+                        decision,
+                        service,
+                        request,
+                        this.settings,
+                        this.scope,
+                        this.span,
+                    ))
                 }
-                StateProj::Running { future, hold } => match this.scope.enter(|| future.poll(cx)) {
-                    Poll::Ready(Ok(response)) => match (hold.take(), this.settings.release) {
-                        (Some(hold), Release::AfterHandler) => this.state.set(State::Releasing {
-                            hold,
-                            response: Some(response),
-                        }),
-                        (Some(hold), Release::AfterBody)
-                            if response
-                                .body()
-                                .size_hint()
-                                .upper()
-                                .is_some_and(|upper| upper <= BUFFER_LIMIT) =>
-                        {
-                            let (parts, body) = response.into_parts();
-                            this.state.set(State::Buffering {
-                                buffer: Some(Buffer {
-                                    hold,
-                                    parts,
-                                    body: Box::pin(body),
-                                    frames: VecDeque::new(),
-                                    error: None,
-                                }),
-                            });
-                        }
-                        (hold, _) => {
-                            this.state.set(State::Done);
-                            let response = response.map(|body| match hold {
-                                Some(hold) => ResponseBody::locked(body, hold),
-                                None => ResponseBody::new(body),
-                            });
-                            return Poll::Ready(Ok(response));
-                        }
-                    },
-                    Poll::Ready(Err(error)) => {
-                        // The hold drops with the state: the lock is released in the background.
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(error));
-                    }
-                    Poll::Pending => {
-                        let lost = hold
-                            .as_mut()
-                            .is_some_and(|hold| hold.poll_lost(cx).is_ready());
-                        if !lost {
-                            return Poll::Pending;
-                        }
-                        // Dropping the state cancels the handler at its current `.await`.
-                        this.state.set(State::Rejected {
-                            rejection: Some(Rejection::lost(this.settings)),
-                        });
-                    }
-                },
-                StateProj::Buffering { buffer } => {
-                    let read = buffer.as_mut().expect("buffer taken twice");
-                    if read.poll_read(cx).is_pending() {
-                        let watch = this.settings.lease_lost == LeaseLost::Abort;
-                        if watch && read.hold.poll_lost(cx).is_ready() {
-                            // Nothing has gone out yet: answer as for a handler that lost it.
-                            this.state.set(State::Rejected {
-                                rejection: Some(Rejection::lost(this.settings)),
-                            });
-                            continue;
-                        }
-                        return Poll::Pending;
-                    }
-                    let buffer = buffer.take();
-                    this.state.set(State::ReleasingBuffered { buffer });
+                StateProj::Running { future, hold } => {
+                    ready!(running(future, hold, this.settings, this.scope, cx))
                 }
-                StateProj::ReleasingBuffered { buffer } => {
-                    let releasing = buffer.as_mut().expect("buffer taken twice");
-                    ready!(releasing.hold.poll_release(cx));
-                    let buffer = buffer.take().expect("buffer taken twice");
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(buffer.into_response()));
-                }
+                StateProj::Buffering { buffer } => ready!(buffering(buffer, this.settings, cx)),
                 StateProj::Releasing { hold, response } => {
                     ready!(hold.poll_release(cx));
-                    let response = response.take().expect("response taken twice");
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(response.map(ResponseBody::new)));
+                    Step::Ready(Ok(response.take().expect("response taken twice")))
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
+            };
+            match step {
+                Step::Next(state) => this.state.set(state),
+                Step::Ready(output) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
             }
         }
     }
+}
+
+/// After the acquisition: calls the inner service (with the lock, or failing open without
+/// it), or rejects the request.
+fn call<S, ReqBody, B: Body>(
+    decision: Decision,
+    mut service: S,
+    mut request: Request<ReqBody>,
+    settings: &Settings,
+    scope: &ReentrantScope,
+    span: &Span,
+) -> State<S::Future, B>
+where
+    S: Service<Request<ReqBody>>,
+{
+    let guard = match decision {
+        Decision::Run(guard) => guard,
+        Decision::Reject(rejection) => {
+            return State::Rejected {
+                rejection: Some(rejection),
+            };
+        }
+    };
+    let hold = guard.map(|guard| {
+        request.extensions_mut().insert(guard.held_lock());
+        Hold::new(guard, settings, span.clone())
+    });
+    let future = scope.enter(|| service.call(request));
+    State::Running { future, hold }
+}
+
+/// The inner service runs: hands its response on (with the lock in the body, or after
+/// releasing it), or aborts it when the lock is lost.
+fn running<F, B, E>(
+    future: Pin<&mut F>,
+    hold: &mut Option<Hold>,
+    settings: &Settings,
+    scope: &ReentrantScope,
+    cx: &mut Context<'_>,
+) -> Poll<Step<F, B, E>>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Body,
+{
+    let response = match scope.enter(|| future.poll(cx)) {
+        Poll::Ready(Ok(response)) => response,
+        // The hold drops with the state: the lock is released in the background.
+        Poll::Ready(Err(error)) => return Poll::Ready(Step::Ready(Err(error))),
+        Poll::Pending => {
+            if !hold
+                .as_mut()
+                .is_some_and(|hold| hold.poll_lost(cx).is_ready())
+            {
+                return Poll::Pending;
+            }
+            // Dropping the state cancels the handler at its current `.await`.
+            return Poll::Ready(Step::Next(State::Rejected {
+                rejection: Some(Rejection::lost(settings)),
+            }));
+        }
+    };
+    let Some(hold) = hold.take() else {
+        return Poll::Ready(Step::Ready(Ok(response.map(ResponseBody::new))));
+    };
+    let small = response
+        .body()
+        .size_hint()
+        .upper()
+        .is_some_and(|upper| upper <= BUFFER_LIMIT);
+    Poll::Ready(match settings.release {
+        Release::AfterHandler => Step::Next(State::Releasing {
+            hold,
+            response: Some(response.map(ResponseBody::new)),
+        }),
+        Release::AfterBody if small => {
+            let (parts, body) = response.into_parts();
+            Step::Next(State::Buffering {
+                buffer: Some(Buffer {
+                    hold,
+                    parts,
+                    body: Box::pin(body),
+                    frames: VecDeque::new(),
+                    error: None,
+                }),
+            })
+        }
+        Release::AfterBody => {
+            Step::Ready(Ok(response.map(|body| ResponseBody::locked(body, hold))))
+        }
+    })
+}
+
+/// A small body is read in full under the lock; then the lock is given back.
+fn buffering<F, B: Body, E>(
+    buffer: &mut Option<Buffer<B>>,
+    settings: &Settings,
+    cx: &mut Context<'_>,
+) -> Poll<Step<F, B, E>> {
+    let read = buffer.as_mut().expect("buffer taken twice");
+    if read.poll_read(cx).is_pending() {
+        let watch = settings.lease_lost == LeaseLost::Abort;
+        if watch && read.hold.poll_lost(cx).is_ready() {
+            // Nothing has gone out yet: answer as for a handler that lost it.
+            return Poll::Ready(Step::Next(State::Rejected {
+                rejection: Some(Rejection::lost(settings)),
+            }));
+        }
+        return Poll::Pending;
+    }
+    let Buffer {
+        hold,
+        parts,
+        frames,
+        error,
+        ..
+    } = buffer.take().expect("buffer taken twice");
+    let response = Response::from_parts(parts, ResponseBody::buffered(frames, error));
+    Poll::Ready(Step::Next(State::Releasing {
+        hold,
+        response: Some(response),
+    }))
+}
+
+/// A small response body read in full while the lock is held.
+struct Buffer<B: Body> {
+    hold: Hold,
+    parts: http::response::Parts,
+    body: Pin<Box<B>>,
+    frames: VecDeque<Frame<B::Data>>,
+    error: Option<B::Error>,
+}
+
+impl<B: Body> Buffer<B> {
+    /// Reads the body to its end (or its first error).
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match ready!(self.body.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => self.frames.push_back(frame),
+                Some(Err(e)) => {
+                    self.error = Some(e);
+                    return Poll::Ready(());
+                }
+                None => return Poll::Ready(()),
+            }
+        }
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl<S, ReqBody, ResBody, R> fmt::Debug for ResponseFuture<S, ReqBody, ResBody, R>
@@ -292,101 +371,12 @@ where
             State::Acquiring { .. } => "acquiring",
             State::Running { hold: Some(_), .. } => "running locked",
             State::Running { hold: None, .. } => "running unlocked",
-            State::Releasing { .. } | State::ReleasingBuffered { .. } => "releasing",
             State::Buffering { .. } => "reading the body",
+            State::Releasing { .. } => "releasing",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
             .finish_non_exhaustive()
-    }
-}
-
-/// The acquisition of a request's lock, bounded by the layer's acquire timeout.
-pub(crate) struct Acquire {
-    future: Pin<Box<dyn Future<Output = Acquired> + Send>>,
-}
-
-/// How an acquisition ended.
-struct Acquired {
-    /// `None`: cut off by the acquire timeout.
-    result: Option<Result<LockGuard, LockError>>,
-    waited: Duration,
-}
-
-impl Acquire {
-    pub(crate) fn start<R>(settings: &Settings<R>, name: String, span: &Span) -> Self {
-        let timeout = settings.acquire_timeout();
-        let mut request = settings.client.lock(name).wait(settings.wait.min(timeout));
-        if let Some(lease) = settings.lease {
-            request = request.lease(lease);
-        }
-        let future = async move {
-            let start = Instant::now();
-            let result = tokio::time::timeout(timeout, request).await.ok();
-            Acquired {
-                result,
-                waited: start.elapsed(),
-            }
-        };
-        Self {
-            future: Box::pin(future.instrument(span.clone())),
-        }
-    }
-}
-
-impl Acquired {
-    /// The guard to run with (`None`: run without a lock, failing open), or the rejection.
-    fn decide<R>(
-        self,
-        settings: &Settings<R>,
-        span: &Span,
-    ) -> Result<Option<LockGuard>, Rejection> {
-        span.record(
-            "wait_ms",
-            u64::try_from(self.waited.as_millis()).unwrap_or(u64::MAX),
-        );
-        let rejection = match self.result {
-            Some(Ok(guard)) => {
-                span.record("outcome", "acquired");
-                tracing::debug!(waited = ?self.waited, fencing_token = guard.fencing_token(), "lock acquired");
-                return Ok(Some(guard));
-            }
-            Some(Err(error)) => Rejection::for_lock_error(error, settings),
-            None => Rejection::acquire_timed_out(settings),
-        };
-        match rejection.kind() {
-            RejectionKind::Unavailable if settings.fail_mode == FailMode::Open => {
-                span.record("outcome", "fail_open");
-                tracing::warn!(
-                    error = rejection.error().map(tracing::field::display),
-                    detail = rejection.detail(),
-                    "lock service unavailable; running the request without the lock (fail open)"
-                );
-                Ok(None)
-            }
-            RejectionKind::Busy => {
-                span.record("outcome", "busy");
-                tracing::debug!(waited = ?self.waited, "lock busy");
-                Err(rejection)
-            }
-            RejectionKind::Unavailable => {
-                span.record("outcome", "unavailable");
-                tracing::warn!(
-                    error = rejection.error().map(tracing::field::display),
-                    detail = rejection.detail(),
-                    "lock service unavailable; request rejected"
-                );
-                Err(rejection)
-            }
-            _ => {
-                span.record("outcome", "error");
-                tracing::error!(
-                    error = rejection.error().map(tracing::field::display),
-                    "could not take the lock"
-                );
-                Err(rejection)
-            }
-        }
     }
 }

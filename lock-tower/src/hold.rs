@@ -1,50 +1,107 @@
-//! The lock a request holds, carried by the response future and then by the response body
-//! until it is given back.
+//! The lock a request holds, of whichever kind the layer takes, carried by the response future
+//! and then by the response body until it is given back.
 
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll, ready};
 
-use lock_core::{LockError, LockGuard};
-use tokio::task::JoinHandle;
+use lock_core::{
+    Guard, HeldLock, LockError, LockGuard, Lost, ReadGuard, SemaphoreGuard, WriteGuard,
+};
 use tokio::time::Instant;
 use tracing::Span;
 
-type LostFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+use std::sync::Arc;
+
+use crate::config::{HoldTimes, LeaseLost, Settings};
+
+/// A release under way.
+type Unlock = Pin<Box<dyn Future<Output = Result<bool, LockError>> + Send>>;
+
+/// A guard of any kind the layer takes.
+pub(crate) enum Guarded {
+    Lock(LockGuard),
+    Read(ReadGuard),
+    Write(WriteGuard),
+    Permit(SemaphoreGuard),
+}
+
+macro_rules! each {
+    ($guarded:expr, $g:ident => $e:expr) => {
+        match $guarded {
+            Guarded::Lock($g) => $e,
+            Guarded::Read($g) => $e,
+            Guarded::Write($g) => $e,
+            Guarded::Permit($g) => $e,
+        }
+    };
+}
+
+impl Guarded {
+    pub(crate) fn name(&self) -> &str {
+        each!(self, g => Guard::name(g))
+    }
+
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        each!(self, g => Guard::fencing_token(g))
+    }
+
+    pub(crate) fn held_lock(&self) -> HeldLock {
+        each!(self, g => Guard::held_lock(g))
+    }
+
+    fn lost(&self) -> Lost {
+        each!(self, g => Guard::lost(g))
+    }
+
+    /// The release, polled by the request's future or body. Dropped before it is done (the
+    /// request abandoned half-way through), it finishes in the background: lock-core's
+    /// `unlock` is not cut short by a drop.
+    fn unlock(self) -> Unlock {
+        each!(self, g => Box::pin(Guard::unlock(g)))
+    }
+}
+
+impl fmt::Debug for Guarded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        each!(self, g => fmt::Debug::fmt(g, f))
+    }
+}
 
 /// A held lock: the guard, the watch for its loss, and the span that reports on it.
 ///
 /// Released with [`poll_release`](Hold::poll_release) when the request is done, or by
 /// dropping it (the guard's background release) when the request is abandoned.
 pub(crate) struct Hold {
-    guard: Option<LockGuard>,
+    guard: Option<Guarded>,
     /// Resolves when the lock is lost; only kept when losing it aborts the request. In a
     /// `Mutex` (only ever reached through `get_mut`, never locked) so that the response body
     /// is `Sync` whenever the inner body is.
-    lost: Option<Mutex<LostFuture>>,
-    /// The unlock, once started. It runs in its own task so that dropping the body half-way
-    /// through the release cannot cut it short.
-    release: Option<JoinHandle<Result<bool, LockError>>>,
+    lost: Option<Mutex<Lost>>,
+    /// The unlock, once started (in a `Mutex` for the same reason as `lost`).
+    release: Option<Mutex<Unlock>>,
     span: Span,
     since: Instant,
+    hold_times: Arc<HoldTimes>,
 }
 
 impl Hold {
-    pub(crate) fn new(guard: LockGuard, watch_lost: bool, span: Span) -> Self {
-        let lost = watch_lost.then(|| Mutex::new(Box::pin(guard.lost()) as LostFuture));
+    pub(crate) fn new(guard: Guarded, settings: &Settings, span: Span) -> Self {
+        let watch = settings.lease_lost == LeaseLost::Abort;
         Self {
+            lost: watch.then(|| Mutex::new(guard.lost())),
             guard: Some(guard),
-            lost,
             release: None,
             span,
             since: Instant::now(),
+            hold_times: settings.hold_times.clone(),
         }
     }
 
     /// The lock's name (empty once released).
     pub(crate) fn name(&self) -> &str {
-        self.guard.as_ref().map_or("", LockGuard::name)
+        self.guard.as_ref().map_or("", Guarded::name)
     }
 
     /// Ready once the lock is lost; pending forever when loss is not watched.
@@ -55,10 +112,11 @@ impl Hold {
         let lost = lost
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        ready!(lost.as_mut().poll(cx));
+        ready!(Pin::new(lost).poll(cx));
         self.lost = None;
         self.span.record("lost", true);
-        tracing::warn!(parent: &self.span, "lock lost while the request was running");
+        tracing::warn!(parent: &self.span, lock = %self.name(),
+            "lock lost while the request was running");
         Poll::Ready(())
     }
 
@@ -68,35 +126,34 @@ impl Hold {
         if let Some(guard) = self.guard.take() {
             self.record_held();
             self.lost = None;
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => self.release = Some(runtime.spawn(guard.unlock())),
-                // No runtime to wait on: the guard's own background release does it.
-                Err(_) => drop(guard),
-            }
+            self.release = Some(Mutex::new(guard.unlock()));
         }
         let Some(release) = self.release.as_mut() else {
             return Poll::Ready(());
         };
-        let result = ready!(Pin::new(release).poll(cx));
+        let release = release
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let result = ready!(release.as_mut().poll(cx));
         self.release = None;
         match result {
-            Ok(Ok(true)) => tracing::debug!(parent: &self.span, "lock released"),
-            Ok(Ok(false)) => tracing::warn!(
+            Ok(true) => tracing::debug!(parent: &self.span, "lock released"),
+            Ok(false) => tracing::warn!(
                 parent: &self.span,
                 "the lock had already expired or been taken over when the request finished"
             ),
-            Ok(Err(e)) => tracing::warn!(
+            Err(e) => tracing::warn!(
                 parent: &self.span,
                 error = %e,
                 "could not release the lock; its lease will expire it"
             ),
-            Err(e) => tracing::warn!(parent: &self.span, error = %e, "lock release task failed"),
         }
         Poll::Ready(())
     }
 
     fn record_held(&self) {
         let held = self.since.elapsed();
+        self.hold_times.record(held);
         self.span.record(
             "held_ms",
             u64::try_from(held.as_millis()).unwrap_or(u64::MAX),

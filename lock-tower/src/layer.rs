@@ -1,218 +1,45 @@
-//! [`DistributedLockLayer`]: the layer, its settings and their defaults.
+//! [`DistributedLockLayer`]: the builder of the layer's settings, and the tower `Layer`.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
-use lock_core::{LockClient, MAX_LEASE, MIN_LEASE};
+use http::{Method, StatusCode};
+use lock_core::{LockClient, Semaphore};
 use tower::Layer;
 
+use crate::config::{FailMode, Kind, LeaseLost, MissingKey, Release, Settings, Side};
 use crate::response::DefaultRejection;
 use crate::service::DistributedLock;
-
-/// The prefix put in front of every key unless [`DistributedLockLayer::prefix`] sets another.
-pub const DEFAULT_PREFIX: &str = "http:";
-
-/// The longest key (without the prefix) accepted unless
-/// [`DistributedLockLayer::max_key_len`] sets another, in bytes.
-pub const DEFAULT_MAX_KEY_LEN: usize = 128;
-
-/// How much longer than `wait` an acquisition may take before the layer gives up on Redis,
-/// unless [`DistributedLockLayer::acquire_timeout`] sets the bound.
-pub const DEFAULT_REDIS_ALLOWANCE: Duration = Duration::from_secs(2);
-
-/// The `Retry-After` of a `503` unless [`DistributedLockLayer::unavailable_retry_after`] sets
-/// another.
-pub const DEFAULT_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// What to do with a request whose extractor finds no key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum MissingKey {
-    /// Answer `400 Bad Request` without calling the inner service. The default.
-    #[default]
-    Reject,
-    /// Call the inner service without a lock (and without the
-    /// [`HeldLock`](lock_core::HeldLock) extension). Only choose this when the handler
-    /// rejects such requests itself or does not need the lock for them.
-    PassThrough,
-}
-
-/// What to do when Redis cannot be reached, does not answer in time or fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum FailMode {
-    /// Fail closed: answer `503 Service Unavailable` with `Retry-After` and do not run the
-    /// inner service. The default: the lock exists because running two requests for one key
-    /// at once is wrong, and without Redis nothing prevents it.
-    #[default]
-    Closed,
-    /// Fail open: run the inner service without a lock (and without the
-    /// [`HeldLock`](lock_core::HeldLock) extension), logging a warning. For locks that only
-    /// save work, where an occasional overlap is harmless.
-    Open,
-}
-
-/// What to do when the lock is lost while the request is running (its lease ran out: Redis
-/// was unreachable for longer than the lease, a fixed lease was too short, or someone deleted
-/// it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum LeaseLost {
-    /// Stop the request: drop the handler's future (it is cancelled at its current `.await`)
-    /// and answer `503` with `Retry-After`; if the response body is already streaming, end it
-    /// with an error. The default, since another request may now hold the lock.
-    #[default]
-    Abort,
-    /// Let the request finish. The handler can watch
-    /// [`HeldLock::is_held`](lock_core::HeldLock::is_held) or
-    /// [`HeldLock::lost`](lock_core::HeldLock::lost) and pass the
-    /// [`fencing token`](lock_core::HeldLock::fencing_token) to the resource it updates, so
-    /// late writes are refused.
-    Continue,
-}
-
-/// When a request gives its lock back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Release {
-    /// When the response body is complete (or dropped, if the client goes away): the lock
-    /// covers everything the body still produces, e.g. a stream read from the database. A
-    /// small body (size hint at most [`BUFFER_LIMIT`](crate::future::BUFFER_LIMIT)) is read in
-    /// full under the lock, which is given back before the response is handed on; a larger
-    /// one streams, and the release completes before its last frame is handed out. The
-    /// default.
-    #[default]
-    AfterBody,
-    /// When the handler has returned its response, before the response is handed on. For
-    /// handlers whose body does not depend on the locked resource; a slow client then does
-    /// not keep the lock.
-    AfterHandler,
-}
-
-/// The layer's settings, shared by its services and their futures.
-pub(crate) struct Settings<R> {
-    pub(crate) client: LockClient,
-    pub(crate) prefix: String,
-    pub(crate) wait: Duration,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) acquire_timeout: Option<Duration>,
-    pub(crate) max_key_len: usize,
-    pub(crate) missing_key: MissingKey,
-    pub(crate) fail_mode: FailMode,
-    pub(crate) lease_lost: LeaseLost,
-    pub(crate) release: Release,
-    pub(crate) busy_status: StatusCode,
-    pub(crate) max_retry_after: Option<Duration>,
-    pub(crate) unavailable_retry_after: Duration,
-    pub(crate) on_rejection: Arc<R>,
-}
-
-impl<R> Settings<R> {
-    /// The bound on one whole acquisition, waiting included.
-    pub(crate) fn acquire_timeout(&self) -> Duration {
-        self.acquire_timeout
-            .unwrap_or_else(|| self.wait.saturating_add(DEFAULT_REDIS_ALLOWANCE))
-    }
-
-    fn with_rejection<F>(self, on_rejection: F) -> Settings<F> {
-        Settings {
-            client: self.client,
-            prefix: self.prefix,
-            wait: self.wait,
-            lease: self.lease,
-            acquire_timeout: self.acquire_timeout,
-            max_key_len: self.max_key_len,
-            missing_key: self.missing_key,
-            fail_mode: self.fail_mode,
-            lease_lost: self.lease_lost,
-            release: self.release,
-            busy_status: self.busy_status,
-            max_retry_after: self.max_retry_after,
-            unavailable_retry_after: self.unavailable_retry_after,
-            on_rejection: Arc::new(on_rejection),
-        }
-    }
-}
-
-// Manual impl: `R` sits behind an `Arc` and need not be `Clone`.
-impl<R> Clone for Settings<R> {
-    fn clone(&self) -> Self {
-        Self {
-            client: self.client.clone(),
-            prefix: self.prefix.clone(),
-            wait: self.wait,
-            lease: self.lease,
-            acquire_timeout: self.acquire_timeout,
-            max_key_len: self.max_key_len,
-            missing_key: self.missing_key,
-            fail_mode: self.fail_mode,
-            lease_lost: self.lease_lost,
-            release: self.release,
-            busy_status: self.busy_status,
-            max_retry_after: self.max_retry_after,
-            unavailable_retry_after: self.unavailable_retry_after,
-            on_rejection: self.on_rejection.clone(),
-        }
-    }
-}
-
-impl<R> fmt::Debug for Settings<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("client", &self.client)
-            .field("prefix", &self.prefix)
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
-            .field("acquire_timeout", &self.acquire_timeout())
-            .field("max_key_len", &self.max_key_len)
-            .field("missing_key", &self.missing_key)
-            .field("fail_mode", &self.fail_mode)
-            .field("lease_lost", &self.lease_lost)
-            .field("release", &self.release)
-            .field("busy_status", &self.busy_status)
-            .field("max_retry_after", &self.max_retry_after)
-            .field("unavailable_retry_after", &self.unavailable_retry_after)
-            .field("on_rejection", &std::any::type_name::<R>())
-            .finish()
-    }
-}
 
 /// Applies [`DistributedLock`] to a service: each request takes the Redis lock named
 /// `prefix + key`, where the key comes from the request, and holds it while the inner
 /// service runs and its response body is sent.
 ///
-/// See the [crate docs](crate) for an example, the defaults and the status codes.
+/// The lock is a mutex unless [`fair`](Self::fair), [`read_write`](Self::read_write) or
+/// [`permits`](Self::permits) says otherwise. See the [crate docs](crate) for an example, the
+/// defaults and the status codes.
+///
+/// Settings never panic: one that cannot work (an empty prefix, a lease outside 10 ms to 30
+/// days, a semaphore of 0 permits) makes every request answer `500` with a
+/// [`RejectionKind::Internal`](crate::RejectionKind::Internal) rejection carrying the
+/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`.
 pub struct DistributedLockLayer<K, R = DefaultRejection> {
     extractor: Arc<K>,
-    settings: Settings<R>,
+    settings: Settings,
+    on_rejection: Arc<R>,
 }
 
 impl<K> DistributedLockLayer<K> {
     /// A layer that locks the key `extractor` finds in each request, through `client`, with
-    /// the defaults: prefix [`DEFAULT_PREFIX`], fail fast when the lock is busy (`409`),
+    /// the defaults: a mutex, prefix `"http:"`, fail fast when the lock is busy (`409`),
     /// `400` for a missing or bad key, fail closed (`503`) when Redis is unavailable, abort
     /// when the lock is lost, release after the response body.
     pub fn new(client: LockClient, extractor: K) -> Self {
         Self {
             extractor: Arc::new(extractor),
-            settings: Settings {
-                client,
-                prefix: DEFAULT_PREFIX.to_owned(),
-                wait: Duration::ZERO,
-                lease: None,
-                acquire_timeout: None,
-                max_key_len: DEFAULT_MAX_KEY_LEN,
-                missing_key: MissingKey::Reject,
-                fail_mode: FailMode::Closed,
-                lease_lost: LeaseLost::Abort,
-                release: Release::AfterBody,
-                busy_status: StatusCode::CONFLICT,
-                max_retry_after: None,
-                unavailable_retry_after: DEFAULT_UNAVAILABLE_RETRY_AFTER,
-                on_rejection: Arc::new(DefaultRejection),
-            },
+            settings: Settings::new(client),
+            on_rejection: Arc::new(DefaultRejection),
         }
     }
 }
@@ -220,24 +47,59 @@ impl<K> DistributedLockLayer<K> {
 impl<K, R> DistributedLockLayer<K, R> {
     /// The namespace of this layer's locks: the lock name is `prefix + key` (e.g. prefix
     /// `order:` and key `42` lock `order:42`), so a request can only lock names under it.
-    /// Default [`DEFAULT_PREFIX`].
-    ///
-    /// # Panics
-    ///
-    /// If `prefix` is empty, or has braces, whitespace or control characters, or is longer
-    /// than 128 bytes.
+    /// Default `"http:"`. It must be 1 to 128 bytes without braces, whitespace or control
+    /// characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
         let valid = !prefix.is_empty()
             && prefix.len() <= 128
             && !prefix.contains(['{', '}'])
             && !prefix.chars().any(|c| c.is_whitespace() || c.is_control());
-        assert!(
-            valid,
-            "lock-tower: the prefix {prefix:?} must be 1 to 128 bytes without braces, \
-             whitespace or control characters"
+        self.settings.check(
+            "prefix",
+            (!valid).then(|| {
+                format!(
+                    "the prefix {prefix:?} must be 1 to 128 bytes without braces, whitespace or \
+                     control characters"
+                )
+            }),
         );
-        self.settings.prefix = prefix;
+        self.settings.keys.prefix = prefix;
+        self
+    }
+
+    /// Takes a fair lock per key ([`FairLock`](lock_core::FairLock)): requests that wait get
+    /// it in arrival order, across instances. Only useful with a [`wait`](Self::wait).
+    pub fn fair(mut self) -> Self {
+        self.settings.kind = Kind::Fair;
+        self
+    }
+
+    /// Takes a read-write lock per key: `GET`, `HEAD` and `OPTIONS` requests take the read
+    /// side (they run together), every other method the write side (alone). The handler's
+    /// [`HeldLock`](lock_core::HeldLock) has a fencing token for writers only.
+    pub fn read_write(self) -> Self {
+        self.read_write_by(Side::of_method)
+    }
+
+    /// Takes a read-write lock per key, with `side` choosing each request's side from its
+    /// method.
+    pub fn read_write_by(mut self, side: fn(&Method) -> Side) -> Self {
+        self.settings.kind = Kind::ReadWrite(side);
+        self
+    }
+
+    /// Limits requests per key to `n` at once across every instance: a semaphore of `n`
+    /// permits per key (1 to 100,000), one permit per request. Requests beyond it wait (up
+    /// to [`wait`](Self::wait)) or get the busy status. The handler's
+    /// [`HeldLock`](lock_core::HeldLock) has no fencing token.
+    pub fn permits(mut self, n: u32) -> Self {
+        let valid = (1..=Semaphore::MAX_SIZE).contains(&n);
+        self.settings.check(
+            "permits",
+            (!valid).then(|| format!("{n} is outside 1..={}", Semaphore::MAX_SIZE)),
+        );
+        self.settings.kind = Kind::Permits(n);
         self
     }
 
@@ -248,17 +110,15 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// Holds each lock for a fixed lease that is never renewed (10 ms to 24 h): a request
-    /// that runs longer loses its lock (see [`on_lease_lost`](Self::on_lease_lost)). Default:
-    /// the client's watchdog lease, renewed for as long as the request runs.
-    ///
-    /// # Panics
-    ///
-    /// If `lease` is outside [`MIN_LEASE`]..=[`MAX_LEASE`].
+    /// Holds each lock for a fixed lease that is never renewed (10 ms to 30 days, as for
+    /// [`LockRequest::lease`](lock_core::LockRequest::lease)): a request that runs longer
+    /// loses its lock (see [`on_lease_lost`](Self::on_lease_lost)). Default: the client's
+    /// watchdog lease, renewed for as long as the request runs.
     pub fn lease(mut self, lease: Duration) -> Self {
-        assert!(
-            (MIN_LEASE..=MAX_LEASE).contains(&lease),
-            "lock-tower: the lease {lease:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"
+        let valid = (LockClient::MIN_LEASE..=LockClient::MAX_LEASE).contains(&lease);
+        self.settings.check(
+            "lease",
+            (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days")),
         );
         self.settings.lease = Some(lease);
         self
@@ -266,18 +126,30 @@ impl<K, R> DistributedLockLayer<K, R> {
 
     /// The bound on a whole acquisition, waiting and Redis round trips included: past it the
     /// request is answered as if Redis were unavailable (`503`), so a slow or hung Redis never
-    /// holds requests for longer. Default: [`wait`](Self::wait) +
-    /// [`DEFAULT_REDIS_ALLOWANCE`]. A bound shorter than `wait` cuts the wait short.
+    /// holds requests for longer. Default: [`wait`](Self::wait) + 2 s. A bound shorter than
+    /// `wait` cuts the wait short.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.settings.acquire_timeout = Some(timeout);
         self
     }
 
-    /// The longest key accepted, in bytes, not counting the prefix; longer keys get `400`.
-    /// Default [`DEFAULT_MAX_KEY_LEN`]. Prefix and key together can never exceed the lock-name
-    /// limit of 512 bytes.
+    /// The longest key accepted, in bytes, not counting the prefix; longer keys get `400`
+    /// (or are hashed, with [`hash_keys`](Self::hash_keys)). Default 128. Prefix and key
+    /// together can never exceed the lock-name limit of 512 bytes.
     pub fn max_key_len(mut self, max: usize) -> Self {
-        self.settings.max_key_len = max;
+        self.settings.keys.max_key_len = max;
+        self
+    }
+
+    /// Hashes keys that break the lock-name rules instead of answering `400`: a key that is
+    /// longer than [`max_key_len`](Self::max_key_len) or has whitespace, braces or control
+    /// characters locks `prefix + "sha256:" + hex(SHA-256(key))` instead (as does a key that
+    /// starts with `sha256:`, so no other key can take a hashed key's name). Two keys then
+    /// share a lock only if they are equal or their SHA-256 digests collide, which nobody
+    /// knows how to make happen. Use it for ids you do not control (a payment provider's);
+    /// empty keys are still refused. Default off.
+    pub fn hash_keys(mut self, hash: bool) -> Self {
+        self.settings.keys.hash_keys = hash;
         self
     }
 
@@ -314,16 +186,16 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// Caps the `Retry-After` of a busy answer. Without a cap (the default) it is the
-    /// holder's remaining lease, which for a watchdog lease is up to the whole lease (30 s by
-    /// default) even when the holder is about to finish.
+    /// Caps the `Retry-After` of a busy answer (default 5 s). Below the cap it is how long
+    /// this layer's requests have held their locks lately (a moving average), and never more
+    /// than the holder's remaining lease; rounded up to whole seconds in the header, exact in
+    /// the JSON body's `retry_after_ms`.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
-        self.settings.max_retry_after = Some(max);
+        self.settings.max_retry_after = max;
         self
     }
 
-    /// The `Retry-After` of a `503` (Redis unavailable, lock lost). Default
-    /// [`DEFAULT_UNAVAILABLE_RETRY_AFTER`].
+    /// The `Retry-After` of a `503` (Redis unavailable, lock lost). Default 1 s.
     pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
         self.settings.unavailable_retry_after = retry_after;
         self
@@ -335,7 +207,8 @@ impl<K, R> DistributedLockLayer<K, R> {
     pub fn on_rejection<F>(self, on_rejection: F) -> DistributedLockLayer<K, F> {
         DistributedLockLayer {
             extractor: self.extractor,
-            settings: self.settings.with_rejection(on_rejection),
+            settings: self.settings,
+            on_rejection: Arc::new(on_rejection),
         }
     }
 }
@@ -344,21 +217,22 @@ impl<S, K, R> Layer<S> for DistributedLockLayer<K, R> {
     type Service = DistributedLock<S, K, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        DistributedLock::from_parts(
+        DistributedLock::new(
             inner,
             self.extractor.clone(),
             Arc::new(self.settings.clone()),
+            self.on_rejection.clone(),
         )
     }
 }
 
-// Manual impl: `derive(Clone)` would require `K: Clone` and `R: Clone`, which sit behind
-// `Arc`s and need not be.
+// Manual impl: `K` and `R` sit behind `Arc`s and need not be `Clone`.
 impl<K, R> Clone for DistributedLockLayer<K, R> {
     fn clone(&self) -> Self {
         Self {
             extractor: self.extractor.clone(),
             settings: self.settings.clone(),
+            on_rejection: self.on_rejection.clone(),
         }
     }
 }
@@ -368,6 +242,7 @@ impl<K, R> fmt::Debug for DistributedLockLayer<K, R> {
         f.debug_struct("DistributedLockLayer")
             .field("extractor", &std::any::type_name::<K>())
             .field("settings", &self.settings)
+            .field("on_rejection", &std::any::type_name::<R>())
             .finish()
     }
 }

@@ -12,15 +12,14 @@
 //! ```no_run
 //! use std::time::Duration;
 //!
-//! use axum::{Extension, Router, body::Body, extract::Path, routing::post};
-//! use http::Request;
+//! use axum::{Extension, Router, body::Body, extract::Path, http::Request, routing::post};
 //! use lock_core::{HeldLock, LockClient};
 //! use lock_tower::{DistributedLockLayer, PathParam, header_value};
 //!
 //! async fn pay(Path(order_id): Path<String>, Extension(lock): Extension<HeldLock>) -> String {
 //!     // Only one request per order gets here at a time, on any instance. Pass the fencing
 //!     // token to the database so a request that lost its lock cannot write late.
-//!     format!("paid {order_id} with token {}", lock.fencing_token())
+//!     format!("paid {order_id} with token {:?}", lock.fencing_token())
 //! }
 //!
 //! async fn buy(Path(sale_id): Path<String>) -> String {
@@ -61,8 +60,25 @@
 //! `Router::route_layer` applies to *every* route added before it, so give each route its
 //! own layer as above, or build one `Router` per layer and `merge` them.
 //!
-//! The handler finds the lock in the request extensions as a [`HeldLock`]
+//! The handler finds the lock in the request extensions as a [`HeldLock`](lock_core::HeldLock)
 //! (`Extension<HeldLock>` in axum): its name, its fencing token, and whether it is still held.
+//!
+//! # Kinds of lock
+//!
+//! | layer | per key | handler's fencing token |
+//! |---|---|---|
+//! | [`DistributedLockLayer::new`] | a [`Mutex`](lock_core::Mutex): one request at a time | yes |
+//! | [`.fair()`](DistributedLockLayer::fair) | a [`FairLock`](lock_core::FairLock): one at a time, waiting requests in arrival order | yes |
+//! | [`.read_write()`](DistributedLockLayer::read_write) | a [`ReadWriteLock`](lock_core::ReadWriteLock): `GET`/`HEAD`/`OPTIONS` read together, other methods write alone ([`read_write_by`](DistributedLockLayer::read_write_by) chooses the side yourself) | writers |
+//! | [`.permits(n)`](DistributedLockLayer::permits) | a [`Semaphore`](lock_core::Semaphore) of `n`: at most `n` requests at once, across every instance | no |
+//!
+//! # A lock is not idempotency
+//!
+//! The layer stops two requests for one key from running *at the same time*. A retried
+//! request that arrives after the first one finished (a payment callback replayed by the
+//! provider, a double click after a slow response) takes the free lock and runs again. Make
+//! the handler check a durable record of what it already did, under the lock, and write it
+//! with the fencing token (see the `lock-core` docs, "a lock is not idempotency").
 //!
 //! # Defaults and status codes
 //!
@@ -70,19 +86,40 @@
 //! |---|---|---|
 //! | [`prefix`](DistributedLockLayer::prefix) | `"http:"` | lock name = prefix + key; always present, so a request cannot lock names outside it |
 //! | [`wait`](DistributedLockLayer::wait) | zero: one attempt, fail fast | how long to queue for a busy lock |
-//! | [`busy_status`](DistributedLockLayer::busy_status) | `409 Conflict` | or `423`, `429`, `503`; with `Retry-After` = the holder's remaining lease |
+//! | [`busy_status`](DistributedLockLayer::busy_status) | `409 Conflict` | or `423`, `429`, `503`; with `Retry-After` |
+//! | [`max_retry_after`](DistributedLockLayer::max_retry_after) | 5 s | the busy `Retry-After` is the recent average hold time of this layer's requests, at most the holder's remaining lease and this cap |
 //! | [`acquire_timeout`](DistributedLockLayer::acquire_timeout) | `wait` + 2 s | hard bound on taking the lock; past it `503` |
 //! | [`fail_mode`](DistributedLockLayer::fail_mode) | [`FailMode::Closed`]: `503` + `Retry-After` when Redis is unavailable | [`FailMode::Open`] runs the handler unlocked |
 //! | [`missing_key`](DistributedLockLayer::missing_key) | [`MissingKey::Reject`]: `400` | [`MissingKey::PassThrough`] runs the handler unlocked |
 //! | [`max_key_len`](DistributedLockLayer::max_key_len) | 128 bytes | longer keys, empty keys, keys with control characters, whitespace or braces: `400` |
+//! | [`hash_keys`](DistributedLockLayer::hash_keys) | off | on: keys that break the rules lock the SHA-256 of the key instead of getting `400` (sanitise or hash ids you do not control) |
+//! | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) | 1 s | `Retry-After` of a `503` |
 //! | [`on_lease_lost`](DistributedLockLayer::on_lease_lost) | [`LeaseLost::Abort`]: cancel the handler, `503` | [`LeaseLost::Continue`] lets it finish |
 //! | [`release`](DistributedLockLayer::release) | [`Release::AfterBody`]: after the last body frame | [`Release::AfterHandler`]: when the handler returns |
 //! | [`lease`](DistributedLockLayer::lease) | the client's watchdog lease, renewed while the request runs | a fixed lease, never renewed |
 //! | [`on_rejection`](DistributedLockLayer::on_rejection) | [`DefaultRejection`]: JSON problem document | any `Fn(Rejection) -> Response<B>` |
 //!
-//! The full mapping of situations to responses is in the [`response`] module. The inner
-//! service's error type is never changed: the layer answers with responses, so under axum it
-//! stays `Infallible`.
+//! Every situation and its response:
+//!
+//! | situation | [`RejectionKind`] | status | `Retry-After` |
+//! |---|---|---|---|
+//! | no key in the request ([`MissingKey::Reject`]) | `MissingKey` | 400 | no |
+//! | key too long, control characters, not a valid lock name | `InvalidKey` | 400 | no |
+//! | lock held by another request past `wait` | `Busy` | 409 (see [`busy_status`](DistributedLockLayer::busy_status)) | recent average hold time, capped |
+//! | Redis down, slow or failing ([`FailMode::Closed`]) | `Unavailable` | 503 | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) |
+//! | lease lost while the handler ran ([`LeaseLost::Abort`]) | `Lost` | 503 | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) |
+//! | a setting that cannot work (empty prefix, lease out of range, 0 permits) | `Internal` | 500 | no |
+//!
+//! The default body is a small JSON problem document (RFC 9457,
+//! `content-type: application/problem+json`) that never repeats the request's key:
+//!
+//! ```json
+//! {"type":"about:blank","title":"Conflict","status":409,"code":"lock_busy",
+//!  "detail":"another request holds the lock for this resource","retry_after_ms":240}
+//! ```
+//!
+//! The inner service's error type is never changed: the layer answers with responses, so
+//! under axum it stays `Infallible`.
 //!
 //! **Fail closed by default.** When Redis is down or too slow, a request cannot know whether
 //! another request holds its key, so by default it is answered `503 Service Unavailable` with
@@ -109,7 +146,7 @@
 //! * The handler runs as the request's lock holder (a [`lock_core::ReentrantScope`]): taking
 //!   the same lock again (with `LockClient::lock` on the same client or `#[distributed_lock]`
 //!   on the same name) re-enters it instead of waiting for itself, and
-//!   [`lock_core::current_lock`] finds it. The [`HeldLock`] extension is the handler's view
+//!   [`lock_core::current_lock`] finds it. The [`HeldLock`](lock_core::HeldLock) extension is the handler's view
 //!   of it too. Tasks the handler spawns are other holders.
 //!
 //! # Streaming bodies: serve with `TCP_NODELAY`
@@ -141,7 +178,10 @@
 //! shortened to 64 characters), `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`,
 //! `missing_key`, `invalid_key`, `no_key` for a pass-through, `error`), `wait_ms` (time spent
 //! taking the lock), `held_ms` (time it was held) and `lost` (set when it was lost while
-//! held). The handler runs inside it, so its own events carry the key.
+//! held). The handler runs inside it, so its own events carry the key. Events: `info` for
+//! every rejected request (busy, missing or invalid key), `warn` when Redis is unavailable
+//! or a lock is lost, `error` for a misconfigured layer, `debug` for acquisitions and
+//! releases.
 //!
 //! # Layer order
 //!
@@ -152,21 +192,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod acquire;
 pub mod body;
+mod config;
 mod extract;
 pub mod future;
 mod hold;
+mod key;
 mod layer;
-pub mod response;
+mod response;
 mod service;
 
+pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;
 pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, header_value};
-pub use layer::{
-    DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_REDIS_ALLOWANCE, DEFAULT_UNAVAILABLE_RETRY_AFTER,
-    DistributedLockLayer, FailMode, LeaseLost, MissingKey, Release,
-};
-pub use lock_core::HeldLock;
+pub use layer::DistributedLockLayer;
 pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
 pub use service::DistributedLock;

@@ -1,22 +1,7 @@
-//! Every answer the layer gives instead of the inner service's, in one place: the
-//! [`Rejection`] and how it becomes a response ([`OnRejection`], [`DefaultRejection`]).
-//!
-//! | situation | [`RejectionKind`] | status | `Retry-After` |
-//! |---|---|---|---|
-//! | no key in the request ([`MissingKey::Reject`](crate::MissingKey::Reject)) | `MissingKey` | 400 | no |
-//! | key too long, control characters, not a valid lock name | `InvalidKey` | 400 | no |
-//! | lock held by another request past `wait` | `Busy` | 409 (see [`busy_status`](crate::DistributedLockLayer::busy_status)) | holder's remaining lease |
-//! | Redis down, slow or failing ([`FailMode::Closed`](crate::FailMode::Closed)) | `Unavailable` | 503 | [`unavailable_retry_after`](crate::DistributedLockLayer::unavailable_retry_after) |
-//! | lease lost while the handler ran ([`LeaseLost::Abort`](crate::LeaseLost::Abort)) | `Lost` | 503 | [`unavailable_retry_after`](crate::DistributedLockLayer::unavailable_retry_after) |
-//! | the layer is misconfigured (e.g. a lease out of range) | `Internal` | 500 | no |
-//!
-//! The default body is a small JSON problem document (RFC 9457,
-//! `content-type: application/problem+json`) that never repeats the request's key:
-//!
-//! ```json
-//! {"type":"about:blank","title":"Conflict","status":409,"code":"lock_busy",
-//!  "detail":"another request holds the lock for this resource","retry_after_ms":2400}
-//! ```
+//! Every answer the layer gives instead of the inner service's, in one place: the decision
+//! from an acquisition's outcome to running the request or rejecting it ([`decide`]), the
+//! [`Rejection`], and how it becomes a response ([`OnRejection`], [`DefaultRejection`]). The
+//! table of situations and responses is in the crate docs.
 
 use std::fmt;
 use std::time::Duration;
@@ -27,7 +12,8 @@ use http::{Response, StatusCode};
 use lock_core::LockError;
 
 use crate::body::ResponseBody;
-use crate::layer::Settings;
+use crate::config::{FailMode, Settings};
+use crate::hold::Guarded;
 
 /// Why the layer answered a request itself instead of calling the inner service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,6 +53,71 @@ impl fmt::Display for RejectionKind {
     }
 }
 
+/// What to do with a request once its acquisition ended.
+pub(crate) enum Decision {
+    /// Run the inner service, with the lock (or without it, failing open).
+    Run(Option<Guarded>),
+    Reject(Rejection),
+}
+
+/// Decides from an acquisition's outcome (`None`: cut off by the layer's acquire timeout),
+/// records it on the request's span and logs it: `debug` for an acquisition, `info` for a busy
+/// lock, `warn` when Redis is unavailable (rejected or run without the lock), `error` for a
+/// misconfiguration.
+pub(crate) fn decide(
+    outcome: Option<Result<Guarded, LockError>>,
+    settings: &Settings,
+    span: &tracing::Span,
+) -> Decision {
+    let rejection = match outcome {
+        Some(Ok(guard)) => {
+            span.record("outcome", "acquired");
+            tracing::debug!(
+                lock = guard.name(),
+                fencing_token = guard.fencing_token(),
+                "lock acquired"
+            );
+            return Decision::Run(Some(guard));
+        }
+        Some(Err(error)) => Rejection::for_lock_error(error, settings),
+        None => Rejection::acquire_timed_out(settings),
+    };
+    let error = rejection.error().map(tracing::field::display);
+    match rejection.kind() {
+        RejectionKind::Unavailable if settings.fail_mode == FailMode::Open => {
+            span.record("outcome", "fail_open");
+            tracing::warn!(
+                error,
+                detail = rejection.detail(),
+                "lock service unavailable; running the request without the lock (fail open)"
+            );
+            return Decision::Run(None);
+        }
+        RejectionKind::Busy => {
+            span.record("outcome", "busy");
+            tracing::info!(
+                status = rejection.status().as_u16(),
+                retry_after_ms = rejection.retry_after().map(|d| d.as_millis() as u64),
+                "lock busy; request rejected"
+            );
+        }
+        RejectionKind::Unavailable => {
+            span.record("outcome", "unavailable");
+            tracing::warn!(
+                status = rejection.status().as_u16(),
+                error,
+                detail = rejection.detail(),
+                "lock service unavailable; request rejected"
+            );
+        }
+        _ => {
+            span.record("outcome", "error");
+            tracing::error!(error, "could not take the lock; the layer is misconfigured");
+        }
+    }
+    Decision::Reject(rejection)
+}
+
 /// The layer's decision not to run the inner service (or to abort it), with everything a
 /// response needs: the status the layer's settings chose, how long the client should wait
 /// before retrying, and the lock error behind it, if any.
@@ -102,6 +153,17 @@ impl Rejection {
         )
     }
 
+    /// The rejection for a layer whose settings cannot work (a bad prefix, lease or size):
+    /// every request gets it, with the error.
+    pub(crate) fn misconfigured(error: LockError) -> Self {
+        Self::new(
+            RejectionKind::Internal,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the lock is misconfigured",
+        )
+        .with_error(error)
+    }
+
     pub(crate) fn invalid_key(reason: &str) -> Self {
         Self::new(
             RejectionKind::InvalidKey,
@@ -111,7 +173,7 @@ impl Rejection {
     }
 
     /// The rejection for a failed acquisition.
-    pub(crate) fn for_lock_error<R>(error: LockError, settings: &Settings<R>) -> Self {
+    pub(crate) fn for_lock_error(error: LockError, settings: &Settings) -> Self {
         let unavailable = |detail: &str| {
             Self::new(
                 RejectionKind::Unavailable,
@@ -122,10 +184,14 @@ impl Rejection {
         };
         let rejection = match &error {
             LockError::Timeout { holder_ttl, .. } => {
-                let mut retry_after = holder_ttl.unwrap_or(Duration::from_secs(1));
-                if let Some(max) = settings.max_retry_after {
-                    retry_after = retry_after.min(max);
+                // The holder is likely done in about the time this layer's requests hold
+                // their locks; never later than its lease, never more than the cap.
+                let estimate = settings.hold_times.average();
+                let retry_after = match (*holder_ttl, estimate) {
+                    (Some(ttl), Some(estimate)) => ttl.min(estimate),
+                    (ttl, estimate) => ttl.or(estimate).unwrap_or(Duration::from_secs(1)),
                 }
+                .min(settings.max_retry_after);
                 Self::new(
                     RejectionKind::Busy,
                     settings.busy_status,
@@ -134,21 +200,20 @@ impl Rejection {
                 .with_retry_after(retry_after)
             }
             LockError::InvalidName { reason, .. } => Self::invalid_key(reason),
-            LockError::InvalidOption { .. } | LockError::NoClient => Self::new(
-                RejectionKind::Internal,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the lock is misconfigured",
-            ),
-            LockError::Lost { .. } | LockError::NotHeld { .. } => {
-                unavailable("the lock was lost while it was being taken")
-            }
+            // Settings that cannot work, here or on the Redis side (an ACL, certificates).
+            LockError::InvalidOption { .. }
+            | LockError::NoClient
+            | LockError::SizeMismatch { .. }
+            | LockError::NoPermission { .. }
+            | LockError::Tls { .. } => return Self::misconfigured(error),
+            LockError::Lost { .. } => unavailable("the lock was lost while it was being taken"),
             _ => unavailable("the lock service is unavailable"),
         };
         rejection.with_error(error)
     }
 
     /// The rejection for an acquisition cut off by the layer's own bound.
-    pub(crate) fn acquire_timed_out<R>(settings: &Settings<R>) -> Self {
+    pub(crate) fn acquire_timed_out(settings: &Settings) -> Self {
         Self::new(
             RejectionKind::Unavailable,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -158,7 +223,7 @@ impl Rejection {
     }
 
     /// The rejection for a request aborted because its lock was lost.
-    pub(crate) fn lost<R>(settings: &Settings<R>) -> Self {
+    pub(crate) fn lost(settings: &Settings) -> Self {
         Self::new(
             RejectionKind::Lost,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -240,7 +305,7 @@ impl Rejection {
     ///
     /// fn with_header(rejection: Rejection) -> Response {
     ///     let mut res = rejection.to_response::<Body>();
-    ///     res.headers_mut().insert("x-lock", http::HeaderValue::from_static("1"));
+    ///     res.headers_mut().insert("x-lock", axum::http::HeaderValue::from_static("1"));
     ///     res
     /// }
     /// ```
@@ -276,7 +341,7 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
 ///
 /// ```
 /// use axum::response::{IntoResponse, Response};
-/// use http::StatusCode;
+/// use axum::http::StatusCode;
 /// use lock_tower::{Rejection, RejectionKind};
 ///
 /// let on_rejection = |rejection: Rejection| -> Response {

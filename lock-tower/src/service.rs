@@ -10,34 +10,44 @@ use http_body::Body;
 use tower::Service;
 use tracing::field::Empty;
 
+use crate::acquire::Acquire;
 use crate::body::ResponseBody;
+use crate::config::{MissingKey, Settings};
 use crate::extract::{KeyExtractor, shorten};
-use crate::future::{Acquire, ResponseFuture};
-use crate::layer::{MissingKey, Settings};
-use crate::response::{OnRejection, Rejection};
+use crate::future::ResponseFuture;
+use crate::key::lock_name;
+use crate::response::{DefaultRejection, OnRejection, Rejection};
 
 /// Middleware that holds a Redis lock, named after a key from each request, while the inner
 /// service handles the request and its response body is sent.
 ///
-/// Built by [`DistributedLockLayer`](crate::DistributedLockLayer); see the [crate docs](crate) for the behaviour.
+/// Built by [`DistributedLockLayer`](crate::DistributedLockLayer); see the [crate docs](crate)
+/// for the behaviour.
 ///
 /// Readiness is the inner service's: nothing is reserved in `poll_ready`, because the lock
 /// depends on the request. The lock is taken in the response future, after which the inner
 /// service (the ready one, swapped out for a clone) is called. Under axum every service is
 /// always ready, so this only matters for capacity-reserving layers placed *inside* this one:
 /// their reservation is held while the request waits for the lock.
-pub struct DistributedLock<S, K, R = crate::DefaultRejection> {
+pub struct DistributedLock<S, K, R = DefaultRejection> {
     inner: S,
     extractor: Arc<K>,
-    settings: Arc<Settings<R>>,
+    settings: Arc<Settings>,
+    on_rejection: Arc<R>,
 }
 
 impl<S, K, R> DistributedLock<S, K, R> {
-    pub(crate) fn from_parts(inner: S, extractor: Arc<K>, settings: Arc<Settings<R>>) -> Self {
+    pub(crate) fn new(
+        inner: S,
+        extractor: Arc<K>,
+        settings: Arc<Settings>,
+        on_rejection: Arc<R>,
+    ) -> Self {
         Self {
             inner,
             extractor,
             settings,
+            on_rejection,
         }
     }
 
@@ -73,7 +83,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let settings = &self.settings;
+        let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
         let span = tracing::info_span!(
             "distributed_lock",
             key = Empty,
@@ -82,27 +92,34 @@ where
             held_ms = Empty,
             lost = Empty,
         );
-        let Some(key) = self.extractor.extract(&request) else {
-            return match settings.missing_key {
-                MissingKey::PassThrough => {
-                    span.record("outcome", "no_key");
-                    let future = span.in_scope(|| self.inner.call(request));
-                    ResponseFuture::unlocked(future, settings.clone(), span)
-                }
-                _ => {
-                    span.record("outcome", "missing_key");
-                    tracing::debug!(parent: &span, "request without a lock key rejected");
-                    ResponseFuture::rejected(Rejection::missing_key(), settings.clone(), span)
-                }
-            };
+        let reject = |rejection, outcome| {
+            span.record("outcome", outcome);
+            ResponseFuture::rejected(
+                rejection,
+                settings.clone(),
+                on_rejection.clone(),
+                span.clone(),
+            )
         };
-        let name = match lock_name(settings, &key) {
+        if let Some(error) = settings.invalid() {
+            tracing::error!(parent: &span, %error, "the lock layer is misconfigured");
+            return reject(Rejection::misconfigured(error), "error");
+        }
+        let Some(key) = self.extractor.extract(&request) else {
+            if settings.missing_key == MissingKey::PassThrough {
+                span.record("outcome", "no_key");
+                let future = span.in_scope(|| self.inner.call(request));
+                return ResponseFuture::unlocked(future, settings, on_rejection, span);
+            }
+            tracing::info!(parent: &span, status = 400, "request without a lock key rejected");
+            return reject(Rejection::missing_key(), "missing_key");
+        };
+        let name = match lock_name(&settings.keys, &key) {
             Ok(name) => name,
-            Err(rejection) => {
-                span.record("outcome", "invalid_key");
-                tracing::debug!(parent: &span, key = %shorten(&key), detail = rejection.detail(),
+            Err(reason) => {
+                tracing::info!(parent: &span, status = 400, key = %shorten(&key), reason,
                     "request with an invalid lock key rejected");
-                return ResponseFuture::rejected(rejection, settings.clone(), span);
+                return reject(Rejection::invalid_key(&reason), "invalid_key");
             }
         };
         span.record("key", tracing::field::display(shorten(&name)));
@@ -111,32 +128,8 @@ where
         // polled (tower-service: "Be careful when cloning inner services").
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
-        let acquire = Acquire::start(settings, name, &span);
-        ResponseFuture::acquiring(acquire, inner, request, settings.clone(), span)
-    }
-}
-
-/// The lock name for `key`: the prefix and the key, if the key is acceptable.
-fn lock_name<R>(settings: &Settings<R>, key: &str) -> Result<String, Rejection> {
-    if key.is_empty() {
-        return Err(Rejection::invalid_key("it is empty"));
-    }
-    if key.len() > settings.max_key_len {
-        return Err(Rejection::invalid_key(&format!(
-            "it is longer than {} bytes",
-            settings.max_key_len
-        )));
-    }
-    if key.chars().any(char::is_control) {
-        return Err(Rejection::invalid_key("it contains a control character"));
-    }
-    let name = format!("{}{key}", settings.prefix);
-    match lock_core::name::validate_name(&name) {
-        Ok(()) => Ok(name),
-        Err(lock_core::LockError::InvalidName { reason, .. }) => {
-            Err(Rejection::invalid_key(reason))
-        }
-        Err(_) => Err(Rejection::invalid_key("it is not a valid lock name")),
+        let acquire = Acquire::start(&settings, name, request.method(), &span);
+        ResponseFuture::acquiring(acquire, inner, request, settings, on_rejection, span)
     }
 }
 
@@ -147,6 +140,7 @@ impl<S: Clone, K, R> Clone for DistributedLock<S, K, R> {
             inner: self.inner.clone(),
             extractor: self.extractor.clone(),
             settings: self.settings.clone(),
+            on_rejection: self.on_rejection.clone(),
         }
     }
 }
@@ -157,6 +151,7 @@ impl<S: fmt::Debug, K, R> fmt::Debug for DistributedLock<S, K, R> {
             .field("inner", &self.inner)
             .field("extractor", &std::any::type_name::<K>())
             .field("settings", &self.settings)
+            .field("on_rejection", &std::any::type_name::<R>())
             .finish()
     }
 }

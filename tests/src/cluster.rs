@@ -109,12 +109,37 @@ impl RedisCluster {
     /// `redis-cli` fails or if the cluster does not become healthy within 30
     /// seconds.
     pub fn start_with(primaries: usize, replicas_per_primary: usize) -> RedisCluster {
+        RedisCluster::start_inner(primaries, replicas_per_primary, None)
+    }
+
+    /// Like [`RedisCluster::start_with`], but every node also serves TLS with `tls`'s
+    /// certificates on a port of its own ([`RedisCluster::tls_urls`]), and the cluster bus and
+    /// replication run over TLS (`tls-cluster yes`, `tls-replication yes`), so `CLUSTER SLOTS`
+    /// names the TLS ports to TLS clients (and the plain ports, which the harness uses, to
+    /// plain ones).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start_with`].
+    pub fn start_tls(
+        tls: &crate::TlsFiles,
+        primaries: usize,
+        replicas_per_primary: usize,
+    ) -> RedisCluster {
+        RedisCluster::start_inner(primaries, replicas_per_primary, Some(tls))
+    }
+
+    fn start_inner(
+        primaries: usize,
+        replicas_per_primary: usize,
+        tls: Option<&crate::TlsFiles>,
+    ) -> RedisCluster {
         assert!(
             primaries >= 3,
             "RedisCluster::start_with: redis-cli --cluster create needs at least 3 primaries, got {primaries}"
         );
         let total = primaries * (1 + replicas_per_primary);
-        let nodes: Vec<RedisServer> = (0..total).map(|_| start_cluster_node()).collect();
+        let nodes: Vec<RedisServer> = (0..total).map(|_| start_cluster_node(tls)).collect();
         let cluster = RedisCluster {
             nodes,
             primaries,
@@ -219,6 +244,16 @@ impl RedisCluster {
     /// index order.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(node_url).collect()
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT/` of every node of a cluster started by
+    /// [`RedisCluster::start_tls`], in index order.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the nodes serve no TLS.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
     }
 
     /// `redis://127.0.0.1:PORT/` of every primary currently owning slots, in
@@ -769,7 +804,7 @@ fn node_url(node: &RedisServer) -> String {
 }
 
 /// Starts one cluster-enabled node on a port whose bus port is free too.
-fn start_cluster_node() -> RedisServer {
+fn start_cluster_node(tls: Option<&crate::TlsFiles>) -> RedisServer {
     let timeout = NODE_TIMEOUT_MS.to_string();
     let args = [
         "--cluster-enabled",
@@ -790,7 +825,36 @@ fn start_cluster_node() -> RedisServer {
     let mut last_error = String::new();
     for attempt in 1..=NODE_START_ATTEMPTS {
         let port = free_port_pair();
-        match RedisServer::try_start_on(port, None, &args) {
+        let started = match tls {
+            None => RedisServer::try_start_on(port, None, &args),
+            Some(tls) => {
+                // With `tls-cluster yes` the bus would listen on the TLS port + 10000: keep it
+                // on the plain port's, which `free_port_pair` found free.
+                let bus = (port + BUS_PORT_OFFSET).to_string();
+                let tls_args = [
+                    &args[..],
+                    &[
+                        "--tls-cluster",
+                        "yes",
+                        "--tls-replication",
+                        "yes",
+                        "--cluster-port",
+                        &bus,
+                    ],
+                ]
+                .concat();
+                let tls_port = free_port_pair();
+                RedisServer::try_start_tls_on(
+                    port,
+                    tls_port,
+                    tls,
+                    crate::ClientAuth::Optional,
+                    None,
+                    &tls_args,
+                )
+            }
+        };
+        match started {
             Ok(server) => return server,
             Err(e) => {
                 tracing::warn!(attempt, port, error = %e, "cluster node did not start, retrying");

@@ -73,6 +73,15 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Calls of the lock's Lua code since the last `CONFIG RESETSTAT`, however they were sent
+/// (`FCALL` into the function library, `EVALSHA`, `EVAL`).
+pub fn lua_calls(server: &RedisServer) -> u64 {
+    ["fcall", "evalsha", "eval"]
+        .iter()
+        .map(|command| command_calls(server, command))
+        .sum()
+}
+
 /// Runs blocking harness work (starting nodes, migrating slots, failovers) without stalling
 /// the test's other tasks (needs the multi-thread runtime).
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -115,6 +124,43 @@ pub async fn woken<T>(
     let after = released.elapsed();
     assert!(after < Duration::from_secs(3), "woken after {after:?}");
     got
+}
+
+/// Rounding in what [`expiry`] measures (the server's millisecond PTTL and clock): an expiry
+/// that moved later by more than this moved. A renewal moves it by a retry interval or more.
+pub const EXPIRY_SLACK: Duration = Duration::from_millis(100);
+
+/// When the mutex `name` expires on the server: no sooner than the first instant and no later
+/// than the second (its PTTL counted from before and from after the request). None when
+/// nobody holds it. Comparing expiries, not TTLs, tells a renewal apart: a TTL read just after
+/// one renewal is never exceeded by later reads, since every renewal resets it to the lease.
+pub async fn expiry(
+    c: &LockClient,
+    name: &str,
+) -> Option<(tokio::time::Instant, tokio::time::Instant)> {
+    let sent = tokio::time::Instant::now();
+    let ttl = c.mutex(name).info().await.unwrap().ttl?;
+    Some((sent + ttl, tokio::time::Instant::now() + ttl))
+}
+
+/// Waits (up to `within`) until the mutex `name`'s expiry moves later than it is now: its
+/// holder's watchdog renewed it. Panics if it does not, or if the lock expires meanwhile.
+pub async fn renewed(c: &LockClient, name: &str, within: Duration) {
+    let (_, expired_by) = expiry(c, name).await.expect("the lock is held");
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let (expires_from, _) = expiry(c, name)
+            .await
+            .expect("never renewed: the lock expired");
+        if expires_from > expired_by + EXPIRY_SLACK {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "never renewed within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Takes `name` with a client that has `min_replicas` set, trying again while the replicas

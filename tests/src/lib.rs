@@ -12,6 +12,8 @@
 //!   manual failover, and slot/owner lookups.
 //! - [`SentinelGroup`]: a primary, a replica and three sentinels, with crash
 //!   and graceful failover.
+//! - [`TlsFiles`]: a throwaway CA with server and client certificates, for
+//!   servers started with [`RedisServer::start_tls`] (and TLS clusters).
 //! - [`init_tracing`] and [`unique_name`]: small helpers for test bodies.
 //!
 //! The harness never touches a Redis server it did not start itself.
@@ -22,11 +24,13 @@ pub mod fixtures;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;
+pub mod tls;
 
 pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Mode};
 pub use sentinel::SentinelGroup;
-pub use server::{RedisServer, Reply};
+pub use server::{RedisServer, Reply, server_binary};
+pub use tls::{ClientAuth, TlsFiles};
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

@@ -28,7 +28,10 @@ pub enum Mode {
     Delay(Duration),
     /// Read from both sides but forward nothing; bytes read meanwhile are
     /// dropped. New connections are accepted but not connected upstream
-    /// until the mode changes.
+    /// until the mode changes. Leaving this mode closes every connection:
+    /// a stream that lost bytes in its middle cannot go on (real TCP never
+    /// drops them; a client reading on would pair replies with the wrong
+    /// commands).
     Blackhole,
     /// Swallow the next server→client chunk on any connection, close that
     /// connection, then switch back to [`Mode::Pass`].
@@ -134,7 +137,11 @@ impl FaultProxy {
     /// Switches to `mode` (see the convenience methods below).
     pub fn set_mode(&self, mode: Mode) {
         tracing::debug!(addr = %self.addr, ?mode, "fault proxy mode");
-        self.shared.mode.send_replace(mode);
+        let before = self.shared.mode.send_replace(mode);
+        if before == Mode::Blackhole && mode != Mode::Blackhole {
+            // Connections that lost bytes in their middle end here.
+            self.reset_all();
+        }
     }
 
     /// Forwards everything unchanged.
@@ -148,7 +155,8 @@ impl FaultProxy {
     }
 
     /// Forwards nothing in either direction, on existing and new
-    /// connections, until switched back; bytes read meanwhile are dropped.
+    /// connections, until switched back; bytes read meanwhile are dropped,
+    /// and switching back closes every connection (see [`Mode::Blackhole`]).
     pub fn blackhole(&self) {
         self.set_mode(Mode::Blackhole);
     }

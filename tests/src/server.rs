@@ -43,6 +43,8 @@ pub struct RedisServer {
     pid: u32,
     /// Loopback port the server listens on (kept across restarts).
     port: u16,
+    /// Loopback port of its TLS listener, if it has one (see [`RedisServer::start_tls`]).
+    tls_port: Option<u16>,
     /// Extra configuration arguments given to [`RedisServer::start_with`].
     extra_args: Vec<String>,
     /// Configuration file passed as the first argument, if any.
@@ -120,11 +122,64 @@ impl RedisServer {
             pid: child.id(),
             child: Some(child),
             port,
+            tls_port: None,
             extra_args,
             config_file,
             paused: false,
             dir,
         })
+    }
+
+    /// Starts a fresh server that also serves TLS with `tls`'s certificates on a second free
+    /// port ([`RedisServer::tls_port`], [`RedisServer::tls_url`]); `auth` says whether it asks
+    /// clients for certificates. The plain port stays open on the loopback interface for the
+    /// harness's own commands ([`RedisServer::cmd`] and friends). `config` and `args` are as for
+    /// [`RedisServer::start_with_config`] / [`RedisServer::start_with`].
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::start`].
+    pub fn start_tls(
+        tls: &crate::TlsFiles,
+        auth: crate::ClientAuth,
+        config: Option<&str>,
+        args: &[&str],
+    ) -> RedisServer {
+        let mut last_error = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            let (port, tls_port) = (free_port(), free_port());
+            match RedisServer::try_start_tls_on(port, tls_port, tls, auth, config, args) {
+                Ok(server) => return server,
+                Err(e) => {
+                    tracing::warn!(attempt, port, tls_port, error = %e, "redis-server did not start, retrying");
+                    last_error = e;
+                }
+            }
+        }
+        panic!(
+            "could not start {} with TLS after {START_ATTEMPTS} attempts: {last_error}",
+            server_binary()
+        );
+    }
+
+    /// One attempt at [`RedisServer::start_tls`] on given ports (a Cluster node needs its own).
+    pub fn try_start_tls_on(
+        port: u16,
+        tls_port: u16,
+        tls: &crate::TlsFiles,
+        auth: crate::ClientAuth,
+        config: Option<&str>,
+        args: &[&str],
+    ) -> Result<RedisServer, String> {
+        let tls_args = tls.server_args(tls_port, auth);
+        let all: Vec<&str> = tls_args
+            .iter()
+            .map(String::as_str)
+            .chain(args.iter().copied())
+            .collect();
+        let mut server = RedisServer::try_start_on(port, config, &all)?;
+        server.tls_port = Some(tls_port);
+        Ok(server)
     }
 
     /// Tries [`RedisServer::try_start_on`] on several free ports.
@@ -154,6 +209,23 @@ impl RedisServer {
     /// Port the server listens on (stable across [`RedisServer::restart`]).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port of a server started by [`RedisServer::start_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT/` of a server started by [`RedisServer::start_tls`].
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server has no TLS port.
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .tls_port
+            .unwrap_or_else(|| panic!("redis-server on port {} serves no TLS", self.port));
+        format!("rediss://127.0.0.1:{port}/")
     }
 
     /// Socket address (`127.0.0.1:PORT`) of the server.
@@ -536,8 +608,9 @@ fn protocol_error(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
-/// The `redis-server` binary to run.
-fn server_binary() -> String {
+/// The `redis-server` binary the harness runs: `REDIS_SERVER_BIN`, or `redis-server` on the
+/// `PATH`.
+pub fn server_binary() -> String {
     std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockError, LockGuard};
 use lock_tests::fixtures::{
-    blocking, command_calls, eventually, lock_replicated, recovered, woken,
+    blocking, command_calls, eventually, lock_replicated, lua_calls, recovered, renewed, woken,
 };
 use lock_tests::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
@@ -156,7 +156,7 @@ async fn locks_exclude_across_clients_on_every_primary() {
             50,
             "no lost update on {name}"
         );
-        assert!(!a.is_locked(name).await.unwrap());
+        assert!(!a.mutex(name).info().await.unwrap().held);
     }
     assert_no_shard_channels(&cluster).await;
 }
@@ -207,7 +207,7 @@ async fn the_watchdog_renews_locks_of_many_slots() {
     tokio::time::sleep(lease * 4).await;
     for (i, g) in guards.iter().enumerate() {
         assert!(g.is_held(), "renew-{i} kept");
-        let info = c.lock_info(&format!("renew-{i}")).await.unwrap();
+        let info = c.mutex(format!("renew-{i}")).info().await.unwrap();
         assert!(info.held, "renew-{i} held in Redis");
         assert!(info.ttl.unwrap() > Duration::ZERO);
     }
@@ -225,6 +225,7 @@ async fn an_atomic_multi_lock_across_slots_fails_before_sending_anything() {
     let err = c
         .multi_lock([x.clone(), y.clone()])
         .atomic()
+        .lock()
         .await
         .unwrap_err();
     match &err {
@@ -238,13 +239,17 @@ async fn an_atomic_multi_lock_across_slots_fails_before_sending_anything() {
         other => panic!("expected CrossSlot, got {other:?}"),
     }
     for i in 0..3 {
-        assert_eq!(command_calls(cluster.node(i), "evalsha"), 0, "nothing sent");
-        assert_eq!(command_calls(cluster.node(i), "eval"), 0, "nothing sent");
+        assert_eq!(lua_calls(cluster.node(i)), 0, "nothing sent");
     }
     // Names that share a slot are taken together, atomically.
     let z = name_in_slot_of(&x, "same");
-    let both = c.multi_lock([x.clone(), z.clone()]).atomic().await.unwrap();
-    assert!(c.is_locked(&x).await.unwrap() && c.is_locked(&z).await.unwrap());
+    let both = c
+        .multi_lock([x.clone(), z.clone()])
+        .atomic()
+        .lock()
+        .await
+        .unwrap();
+    assert!(c.mutex(&x).info().await.unwrap().held && c.mutex(&z).info().await.unwrap().held);
     assert!(both.unlock().await.unwrap());
 }
 
@@ -264,6 +269,7 @@ async fn a_multi_lock_across_slots_is_taken_in_order_and_rolled_back() {
         .unwrap();
     let err = a
         .multi_lock(names.clone())
+        .lock()
         .wait(Duration::from_millis(300))
         .await
         .unwrap_err();
@@ -272,16 +278,19 @@ async fn a_multi_lock_across_slots_is_taken_in_order_and_rolled_back() {
         "{err:?}"
     );
     for name in &names[..2] {
-        assert!(!b.is_locked(name).await.unwrap(), "{name} rolled back");
+        assert!(
+            !b.mutex(name).info().await.unwrap().held,
+            "{name} rolled back"
+        );
     }
     assert!(blocker.unlock().await.unwrap());
 
     // Taken: every name held, guards in the caller's order, one unlock frees all.
     let reversed: Vec<String> = names.iter().rev().cloned().collect();
-    let all = a.multi_lock(reversed.clone()).await.unwrap();
+    let all = a.multi_lock(reversed.clone()).lock().await.unwrap();
     for (guard, name) in all.guards().iter().zip(&reversed) {
         assert_eq!(guard.name(), name);
-        assert!(b.is_locked(name).await.unwrap());
+        assert!(b.mutex(name).info().await.unwrap().held);
     }
     assert!(all.unlock().await.unwrap());
 
@@ -296,6 +305,7 @@ async fn a_multi_lock_across_slots_is_taken_in_order_and_rolled_back() {
                 for _ in 0..10 {
                     let g = client
                         .multi_lock(list.clone())
+                        .lock()
                         .wait(Duration::from_secs(20))
                         .await
                         .unwrap();
@@ -348,7 +358,7 @@ async fn a_slot_migrated_mid_run_keeps_locks_renewed_and_waiters_woken() {
     // The watchdog keeps renewing at the new owner for several leases.
     tokio::time::sleep(lease * 3).await;
     assert!(watched.is_held(), "renewed across the move");
-    assert!(b.is_locked(&renewed).await.unwrap());
+    assert!(b.mutex(&renewed).info().await.unwrap().held);
 
     // The release goes to the new owner and wakes the waiter, subscribed again there.
     let released = Instant::now();
@@ -359,7 +369,7 @@ async fn a_slot_migrated_mid_run_keeps_locks_renewed_and_waiters_woken() {
     blocking(|| cluster.begin_migration(slot, 1));
     let fresh = name_in_slot_of(&name, "mig-ask");
     let g = a.lock(fresh.clone()).await.unwrap();
-    assert!(b.is_locked(&fresh).await.unwrap());
+    assert!(b.mutex(&fresh).info().await.unwrap().held);
     assert!(g.unlock().await.unwrap());
     blocking(|| cluster.finish_migration(slot, 1));
     let g = b.lock(fresh.clone()).await.unwrap();
@@ -419,24 +429,14 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     recovered(&b, &name_in_slot_of(&name, "survivor-other")).await;
 
     // The promoted replica has the lock: nobody else gets it, and the holder's watchdog
-    // renews it there (its TTL climbs back towards the full lease).
+    // renews it there: its expiry moves later. (Not "its TTL grows": every renewal sets the
+    // TTL to the full lease, so when `before` is read just after one, no TTL read after the
+    // next renewal is larger unless it comes even sooner after it.)
     assert!(b.try_lock(name.clone()).await.unwrap().is_none());
-    let before = b.lock_info(&name).await.unwrap().ttl.unwrap();
-    let renewed_by = Instant::now() + lease;
-    loop {
-        let ttl = b.lock_info(&name).await.unwrap().ttl.unwrap();
-        if ttl > before {
-            break;
-        }
-        assert!(
-            Instant::now() < renewed_by,
-            "never renewed on the new primary"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    renewed(&b, &name, lease).await;
     assert!(held.is_held());
     assert!(held.unlock().await.unwrap());
-    assert!(!b.is_locked(&name).await.unwrap());
+    assert!(!b.mutex(&name).info().await.unwrap().held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,10 +504,10 @@ async fn semaphores_read_write_and_fair_locks_wake_their_waiters_on_a_cluster() 
     .await;
 
     let released = Instant::now();
-    assert!(permits.release().await.unwrap());
+    assert!(permits.unlock().await.unwrap());
     assert!(write.unlock().await.unwrap());
     assert!(fair.unlock().await.unwrap());
-    assert!(woken(sem_waiter, released).await.release().await.unwrap());
+    assert!(woken(sem_waiter, released).await.unlock().await.unwrap());
     assert!(woken(read_waiter, released).await.unlock().await.unwrap());
     assert!(woken(fair_waiter, released).await.unlock().await.unwrap());
     assert_no_publish(&cluster);
@@ -598,7 +598,7 @@ async fn without_replicas_an_acknowledged_cluster_lock_is_given_back() {
         ),
         "{err:?}"
     );
-    assert!(!c.is_locked(&name).await.unwrap(), "given back");
+    assert!(!c.mutex(&name).info().await.unwrap().held, "given back");
     // The node keeps only the free lock's fencing counter (`|0|<token>|…`).
     let value = cluster.node(1).cmd(&["GET", &key(&name)]);
     assert!(value.starts_with('|') || value == "(nil)", "{value}");

@@ -83,8 +83,8 @@ async fn a_dead_waiter_delays_the_queue_only_until_its_deadline() {
         async move {
             let g = c
                 .fair_lock("dead")
-                .lock()
                 .waiter_timeout(Duration::from_millis(600))
+                .lock()
                 .wait(Duration::from_secs(20))
                 .await
                 .unwrap();
@@ -148,4 +148,40 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_passes_the_turn_on() {
     assert_eq!(queued(&server, "leave"), 0);
     g.unlock().await.unwrap();
     assert_fair_clean(&server, "leave").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_counts_the_queue() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let lock = a.fair_lock("desk");
+    let held = lock.lock().await.unwrap();
+    let info = lock.info().await.unwrap();
+    assert!(info.lock.held);
+    assert_eq!(info.lock.fencing_token, Some(held.fencing_token()));
+    assert_eq!(info.queued, 0);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            // Each unlocks itself: they get the lock in queue order, not in spawn order.
+            tokio::spawn(async move {
+                let guard = lock.lock().wait(Duration::from_secs(20)).await?;
+                guard.unlock().await
+            })
+        })
+        .collect();
+    let mut queued = 0;
+    for _ in 0..500 {
+        queued = lock.info().await.unwrap().queued;
+        if queued == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(queued, 3);
+    held.unlock().await.unwrap();
+    for waiter in waiters {
+        assert!(waiter.await.unwrap().unwrap());
+    }
+    assert_eq!(lock.info().await.unwrap().queued, 0);
 }

@@ -1,12 +1,14 @@
 //! The mutex under faults: lost replies, cancellation, dead, paused and restarted servers,
 //! a dropped pub/sub connection, and bad input.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
 use lock_tests::fixtures::{assert_clean, client, client_with_lease, eventually, lock_keys};
 use lock_tests::{FaultProxy, RedisServer};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -19,20 +21,20 @@ async fn a_release_retried_after_a_lost_reply_is_applied_once() {
     lock_core::reentrant(async {
         let outer = c.lock("twice").await.unwrap();
         let inner = c.lock("twice").await.unwrap();
-        assert_eq!(c.lock_info("twice").await.unwrap().hold_count, 2);
+        assert_eq!(c.mutex("twice").info().await.unwrap().hold_count, 2);
         // The release runs, its reply is lost with the connection; the client reconnects
         // and sends it again. The count must drop by one, not two.
         proxy.drop_next_reply();
         assert!(inner.unlock().await.unwrap());
         assert_eq!(proxy.dropped_replies(), 1);
-        let info = c.lock_info("twice").await.unwrap();
+        let info = c.mutex("twice").info().await.unwrap();
         assert!(info.held);
         assert_eq!(info.hold_count, 1);
         // The same for the last release: the retry is recognised as already applied.
         proxy.drop_next_reply();
         assert!(outer.unlock().await.unwrap());
         assert_eq!(proxy.dropped_replies(), 2);
-        assert!(!c.is_locked("twice").await.unwrap());
+        assert!(!c.mutex("twice").info().await.unwrap().held);
     })
     .await;
     assert_clean(&server).await;
@@ -46,19 +48,93 @@ async fn an_acquire_retried_after_a_lost_reply_is_applied_once() {
     proxy.drop_next_reply();
     let g = c.lock("acq").await.unwrap();
     assert_eq!(proxy.dropped_replies(), 1);
-    let info = c.lock_info("acq").await.unwrap();
+    let info = c.mutex("acq").info().await.unwrap();
     assert_eq!(info.hold_count, 1);
     assert_eq!(info.fencing_token, Some(g.fencing_token()));
     lock_core::reentrant(async {
         let a = c.lock("acq2").await.unwrap();
         proxy.drop_next_reply();
         let b = c.lock("acq2").await.unwrap();
-        assert_eq!(c.lock_info("acq2").await.unwrap().hold_count, 2);
+        assert_eq!(c.mutex("acq2").info().await.unwrap().hold_count, 2);
         b.unlock().await.unwrap();
         a.unlock().await.unwrap();
     })
     .await;
     assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+/// An unlock whose future is dropped before it completes (a timeout around it) still
+/// releases: here the inner hold of a re-entered lock, whose unlock waits for the outer one's
+/// to finish and is cut short meanwhile. Without that, the lock would stay held for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_unlock_still_releases() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    // Every round trip takes over a millisecond.
+    proxy.delay(Duration::from_micros(500));
+    let c = client(&proxy.url()).await;
+    let other = client(&server.url()).await;
+    lock_core::reentrant(async {
+        let outer = c.lock("cancelled-unlock").await.unwrap();
+        let inner = outer.reenter().await.unwrap();
+        let (outer, inner) = tokio::join!(
+            outer.unlock(),
+            tokio::time::timeout(Duration::from_micros(200), inner.unlock())
+        );
+        assert!(outer.unwrap());
+        assert!(inner.is_err(), "the inner unlock was not cut short");
+    })
+    .await;
+    // The lease is 30 s: only the finished release lets this in.
+    let g = other
+        .lock("cancelled-unlock")
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap();
+    g.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+/// Cancellations of requests that went out in a batch (many tasks at once, so most requests
+/// queue behind calls in flight) leave nothing behind either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_requests_in_batches_leave_no_lock_behind() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    proxy.delay(Duration::from_micros(500));
+    let c = client(&proxy.url()).await;
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..32u64 {
+        let (c, acquired) = (c.clone(), acquired.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+            for i in 0..30u64 {
+                let name = format!("batch-cancel-{}", (t + i) % 4);
+                let budget = Duration::from_micros(rng.random_range(0..20_000));
+                if let Ok(r) = tokio::time::timeout(budget, c.lock(name)).await {
+                    // Dropped: released in the background.
+                    drop(r.unwrap());
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(acquired.load(Ordering::Relaxed) > 0, "nothing was acquired");
+    proxy.pass();
+    // An orphan would hold its name for the whole 30 s lease.
+    for n in 0..4 {
+        let name = format!("batch-cancel-{n}");
+        let g = c.lock(name).wait(Duration::from_secs(5)).await.unwrap();
+        g.unlock().await.unwrap();
+    }
     assert_clean(&server).await;
 }
 
@@ -103,7 +179,7 @@ async fn cancelled_acquisitions_leave_no_lock_behind() {
     // Tasks of cancelled acquisitions may still be undoing their work: an orphan would hold
     // the lock for its whole 30 s lease, so a 5 s wait tells the two apart.
     let g = c.lock("cancel").wait(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(c.lock_info("cancel").await.unwrap().hold_count, 1);
+    assert_eq!(c.mutex("cancel").info().await.unwrap().hold_count, 1);
     g.unlock().await.unwrap();
     assert_clean(&server).await;
 }
@@ -116,18 +192,64 @@ async fn connecting_to_nothing_fails_promptly() {
         .local_addr()
         .unwrap()
         .port();
+    // A refused connection fails at once, with its cause, however long the connect timeout.
     let start = Instant::now();
     let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
-        .connect_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(20))
         .build()
         .await
         .unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(2),
         "{:?}",
         start.elapsed()
     );
+    let LockError::Unavailable {
+        source: Some(cause),
+        ..
+    } = &err
+    else {
+        panic!("no cause: {err:?}")
+    };
+    assert!(cause.is_connection_refusal(), "{cause:?}");
+    assert!(
+        err.to_string().to_lowercase().contains("refused"),
+        "the message names the cause: {err}"
+    );
+    assert!(std::error::Error::source(&err).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_password_fails_at_once_and_says_so() {
+    let server = RedisServer::start();
+    // (Set after start: the harness checks a new server without a password.)
+    assert_eq!(server.cmd(&["CONFIG", "SET", "requirepass", "right"]), "OK");
+    let start = Instant::now();
+    let url = format!("redis://:wrong@{}", server.addr());
+    let err = LockClient::builder(&url)
+        .connect_timeout(Duration::from_secs(20))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("WRONGPASS") || text.to_lowercase().contains("password"),
+        "the message names the cause: {text}"
+    );
+    let url = format!("redis://:right@{}", server.addr());
+    let c = LockClient::builder(&url).build().await.unwrap();
+    c.lock("authenticated")
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +310,7 @@ async fn a_server_paused_past_the_lease_loses_the_lock_to_a_waiter() {
         .unwrap();
     assert!(taken.fencing_token() > g.fencing_token());
     assert!(!g.unlock().await.unwrap());
-    assert!(b.lock_info("paused").await.unwrap().held);
+    assert!(b.mutex("paused").info().await.unwrap().held);
     assert!(taken.unlock().await.unwrap());
     assert_clean(&server).await;
 }
@@ -278,11 +400,11 @@ async fn bad_names_are_refused_before_reaching_redis() {
             "{bad:?}: {err:?}"
         );
         assert!(matches!(
-            c.lock_info(bad).await,
+            c.mutex(bad).info().await,
             Err(LockError::InvalidName { .. })
         ));
         assert!(matches!(
-            c.force_unlock(bad).await,
+            c.mutex(bad).force_unlock().await,
             Err(LockError::InvalidName { .. })
         ));
     }

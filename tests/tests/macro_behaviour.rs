@@ -13,8 +13,8 @@ use lock_tests::fixtures::{assert_clean, client, client_with_lease, eventually, 
 use lock_tests::{FaultProxy, RedisServer};
 use tokio::sync::oneshot;
 
-/// The Redis hash of lock `name` under the default prefix.
-fn hash_key(name: &str) -> String {
+/// The Redis key of the mutex `name` under the default prefix.
+fn lock_key(name: &str) -> String {
     format!("lock:{{{name}}}")
 }
 
@@ -101,7 +101,7 @@ async fn annotated_calls_exclude_each_other_across_clients() {
 // Re-entry
 
 /// Returns (its own token, the nested call's token, the hold count the nested call saw).
-#[distributed_lock(key = "account:{id}", client = client, wait = "5s", handle = lock)]
+#[distributed_lock(key = "account:{id}", client = client, wait = "5s", held = lock)]
 async fn transfer(client: &LockClient, id: u64) -> Result<(u64, u64, u32), LockError> {
     let current = current_lock(&format!("account:{id}")).expect("held by this call");
     assert_eq!(current.fencing_token(), lock.fencing_token());
@@ -111,13 +111,13 @@ async fn transfer(client: &LockClient, id: u64) -> Result<(u64, u64, u32), LockE
         lock.is_held(),
         "the nested call's release left the outer hold in place"
     );
-    Ok((lock.fencing_token(), nested_token, hold_count))
+    Ok((lock.fencing_token().unwrap(), nested_token, hold_count))
 }
 
-#[distributed_lock(key = "account:{id}", client = client, wait = "1s", handle = lock)]
+#[distributed_lock(key = "account:{id}", client = client, wait = "1s", held = lock)]
 async fn audit(client: &LockClient, id: u64) -> Result<(u64, u32), LockError> {
-    let info = client.lock_info(&format!("account:{id}")).await?;
-    Ok((lock.fencing_token(), info.hold_count))
+    let info = client.mutex(format!("account:{id}")).info().await?;
+    Ok((lock.fencing_token().unwrap(), info.hold_count))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +135,7 @@ async fn a_nested_call_with_the_same_key_reenters() {
     assert_clean(&server).await;
 }
 
-#[distributed_lock(key = "job:{id}", client = client, handle = lock)]
+#[distributed_lock(key = "job:{id}", client = client, held = lock)]
 async fn spawns_a_step(client: &LockClient, id: u64) -> Result<Result<u64, LockError>, LockError> {
     let c = client.clone();
     let spawned = tokio::spawn(async move {
@@ -183,7 +183,7 @@ struct Order {
     qty: &'static str,
 }
 
-#[distributed_lock(key = "order:{order.id}", client = client, handle = lock)]
+#[distributed_lock(key = "order:{order.id}", client = client, held = lock)]
 async fn checkout(
     client: &LockClient,
     order: &Order,
@@ -191,7 +191,7 @@ async fn checkout(
     server: &RedisServer,
 ) -> Result<u32, AppError> {
     assert!(lock.is_held());
-    assert_eq!(lock_keys(server), vec![hash_key("order:1")]);
+    assert_eq!(lock_keys(server), vec![lock_key("order:1")]);
     if exit == Exit::EarlyReturn {
         return Ok(0);
     }
@@ -307,7 +307,7 @@ async fn cancelling_the_call_releases_the_lock() {
         async move { slow(&c, 1, started).await }
     });
     is_started.await.unwrap();
-    assert_eq!(lock_keys(&server), vec![hash_key("slow:1")]);
+    assert_eq!(lock_keys(&server), vec![lock_key("slow:1")]);
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
     eventually("the cancelled call's lock is released", || {
@@ -355,7 +355,7 @@ async fn a_lost_lock_aborts_the_body_by_default() {
         async move { long_job(&c, 1, started, dropped).await }
     });
     is_started.await.unwrap();
-    assert_eq!(server.cmd(&["DEL", &hash_key("long:1")]), "1");
+    assert_eq!(server.cmd(&["DEL", &lock_key("long:1")]), "1");
     let result = tokio::time::timeout(Duration::from_secs(5), call)
         .await
         .expect("the body was not aborted")
@@ -371,7 +371,7 @@ async fn a_lost_lock_aborts_the_body_by_default() {
     assert_clean(&server).await;
 }
 
-#[distributed_lock(key = "migrate:{id}", client = client, on_lost = "continue", handle = lock)]
+#[distributed_lock(key = "migrate:{id}", client = client, on_lost = "continue", held = lock)]
 async fn migrate(
     client: &LockClient,
     id: u64,
@@ -393,7 +393,7 @@ async fn on_lost_continue_lets_the_body_finish() {
         async move { migrate(&c, 1, started).await }
     });
     is_started.await.unwrap();
-    assert_eq!(server.cmd(&["DEL", &hash_key("migrate:1")]), "1");
+    assert_eq!(server.cmd(&["DEL", &lock_key("migrate:1")]), "1");
     let held_at_the_end = tokio::time::timeout(Duration::from_secs(5), call)
         .await
         .expect("the loss was never signalled")
@@ -412,7 +412,7 @@ const LEASE: Duration = Duration::from_secs(2);
 #[distributed_lock(key = name.to_uppercase(), client = client, lease = LEASE, wait = Duration::from_secs(1))]
 async fn leased(client: &LockClient, name: &str, server: &RedisServer) -> Result<i64, LockError> {
     Ok(server
-        .cmd(&["PTTL", &hash_key(&name.to_uppercase())])
+        .cmd(&["PTTL", &lock_key(&name.to_uppercase())])
         .parse()
         .unwrap())
 }
@@ -421,7 +421,7 @@ async fn leased(client: &LockClient, name: &str, server: &RedisServer) -> Result
 #[distributed_lock(key = "short-lease", client = client, lease = "1500ms")]
 async fn short_lease(client: &LockClient, server: &RedisServer) -> Result<i64, LockError> {
     Ok(server
-        .cmd(&["PTTL", &hash_key("short-lease")])
+        .cmd(&["PTTL", &lock_key("short-lease")])
         .parse()
         .unwrap())
 }
@@ -429,7 +429,7 @@ async fn short_lease(client: &LockClient, server: &RedisServer) -> Result<i64, L
 /// The watchdog's lease (30 s by default).
 #[distributed_lock(key = "watched", client = client)]
 async fn watched(client: &LockClient, server: &RedisServer) -> Result<i64, LockError> {
-    Ok(server.cmd(&["PTTL", &hash_key("watched")]).parse().unwrap())
+    Ok(server.cmd(&["PTTL", &lock_key("watched")]).parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,7 +448,7 @@ async fn lease_and_key_arguments_reach_redis() {
 // ---------------------------------------------------------------------------------------------
 // The global client
 
-#[distributed_lock(key = "global:{id}", wait = "2s", handle = lock)]
+#[distributed_lock(key = "global:{id}", wait = "2s", held = lock)]
 async fn with_global_client(id: u32) -> Result<String, LockError> {
     Ok(lock.name().to_owned())
 }
@@ -478,7 +478,7 @@ struct Inventory {
 
 impl Inventory {
     /// `&self`, with the client taken from `self`.
-    #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = "2s", handle = lock)]
+    #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = "2s", held = lock)]
     async fn reserve(&self, sku: &str, qty: u32) -> Result<u64, AppError> {
         assert!(current_lock(&format!("stock:{sku}")).is_some());
         let mut stock = self.stock.lock().unwrap();
@@ -488,7 +488,7 @@ impl Inventory {
         *left = left
             .checked_sub(qty)
             .ok_or(AppError::Rejected("sold out"))?;
-        Ok(lock.fencing_token())
+        Ok(lock.fencing_token().unwrap())
     }
 
     /// `&mut self`.
@@ -539,7 +539,7 @@ struct MemoryStore {
 }
 
 impl Store for MemoryStore {
-    #[distributed_lock(key = "put:{key}", client = &self.locks, handle = lock)]
+    #[distributed_lock(key = "put:{key}", client = &self.locks, held = lock)]
     async fn put(&self, key: &str, value: u32) -> Result<HeldLock, AppError> {
         self.data.lock().unwrap().insert(key.to_owned(), value);
         Ok(lock)
@@ -595,7 +595,7 @@ async fn methods_generics_and_trait_impls_lock() {
 // Fair locks
 
 /// Records its turn; the first caller holds the lock until `gate` opens.
-#[distributed_lock(key = "turn:{queue}", client = client, wait = "30s", fair)]
+#[distributed_lock(key = "turn:{queue}", client = client, wait = "30s", kind = "fair")]
 async fn take_turn(
     client: LockClient,
     queue: String,
@@ -615,7 +615,7 @@ async fn fair_calls_get_the_lock_in_arrival_order() {
     let server = RedisServer::start();
     let clients = [client(&server.url()).await, client(&server.url()).await];
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let queue_key = format!("{}:fair:queue", hash_key("turn:q"));
+    let queue_key = format!("{}:fair:queue", lock_key("turn:q"));
     let queued = || -> u64 { server.cmd(&["ZCARD", &queue_key]).parse().unwrap() };
 
     let (open, gate) = oneshot::channel();
@@ -631,7 +631,7 @@ async fn fair_calls_get_the_lock_in_arrival_order() {
     })
     .await;
     assert_eq!(
-        server.cmd(&["EXISTS", &format!("{}:fair", hash_key("turn:q"))]),
+        server.cmd(&["EXISTS", &format!("{}:fair", lock_key("turn:q"))]),
         "1"
     );
     // Four more calls, alternating clients, each queued before the next arrives.
@@ -657,5 +657,214 @@ async fn fair_calls_get_the_lock_in_arrival_order() {
             .unwrap();
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_clean(&server).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read-write locks and permits
+
+/// Readers and writers of one catalog, and every conflict seen between them.
+#[derive(Default)]
+struct Catalog {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    conflicts: AtomicUsize,
+    most_readers: AtomicUsize,
+}
+
+/// Waits (up to 10 s) until every party of `together` is inside too; an error otherwise.
+async fn meet(together: Option<&tokio::sync::Barrier>) -> Result<(), LockError> {
+    if let Some(barrier) = together {
+        tokio::time::timeout(Duration::from_secs(10), barrier.wait())
+            .await
+            .map_err(|_| LockError::NoClient)?;
+    }
+    Ok(())
+}
+
+#[distributed_lock(key = "catalog", client = client, wait = "30s", kind = "read", held = lock)]
+async fn browse(
+    client: &LockClient,
+    catalog: &Catalog,
+    together: Option<&tokio::sync::Barrier>,
+) -> Result<Option<u64>, LockError> {
+    let now = catalog.readers.fetch_add(1, Ordering::SeqCst) + 1;
+    catalog.most_readers.fetch_max(now, Ordering::SeqCst);
+    if catalog.writers.load(Ordering::SeqCst) > 0 {
+        catalog.conflicts.fetch_add(1, Ordering::SeqCst);
+    }
+    meet(together).await?;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    catalog.readers.fetch_sub(1, Ordering::SeqCst);
+    Ok(lock.fencing_token())
+}
+
+#[distributed_lock(key = "catalog", client = client, wait = "30s", kind = "write", held = lock)]
+async fn restock(client: &LockClient, catalog: &Catalog) -> Result<Option<u64>, LockError> {
+    if catalog.writers.fetch_add(1, Ordering::SeqCst) > 0
+        || catalog.readers.load(Ordering::SeqCst) > 0
+    {
+        catalog.conflicts.fetch_add(1, Ordering::SeqCst);
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    catalog.writers.fetch_sub(1, Ordering::SeqCst);
+    Ok(lock.fencing_token())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_write_kinds_share_readers_and_isolate_writers() {
+    let server = RedisServer::start();
+    let clients = [client(&server.url()).await, client(&server.url()).await];
+    let catalog = Arc::new(Catalog::default());
+    // Two readers, one per client, are inside together (or neither returns).
+    let together = Arc::new(tokio::sync::Barrier::new(2));
+    let both = (0..2).map(|i| {
+        let (c, catalog, together) = (clients[i].clone(), catalog.clone(), together.clone());
+        tokio::spawn(async move { browse(&c, &catalog, Some(&together)).await })
+    });
+    for call in futures_util::future::join_all(both).await {
+        assert_eq!(
+            call.unwrap().unwrap(),
+            None,
+            "readers have no fencing token"
+        );
+    }
+    // Readers and writers mixed: a writer is always alone.
+    let calls = (0..12).map(|i| {
+        let (c, catalog) = (clients[i % 2].clone(), catalog.clone());
+        tokio::spawn(async move {
+            if i % 4 == 0 {
+                restock(&c, &catalog).await.map(|token| (false, token))
+            } else {
+                browse(&c, &catalog, None).await.map(|token| (true, token))
+            }
+        })
+    });
+    for call in futures_util::future::join_all(calls).await {
+        let (read, token) = call.unwrap().unwrap();
+        assert_eq!(
+            token.is_some(),
+            !read,
+            "writers are fenced, readers are not"
+        );
+    }
+    assert_eq!(
+        catalog.conflicts.load(Ordering::SeqCst),
+        0,
+        "a writer overlapped"
+    );
+    assert!(
+        catalog.most_readers.load(Ordering::SeqCst) > 1,
+        "readers never shared the lock"
+    );
+    assert_clean(&server).await;
+}
+
+#[distributed_lock(key = "render:{queue}", client = client, wait = "30s", permits = 3)]
+async fn render(
+    client: &LockClient,
+    queue: &str,
+    running: &Counter,
+    together: Option<&tokio::sync::Barrier>,
+) -> Result<(), LockError> {
+    let now = running.inside.fetch_add(1, Ordering::SeqCst) + 1;
+    running.max_inside.fetch_max(now, Ordering::SeqCst);
+    meet(together).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    running.inside.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_let_n_calls_run_at_once() {
+    let server = RedisServer::start();
+    let clients = [client(&server.url()).await, client(&server.url()).await];
+    let running = Arc::new(Counter::default());
+    // Three calls are inside together (or none returns): it is not a mutex.
+    let together = Arc::new(tokio::sync::Barrier::new(3));
+    let three = (0..3).map(|i| {
+        let (c, running, together) = (clients[i % 2].clone(), running.clone(), together.clone());
+        tokio::spawn(async move { render(&c, "q", &running, Some(&together)).await })
+    });
+    for call in futures_util::future::join_all(three).await {
+        call.unwrap().unwrap();
+    }
+    // Twelve at once: never more than three inside.
+    let calls = (0..12).map(|i| {
+        let (c, running) = (clients[i % 2].clone(), running.clone());
+        tokio::spawn(async move { render(&c, "q", &running, None).await })
+    });
+    for call in futures_util::future::join_all(calls).await {
+        call.unwrap().unwrap();
+    }
+    let most = running.max_inside.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} calls held one of 3 permits at once");
+    assert_clean(&server).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Once per period: on_busy = "skip", hold_at_least
+
+#[distributed_lock(
+    key = "{period}",
+    client = client,
+    on_busy = "skip",
+    hold_at_least = "1500ms",
+    held = lock
+)]
+async fn draw(
+    client: &LockClient,
+    period: &str,
+    runs: &AtomicUsize,
+) -> Result<Option<u64>, AppError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(lock.fencing_token())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_once_per_period_across_instances() {
+    let server = RedisServer::start();
+    let instances = [
+        client(&server.url()).await,
+        client(&server.url()).await,
+        client(&server.url()).await,
+    ];
+    let runs = AtomicUsize::new(0);
+    // Every instance fires at once: one draws, the others skip.
+    let (a, b, c) = tokio::join!(
+        draw(&instances[0], "lottery:p1", &runs),
+        draw(&instances[1], "lottery:p1", &runs),
+        draw(&instances[2], "lottery:p1", &runs),
+    );
+    let drawn: Vec<u64> = [a, b, c].into_iter().filter_map(|r| r.unwrap()).collect();
+    assert_eq!(drawn.len(), 1, "{drawn:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // A timer that fires after the draw finished: still skipped (the minimum hold).
+    assert_eq!(
+        draw(&instances[1], "lottery:p1", &runs).await.unwrap(),
+        None
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The next period draws at once, with its own lock.
+    assert!(
+        draw(&instances[2], "lottery:p2", &runs)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Once the minimum hold is over the first period's name is free again.
+    let again = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(token) = draw(&instances[0], "lottery:p1", &runs).await.unwrap() {
+                break token;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the period's lock expires after its minimum hold");
+    assert!(again > drawn[0]);
+    server.cmd(&["DEL", &lock_key("lottery:p1"), &lock_key("lottery:p2")]);
     assert_clean(&server).await;
 }

@@ -19,6 +19,7 @@ async fn all_or_nothing_when_one_is_busy() {
     let held = a.lock("b").await.unwrap();
     let err = b
         .multi_lock(["a", "b", "c"])
+        .lock()
         .wait(Duration::ZERO)
         .await
         .unwrap_err();
@@ -46,6 +47,7 @@ async fn waits_for_the_busy_one_then_takes_all() {
     let waiter = tokio::spawn(async move {
         let g = b
             .multi_lock(["x", "y", "z"])
+            .lock()
             .wait(Duration::from_secs(20))
             .await
             .unwrap();
@@ -89,6 +91,7 @@ async fn overlapping_multi_locks_exclude_and_never_deadlock() {
                 for _ in 0..10 {
                     let g = c
                         .multi_lock(names)
+                        .lock()
                         .wait(Duration::from_secs(30))
                         .await
                         .unwrap();
@@ -120,15 +123,16 @@ async fn a_multi_lock_re_enters_what_its_scope_holds() {
         let a = c.lock("r1").await.unwrap();
         let both = c
             .multi_lock(["r1", "r2"])
+            .lock()
             .wait(Duration::ZERO)
             .await
             .unwrap();
         assert_eq!(both.fencing_tokens()[0], a.fencing_token());
-        assert_eq!(c.lock_info("r1").await.unwrap().hold_count, 2);
-        assert_eq!(c.lock_info("r2").await.unwrap().hold_count, 1);
+        assert_eq!(c.mutex("r1").info().await.unwrap().hold_count, 2);
+        assert_eq!(c.mutex("r2").info().await.unwrap().hold_count, 1);
         assert!(both.unlock().await.unwrap());
-        assert!(c.is_locked("r1").await.unwrap());
-        assert!(!c.is_locked("r2").await.unwrap());
+        assert!(c.mutex("r1").info().await.unwrap().held);
+        assert!(!c.mutex("r2").info().await.unwrap().held);
         a.unlock().await.unwrap();
     })
     .await;
@@ -150,7 +154,7 @@ async fn cancelled_multi_locks_leave_nothing_behind() {
             None
         };
         let budget = Duration::from_micros(rng.random_range(0..3000));
-        if let Ok(r) = tokio::time::timeout(budget, c.multi_lock(["m1", "m2", "m3"])).await {
+        if let Ok(r) = tokio::time::timeout(budget, c.multi_lock(["m1", "m2", "m3"]).lock()).await {
             drop(r.unwrap());
         }
         if let Some(b) = blocker {
@@ -160,6 +164,7 @@ async fn cancelled_multi_locks_leave_nothing_behind() {
     eventually("nothing held", || lock_keys(&server).is_empty()).await;
     let g = c
         .multi_lock(["m1", "m2", "m3"])
+        .lock()
         .wait(Duration::from_secs(5))
         .await
         .unwrap();
@@ -173,35 +178,56 @@ async fn bad_multi_lock_input_is_refused() {
     let c = client(&server.url()).await;
     let none: [&str; 0] = [];
     assert!(matches!(
-        c.multi_lock(none).await,
+        c.multi_lock(none).lock().await,
         Err(LockError::InvalidOption {
             option: "names",
             ..
         })
     ));
     assert!(matches!(
-        c.multi_lock(["a", "b", "a"]).await,
+        c.multi_lock(["a", "b", "a"]).lock().await,
         Err(LockError::InvalidOption {
             option: "names",
             ..
         })
     ));
     assert!(matches!(
-        c.multi_lock(["a", "b{"]).await,
+        c.multi_lock(["a", "b{"]).lock().await,
         Err(LockError::InvalidName { .. })
     ));
     let many: Vec<String> = (0..65).map(|i| format!("n{i}")).collect();
     assert!(matches!(
-        c.multi_lock(many).await,
+        c.multi_lock(many).lock().await,
         Err(LockError::InvalidOption { .. })
     ));
     assert!(matches!(
-        c.multi_lock(["a"]).lease(Duration::ZERO).await,
+        c.multi_lock(["a"]).lock().lease(Duration::ZERO).await,
         Err(LockError::InvalidOption {
             option: "lease",
             ..
         })
     ));
     assert_eq!(server.dbsize(), 0);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_reports_each_name_in_the_order_given() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let both = a.multi_lock(["m2", "m1"]);
+    let guard = both.lock().await.unwrap();
+    let infos = both.info().await.unwrap();
+    assert_eq!(infos.len(), 2);
+    assert!(infos.iter().all(|i| i.held));
+    let tokens: Vec<Option<u64>> = guard.fencing_tokens().into_iter().map(Some).collect();
+    assert_eq!(
+        infos.iter().map(|i| i.fencing_token).collect::<Vec<_>>(),
+        tokens
+    );
+    assert_eq!(lock_core::Guard::fencing_token(&guard), None);
+    assert_eq!(guard.name(), "m2+m1");
+    guard.unlock().await.unwrap();
+    assert!(both.info().await.unwrap().iter().all(|i| !i.held));
     assert_clean(&server).await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{LockClient, LockError};
 use lock_tests::RedisServer;
 use lock_tests::fixtures::{
-    assert_clean, client, client_with_lease, command_calls, eventually, lock_keys,
+    assert_clean, client, client_with_lease, command_calls, eventually, lock_keys, lua_calls,
 };
 use tokio::time::Instant;
 
@@ -82,7 +82,7 @@ async fn a_non_owner_cannot_release_or_extend() {
         Err(LockError::Lost { .. })
     ));
     assert!(!stale.unlock().await.unwrap());
-    let info = b.lock_info("res").await.unwrap();
+    let info = b.mutex("res").info().await.unwrap();
     assert!(info.held);
     assert_eq!(info.fencing_token, Some(fresh.fencing_token()));
     assert!(info.ttl.unwrap() > Duration::from_secs(20), "{info:?}");
@@ -100,14 +100,14 @@ async fn reentry_counts_holds() {
         let inner = c.lock("acct").wait(Duration::ZERO).await.unwrap();
         let third = inner.reenter().await.unwrap();
         assert_eq!(outer.fencing_token(), inner.fencing_token());
-        assert_eq!(c.lock_info("acct").await.unwrap().hold_count, 3);
+        assert_eq!(c.mutex("acct").info().await.unwrap().hold_count, 3);
         assert!(third.unlock().await.unwrap());
         assert!(inner.unlock().await.unwrap());
-        let info = c.lock_info("acct").await.unwrap();
+        let info = c.mutex("acct").info().await.unwrap();
         assert!(info.held);
         assert_eq!(info.hold_count, 1);
         assert!(outer.unlock().await.unwrap());
-        assert!(!c.is_locked("acct").await.unwrap());
+        assert!(!c.mutex("acct").info().await.unwrap().held);
     })
     .await;
     assert_clean(&server).await;
@@ -175,7 +175,7 @@ async fn the_watchdog_keeps_a_lock_through_four_leases() {
         assert!(guard.is_held());
         assert!(b.try_lock("long-job").await.unwrap().is_none());
     }
-    let ttl = b.lock_info("long-job").await.unwrap().ttl.unwrap();
+    let ttl = b.mutex("long-job").info().await.unwrap().ttl.unwrap();
     assert!(ttl > Duration::from_millis(100), "{ttl:?}");
     assert!(guard.unlock().await.unwrap());
     assert_clean(&server).await;
@@ -252,7 +252,7 @@ async fn a_waiter_wakes_on_release_without_polling() {
     );
     // Two tries of the waiter (before and after subscribing), one after the message, the
     // holder's release and the waiter's release: a poller would have sent far more.
-    assert!(command_calls(&server, "evalsha") <= 6);
+    assert!(lua_calls(&server) <= 6);
     assert_clean(&server).await;
 }
 
@@ -268,7 +268,7 @@ async fn a_waiter_takes_over_from_a_crashed_holder_at_its_lease() {
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(450), "{waited:?}");
     assert!(waited < Duration::from_secs(3), "{waited:?}");
-    assert!(command_calls(&server, "evalsha") <= 4);
+    assert!(lua_calls(&server) <= 4);
     assert!(g.unlock().await.unwrap());
     assert_clean(&server).await;
 }
@@ -310,7 +310,7 @@ async fn try_lock_makes_exactly_one_attempt() {
     let start = Instant::now();
     assert!(b.try_lock("once").await.unwrap().is_none());
     assert!(start.elapsed() < Duration::from_secs(1));
-    assert_eq!(command_calls(&server, "evalsha"), 1);
+    assert_eq!(lua_calls(&server), 1);
     assert!(server.pubsub_channels().is_empty());
     drop(guard);
     eventually("dropped guard released", || lock_keys(&server).is_empty()).await;
@@ -385,19 +385,24 @@ async fn a_recreated_fencing_counter_stays_ahead() {
 async fn script_flush_is_survived() {
     let server = RedisServer::start();
     let c = client_with_lease(&server.url(), SHORT).await;
+    // Both ways the code can go missing: scripts and the function library.
+    let flush = || {
+        server.cmd(&["SCRIPT", "FLUSH"]);
+        server.cmd(&["FUNCTION", "FLUSH"]);
+    };
     let g = c.lock("flushed").await.unwrap();
-    server.cmd(&["SCRIPT", "FLUSH"]);
+    flush();
     // The watchdog's renewals must survive it too.
     tokio::time::sleep(SHORT * 2).await;
     assert!(g.is_held());
-    server.cmd(&["SCRIPT", "FLUSH"]);
+    flush();
     assert!(g.unlock().await.unwrap());
-    server.cmd(&["SCRIPT", "FLUSH"]);
+    flush();
     let g = c.try_lock("flushed").await.unwrap().unwrap();
-    server.cmd(&["SCRIPT", "FLUSH"]);
-    assert!(c.lock_info("flushed").await.unwrap().held);
-    server.cmd(&["SCRIPT", "FLUSH"]);
-    assert!(c.force_unlock("flushed").await.unwrap());
+    flush();
+    assert!(c.mutex("flushed").info().await.unwrap().held);
+    flush();
+    assert!(c.mutex("flushed").force_unlock().await.unwrap());
     assert!(!g.unlock().await.unwrap());
     assert_clean(&server).await;
 }
@@ -413,7 +418,7 @@ async fn force_unlock_frees_the_lock_and_wakes_waiters() {
         async move { b.lock("stuck").wait(Duration::from_secs(20)).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(b.force_unlock("stuck").await.unwrap());
+    assert!(b.mutex("stuck").force_unlock().await.unwrap());
     let taken = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
         .unwrap()
@@ -424,7 +429,7 @@ async fn force_unlock_frees_the_lock_and_wakes_waiters() {
         .await
         .unwrap();
     assert!(taken.fencing_token() > g.fencing_token());
-    assert!(!b.force_unlock("nothing-here").await.unwrap());
+    assert!(!b.mutex("nothing-here").force_unlock().await.unwrap());
     drop(g);
     assert!(taken.unlock().await.unwrap());
     assert_clean(&server).await;
@@ -469,7 +474,7 @@ async fn extend_moves_a_fixed_lease() {
     g.extend(Duration::from_secs(5)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(g.is_held());
-    assert!(c.lock_info("ext").await.unwrap().ttl.unwrap() > Duration::from_secs(3));
+    assert!(c.mutex("ext").info().await.unwrap().ttl.unwrap() > Duration::from_secs(3));
     assert!(matches!(
         g.extend(Duration::ZERO).await,
         Err(LockError::InvalidOption { .. })
@@ -539,12 +544,12 @@ async fn the_watchdog_goes_quiet_after_release_and_with_the_client() {
     // It renews while the guard lives...
     server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(SHORT).await;
-    assert!(command_calls(&server, "evalsha") >= 2);
+    assert!(lua_calls(&server) >= 2);
     // ...and sends nothing once the lock is released.
     assert!(g.unlock().await.unwrap());
     server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(SHORT * 2).await;
-    assert_eq!(command_calls(&server, "evalsha"), 0);
+    assert_eq!(lua_calls(&server), 0);
     // Dropping the client and its last guard ends its background work: the guard's release
     // is the last command it sends.
     let g = c.lock("quiet").await.unwrap();
@@ -553,7 +558,7 @@ async fn the_watchdog_goes_quiet_after_release_and_with_the_client() {
     eventually("released", || lock_keys(&server).is_empty()).await;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(SHORT * 2).await;
-    assert_eq!(command_calls(&server, "evalsha"), 0);
+    assert_eq!(lua_calls(&server), 0);
     eventually("no pub/sub connection left", || {
         server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]).is_empty()
     })
@@ -569,9 +574,9 @@ async fn current_lock_and_handles_see_the_hold() {
     lock_core::reentrant(async {
         let g = c.lock("seen").await.unwrap();
         let held = lock_core::current_lock("seen").unwrap();
-        assert_eq!(held.fencing_token(), g.fencing_token());
+        assert_eq!(held.fencing_token(), Some(g.fencing_token()));
         assert!(held.is_held());
-        let handle = g.handle();
+        let handle = g.held_lock();
         assert!(g.unlock().await.unwrap());
         assert!(!handle.is_held());
         assert!(!held.is_held());
@@ -593,14 +598,106 @@ async fn validity_follows_the_watchdog_after_an_extend() {
     assert!(g.remaining() > Duration::from_secs(4));
     // The watchdog's next renewals set the server's lease back to SHORT; the guard must not
     // believe it holds the lock longer than the server keeps it.
+    // (What the guard believes is read first: a renewal between the two reads only moves the
+    // server's expiry later.)
     tokio::time::sleep(SHORT).await;
-    let server_ttl = c.lock_info("extended").await.unwrap().ttl.unwrap();
+    let believed = g.remaining();
+    let server_ttl = c.mutex("extended").info().await.unwrap().ttl.unwrap();
     assert!(server_ttl <= SHORT, "{server_ttl:?}");
     assert!(
-        g.remaining() <= server_ttl + Duration::from_millis(50),
-        "{:?}",
-        g.remaining()
+        believed <= server_ttl + Duration::from_millis(50),
+        "{believed:?} > {server_ttl:?}"
     );
     assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_serve_where_functions_are_refused() {
+    let server = RedisServer::start();
+    // A user that may not load functions (as a managed service may configure it): the client
+    // falls back to scripts, and everything works the same.
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "scripts",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-function",
+    ]);
+    let url = format!("redis://scripts:pw@{}", server.addr());
+    let c = client(&url).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let g = c.lock("via-scripts").await.unwrap();
+    assert!(c.try_lock("via-scripts").await.unwrap().is_none());
+    assert!(g.unlock().await.unwrap());
+    assert!(command_calls(&server, "evalsha") >= 3);
+    assert_eq!(command_calls(&server, "fcall"), 0);
+    assert_clean(&server).await;
+}
+
+/// Acquisitions and releases that queue behind calls in flight go out as one batch call, and
+/// each still gets its own answer: exclusion and increasing tokens on contended names, fresh
+/// names granted, a key of another type an error for its request alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_queue_go_out_in_batches_each_answered_alone() {
+    let server = RedisServer::start();
+    server.cmd(&["SET", "lock:{foreign}", "someone else's string"]);
+    let c = client(&server.url()).await;
+    const TASKS: usize = 48;
+    const CYCLES: usize = 20;
+    const NAMES: usize = 6;
+    // Per contended name: who is inside, and the last token granted.
+    let state: Arc<Vec<std::sync::Mutex<(usize, u64)>>> =
+        Arc::new((0..NAMES).map(|_| Default::default()).collect());
+    let before = lua_calls(&server);
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let (c, state) = (c.clone(), state.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..CYCLES {
+                // A contended name.
+                let n = (t + i) % NAMES;
+                let guard = c
+                    .lock(format!("b-{n}"))
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                {
+                    let mut s = state[n].lock().unwrap();
+                    assert_eq!(s.0, 0, "two holders of b-{n}");
+                    assert!(guard.fencing_token() > s.1, "token went back on b-{n}");
+                    *s = (1, guard.fencing_token());
+                }
+                tokio::task::yield_now().await;
+                state[n].lock().unwrap().0 = 0;
+                assert!(guard.unlock().await.unwrap());
+                // A fresh name, and (now and then) the foreign key.
+                let guard = c.try_lock(format!("fresh-{t}-{i}")).await.unwrap();
+                assert!(guard.unwrap().unlock().await.unwrap());
+                if i % 5 == 0 {
+                    let err = c.try_lock("foreign").await.unwrap_err();
+                    assert!(matches!(err, LockError::Redis(_)), "{err:?}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // 4 calls per cycle, one more every 5th, if each went alone.
+    let alone = (TASKS * CYCLES * 4 + TASKS * CYCLES / 5) as u64;
+    let calls = lua_calls(&server) - before;
+    assert!(
+        calls < alone / 2,
+        "{calls} calls for {alone} requests: no batching"
+    );
+    server.cmd(&["DEL", "lock:{foreign}"]);
     assert_clean(&server).await;
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::redlock::{DEFAULT_DRIFT_FACTOR, DRIFT_MARGIN, RedLockBuilder};
+use lock_core::RedLockBuilder;
 use lock_core::{LockClient, LockError, RedLock};
 use lock_tests::fixtures::{client_with_lease, eventually, lock_keys};
 use lock_tests::{FaultProxy, RedisServer, unique_name};
@@ -48,7 +48,7 @@ async fn redlock(urls: &[String]) -> RedLock {
 }
 
 fn drift(lease: Duration) -> Duration {
-    lease.mul_f64(DEFAULT_DRIFT_FACTOR) + DRIFT_MARGIN
+    lease.mul_f64(RedLock::DEFAULT_DRIFT_FACTOR) + RedLock::DRIFT_MARGIN
 }
 
 /// The held-lock key of `name` on `server`, if any.
@@ -455,7 +455,7 @@ async fn extension_finds_the_lock_gone_on_a_majority() {
     // An operator frees two of the three nodes, and someone takes one of them.
     for server in &s[..2] {
         let c = client_with_lease(&server.url(), Duration::from_secs(30)).await;
-        assert!(c.force_unlock(&name).await.unwrap());
+        assert!(c.mutex(&name).force_unlock().await.unwrap());
     }
     let thief = client_with_lease(&s[0].url(), Duration::from_secs(30)).await;
     let t = thief

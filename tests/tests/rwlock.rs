@@ -254,3 +254,52 @@ async fn a_waiting_writer_holds_new_readers_back_until_it_is_done_or_gives_up() 
     reader.unlock().await.unwrap();
     assert_rw_clean(&server).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_shows_readers_the_writer_and_a_waiting_writer() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let lock = a.read_write_lock("shelf");
+    assert_eq!(lock.info().await.unwrap(), Default::default());
+
+    let r1 = lock.read().await.unwrap();
+    let r2 = b.read_write_lock("shelf").read().await.unwrap();
+    let info = lock.info().await.unwrap();
+    assert_eq!((info.readers, info.read_shares), (2, 2));
+    assert!(!info.writer.held && !info.writer_waiting);
+    assert!(info.readers_ttl.unwrap() <= a.watchdog_lease());
+
+    // A writer waits: it marks the lock.
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.read_write_lock("shelf")
+                .write()
+                .wait(Duration::from_secs(20))
+                .await
+        }
+    });
+    let mut waiting = false;
+    for _ in 0..500 {
+        if lock.info().await.unwrap().writer_waiting {
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(waiting, "the waiting writer never showed");
+    assert!(
+        lock.try_read().await.unwrap().is_none(),
+        "new readers hold back"
+    );
+    r1.unlock().await.unwrap();
+    r2.unlock().await.unwrap();
+    let w = writer.await.unwrap().unwrap();
+    let info = lock.info().await.unwrap();
+    assert!(info.writer.held && !info.writer_waiting);
+    assert_eq!(info.writer.fencing_token, Some(w.fencing_token()));
+    assert_eq!(info.readers, 0);
+    assert!(lock.try_write().await.unwrap().is_none());
+    w.unlock().await.unwrap();
+}

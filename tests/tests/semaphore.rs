@@ -51,7 +51,7 @@ async fn never_more_holders_than_permits_across_clients() {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     sections.fetch_add(1, Ordering::SeqCst);
-                    assert!(permit.release().await.unwrap());
+                    assert!(permit.unlock().await.unwrap());
                 }
             }));
         }
@@ -90,10 +90,10 @@ async fn n_permits_at_once_and_a_waiter_wakes_on_release() {
             .wait(Duration::from_secs(20))
             .await
             .unwrap();
-        (start.elapsed(), g.release().await.unwrap())
+        (start.elapsed(), g.unlock().await.unwrap())
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(three.release().await.unwrap());
+    assert!(three.unlock().await.unwrap());
     let (waited, released) = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .unwrap()
@@ -101,7 +101,7 @@ async fn n_permits_at_once_and_a_waiter_wakes_on_release() {
     assert!(released);
     // Woken by the release, not by the 30 s lease of the permits.
     assert!(waited < Duration::from_secs(3), "{waited:?}");
-    assert!(two.release().await.unwrap());
+    assert!(two.unlock().await.unwrap());
     assert_sem_clean(&server, "slots").await;
 }
 
@@ -127,9 +127,9 @@ async fn permits_of_a_crashed_holder_come_back_and_renewal_keeps_live_ones() {
     tokio::time::sleep(SHORT * 3).await;
     assert!(live.is_held());
     assert!(sem.try_acquire(1).await.unwrap().is_none());
-    assert!(!crashed.release().await.unwrap());
-    assert!(live.release().await.unwrap());
-    assert!(third.release().await.unwrap());
+    assert!(!crashed.unlock().await.unwrap());
+    assert!(live.unlock().await.unwrap());
+    assert!(third.unlock().await.unwrap());
     assert_sem_clean(&server, "leased").await;
 }
 
@@ -144,7 +144,7 @@ async fn lost_fires_when_permits_vanish() {
         .await
         .unwrap();
     assert!(!g.is_held());
-    assert!(!g.release().await.unwrap());
+    assert!(!g.unlock().await.unwrap());
     assert_sem_clean(&server, "vanish").await;
 }
 
@@ -169,12 +169,12 @@ async fn cancelled_permit_requests_leave_nothing_behind() {
             drop(r.unwrap());
         }
         if let Some(b) = blocker {
-            b.release().await.unwrap();
+            b.unlock().await.unwrap();
         }
     }
     assert_sem_clean(&server, "cancel").await;
     let g = sem.acquire(2).wait(Duration::from_secs(5)).await.unwrap();
-    g.release().await.unwrap();
+    g.unlock().await.unwrap();
     assert_sem_clean(&server, "cancel").await;
 }
 
@@ -202,4 +202,52 @@ async fn bad_semaphore_input_is_refused() {
         }
     ));
     assert_eq!(server.dbsize(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_size_is_recorded_and_another_size_is_refused_while_permits_are_held() {
+    let server = RedisServer::start();
+    let a = client(&server.url()).await;
+    let b = client(&server.url()).await;
+    let five = a.semaphore("sized", 5);
+    let info = five.info().await.unwrap();
+    assert_eq!(
+        (info.size, info.held, info.free, info.holders),
+        (None, 0, 5, 0)
+    );
+
+    let two = five.acquire(2).await.unwrap();
+    let one = five.acquire(1).await.unwrap();
+    let info = five.info().await.unwrap();
+    assert_eq!(
+        (info.size, info.held, info.free, info.holders),
+        (Some(5), 3, 2, 2)
+    );
+    assert!(info.next_expiry.unwrap() <= a.watchdog_lease());
+
+    // Another client that believes the semaphore has 10 permits is told, not let in.
+    let err = b.semaphore("sized", 10).acquire(1).await.unwrap_err();
+    let LockError::SizeMismatch {
+        name,
+        requested,
+        recorded,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!((name.as_str(), *requested, *recorded), ("sized", 10, 5));
+    assert!(err.to_string().contains("has 5 permits, not 10"), "{err}");
+    assert!(b.semaphore("sized", 10).try_acquire(1).await.is_err());
+
+    // Once every permit is back, the record goes with them: a new size may start.
+    assert!(two.unlock().await.unwrap());
+    assert!(one.unlock().await.unwrap());
+    assert_eq!(five.info().await.unwrap().size, None);
+    let ten = b.semaphore("sized", 10).acquire(7).await.unwrap();
+    assert_eq!(
+        b.semaphore("sized", 10).info().await.unwrap().size,
+        Some(10)
+    );
+    ten.unlock().await.unwrap();
+    assert_eq!(server.keys("lock:{sized}*"), Vec::<String>::new());
 }

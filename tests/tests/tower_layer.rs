@@ -99,7 +99,10 @@ impl Overlap {
         }
         if let Some(lock) = lock {
             assert!(lock.is_held());
-            self.tokens.lock().unwrap().push(lock.fencing_token());
+            self.tokens
+                .lock()
+                .unwrap()
+                .push(lock.fencing_token().expect("a mutex has a fencing token"));
         }
         tokio::time::sleep(hold).await;
         self.inside.fetch_sub(1, Ordering::SeqCst);
@@ -626,13 +629,13 @@ async fn streaming_body_keeps_the_lock_until_its_last_chunk() {
         .unwrap();
     assert_eq!(&first[..], b"first,");
     // Mid-stream: the handler has returned long ago, the lock is still held.
-    assert!(checker.lock_info("export:1").await.unwrap().held);
+    assert!(checker.mutex("export:1").info().await.unwrap().held);
     assert_eq!(
         http.get(app.url("/try/1")).send().await.unwrap().status(),
         409
     );
     tx.send(Bytes::from_static(b"second")).await.unwrap();
-    assert!(checker.lock_info("export:1").await.unwrap().held);
+    assert!(checker.mutex("export:1").info().await.unwrap().held);
     drop(tx);
     let mut rest = Vec::new();
     while let Some(chunk) = within("the rest of the body", 10, res.chunk())
@@ -643,7 +646,7 @@ async fn streaming_body_keeps_the_lock_until_its_last_chunk() {
     }
     assert_eq!(rest, b"second");
     // The lock was released before the body's end reached the client.
-    assert!(!checker.lock_info("export:1").await.unwrap().held);
+    assert!(!checker.mutex("export:1").info().await.unwrap().held);
     assert_eq!(
         http.get(app.url("/try/1")).send().await.unwrap().status(),
         200
@@ -665,7 +668,7 @@ async fn streaming_body_keeps_the_lock_until_its_last_chunk() {
         .unwrap()
         .unwrap();
     assert_eq!(&first[..], b"early");
-    assert!(!checker.lock_info("export:2").await.unwrap().held);
+    assert!(!checker.mutex("export:2").info().await.unwrap().held);
     drop(tx);
     assert_eq!(within("the end", 10, res.chunk()).await.unwrap(), None);
     assert_clean(&server).await;
@@ -707,7 +710,7 @@ async fn dropped_client_connection_mid_handler_releases_the_lock() {
         .await
         .unwrap();
     within("the handler", 10, entered.recv()).await.unwrap();
-    assert!(checker.lock_info("order:9").await.unwrap().held);
+    assert!(checker.mutex("order:9").info().await.unwrap().held);
     let started = Instant::now();
     drop(conn);
 
@@ -912,7 +915,7 @@ async fn each_extractor_locks_its_name_through_oneshot() {
     // A small body was read in full under the lock, and the lock given back before the
     // response was handed on (so it goes out in one write).
     assert!(!res.body().holds_lock());
-    assert!(!client.is_locked("t:job").await.unwrap());
+    assert!(!client.mutex("t:job").info().await.unwrap().held);
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "t:job");
     // A body larger than the buffer limit streams, keeping the lock until its last frame.
     let big = ServiceBuilder::new()
@@ -934,10 +937,10 @@ async fn each_extractor_locks_its_name_through_oneshot() {
         .await
         .unwrap();
     assert!(res.body().holds_lock());
-    assert!(client.is_locked("t:big").await.unwrap());
+    assert!(client.mutex("t:big").info().await.unwrap().held);
     let len = res.into_body().collect().await.unwrap().to_bytes().len();
     assert_eq!(len as u64, lock_tower::future::BUFFER_LIMIT + 1);
-    assert!(!client.is_locked("t:big").await.unwrap());
+    assert!(!client.mutex("t:big").info().await.unwrap().held);
     let err = svc
         .clone()
         .oneshot(
@@ -1051,7 +1054,7 @@ async fn the_lock_is_released_before_the_last_byte_reaches_the_client() {
         }
         assert!(received.starts_with(b"HTTP/1.1 200"));
         assert!(
-            !checker.lock_info(name).await.unwrap().held,
+            !checker.mutex(name).info().await.unwrap().held,
             "{path}: still locked after the response"
         );
     }
@@ -1093,6 +1096,338 @@ async fn the_handler_re_enters_the_request_lock_and_finds_it() {
         .unwrap();
     assert_eq!(res.status().as_u16(), 200);
     assert_eq!(res.text().await.unwrap(), "2 true");
-    assert!(!c.is_locked("order:7").await.unwrap());
+    assert!(!c.mutex("order:7").info().await.unwrap().held);
+    assert_clean(&server).await;
+}
+
+/// How many handlers run at once, and the most that ever did.
+#[derive(Default)]
+struct Concurrency {
+    inside: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Concurrency {
+    async fn hold(&self, for_: Duration) {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(for_).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_let_at_most_n_requests_per_key_run_across_instances() {
+    let server = RedisServer::start();
+    let running = Arc::new(Concurrency::default());
+    let together = Arc::new(Barrier::new(2));
+    let app = |client: LockClient| {
+        let (running, together) = (running.clone(), together.clone());
+        let export = move |Extension(lock): Extension<HeldLock>, uri: http::Uri| async move {
+            assert_eq!(lock.fencing_token(), None, "permits have no fencing token");
+            if uri.query() == Some("together") {
+                // Two requests of one key get here at the same time, or neither returns.
+                if timeout(Duration::from_secs(10), together.wait())
+                    .await
+                    .is_err()
+                {
+                    return StatusCode::REQUEST_TIMEOUT;
+                }
+            }
+            running.hold(Duration::from_millis(40)).await;
+            StatusCode::OK
+        };
+        Router::new().route(
+            "/exports/{tenant}",
+            post(export).route_layer(
+                DistributedLockLayer::new(client, PathParam::new("tenant"))
+                    .prefix("export:")
+                    .permits(2)
+                    .wait(Duration::from_secs(20)),
+            ),
+        )
+    };
+    let apps = [
+        App::serve(app(client(&server.url()).await)).await,
+        App::serve(app(client(&server.url()).await)).await,
+    ];
+    let http = http();
+
+    // Two requests of one key, one per instance, run together: it is not a mutex.
+    let both = (0..2).map(|i| http.post(apps[i].url("/exports/a?together")).send());
+    for res in within("two together", 20, futures_util::future::join_all(both)).await {
+        assert_eq!(res.unwrap().status(), 200);
+    }
+
+    // Twelve at once, across both instances: never more than two inside.
+    running.most.store(0, Ordering::SeqCst);
+    let many = (0..12).map(|i| http.post(apps[i % 2].url("/exports/a")).send());
+    for res in within("twelve requests", 30, futures_util::future::join_all(many)).await {
+        assert_eq!(res.unwrap().status(), 200);
+    }
+    let most = running.most.load(Ordering::SeqCst);
+    assert!(most <= 2, "{most} requests of one key ran at once");
+    assert_eq!(most, 2, "the permits were used");
+
+    // While two hold the key's permits, a third that does not wait is turned away.
+    let apps_busy = App::serve(
+        Router::new().route(
+            "/exports/{tenant}",
+            post(|| async { "ok" }).route_layer(
+                DistributedLockLayer::new(client(&server.url()).await, PathParam::new("tenant"))
+                    .prefix("export:")
+                    .permits(2),
+            ),
+        ),
+    )
+    .await;
+    let c = client(&server.url()).await;
+    let sem = c.semaphore("export:b", 2);
+    let (p1, p2) = (sem.acquire(1).await.unwrap(), sem.acquire(1).await.unwrap());
+    let (status, retry_after, body) =
+        problem(http.post(apps_busy.url("/exports/b")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(retry_after.is_some());
+    assert_eq!(body["code"], "lock_busy");
+    p1.unlock().await.unwrap();
+    let ok = http.post(apps_busy.url("/exports/b")).send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    p2.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_lets_reads_overlap_and_writes_run_alone() {
+    let server = RedisServer::start();
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let conflicts = Arc::new(AtomicUsize::new(0));
+    let together = Arc::new(Barrier::new(2));
+    let app = |client: LockClient| {
+        let (r, w, bad, together) = (
+            readers.clone(),
+            writers.clone(),
+            conflicts.clone(),
+            together.clone(),
+        );
+        let read = move |Extension(lock): Extension<HeldLock>, uri: http::Uri| {
+            let (r, w, bad, together) = (r.clone(), w.clone(), bad.clone(), together.clone());
+            async move {
+                assert_eq!(lock.fencing_token(), None, "readers have no fencing token");
+                r.fetch_add(1, Ordering::SeqCst);
+                if w.load(Ordering::SeqCst) > 0 {
+                    bad.fetch_add(1, Ordering::SeqCst);
+                }
+                let status = if uri.query() == Some("together")
+                    && timeout(Duration::from_secs(10), together.wait())
+                        .await
+                        .is_err()
+                {
+                    StatusCode::REQUEST_TIMEOUT
+                } else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    StatusCode::OK
+                };
+                r.fetch_sub(1, Ordering::SeqCst);
+                status
+            }
+        };
+        let (r, w, bad) = (readers.clone(), writers.clone(), conflicts.clone());
+        let write = move |Extension(lock): Extension<HeldLock>| async move {
+            assert!(lock.fencing_token().is_some(), "writers are fenced");
+            if w.fetch_add(1, Ordering::SeqCst) > 0 || r.load(Ordering::SeqCst) > 0 {
+                bad.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            w.fetch_sub(1, Ordering::SeqCst);
+            StatusCode::OK
+        };
+        Router::new().route(
+            "/docs/{id}",
+            get(read).put(write).route_layer(
+                DistributedLockLayer::new(client, PathParam::new("id"))
+                    .prefix("doc:")
+                    .read_write()
+                    .wait(Duration::from_secs(20)),
+            ),
+        )
+    };
+    let apps = [
+        App::serve(app(client(&server.url()).await)).await,
+        App::serve(app(client(&server.url()).await)).await,
+    ];
+    let http = http();
+
+    // Two GETs of one document, one per instance, are inside at the same time.
+    let both = (0..2).map(|i| http.get(apps[i].url("/docs/7?together")).send());
+    for res in within("two readers", 20, futures_util::future::join_all(both)).await {
+        assert_eq!(res.unwrap().status(), 200);
+    }
+
+    // Reads and writes mixed, across both instances: a writer is always alone.
+    let mixed = (0..16).map(|i| {
+        let url = apps[i % 2].url("/docs/7");
+        if i % 3 == 0 {
+            http.put(url).send()
+        } else {
+            http.get(url).send()
+        }
+    });
+    for res in within("mixed requests", 30, futures_util::future::join_all(mixed)).await {
+        assert_eq!(res.unwrap().status(), 200);
+    }
+    assert_eq!(conflicts.load(Ordering::SeqCst), 0, "a writer overlapped");
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_that_cannot_work_answers_500_and_never_panics() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let routes = [
+        (
+            "/prefix/{id}",
+            DistributedLockLayer::new(c.clone(), PathParam::new("id")).prefix(""),
+        ),
+        (
+            "/lease/{id}",
+            DistributedLockLayer::new(c.clone(), PathParam::new("id"))
+                .lease(Duration::from_millis(1)),
+        ),
+        (
+            "/permits/{id}",
+            DistributedLockLayer::new(c.clone(), PathParam::new("id")).permits(0),
+        ),
+    ];
+    let mut router = Router::new();
+    for (path, layer) in routes {
+        router = router.route(path, post(|| async { "ran" }).route_layer(layer));
+    }
+    let app = App::serve(router).await;
+    for (path, option) in [
+        ("/prefix/1", "prefix"),
+        ("/lease/1", "lease"),
+        ("/permits/1", "permits"),
+    ] {
+        let (status, _, body) = problem(http().post(app.url(path)).send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+        assert_eq!(body["code"], "lock_error", "{path} ({option})");
+    }
+    assert!(lock_keys(&server).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_keys_locks_ids_that_break_the_rules_by_their_digest() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let name = |Extension(lock): Extension<HeldLock>| async move { lock.name().to_owned() };
+    let layer = |hash: bool| {
+        DistributedLockLayer::new(
+            c.clone(),
+            Header::new(HeaderName::from_static("x-payment-id")),
+        )
+        .prefix("pay:")
+        .hash_keys(hash)
+    };
+    let app = App::serve(
+        Router::new()
+            .route("/hashed", post(name).route_layer(layer(true)))
+            .route("/plain", post(name).route_layer(layer(false))),
+    )
+    .await;
+    let http = http();
+    let send = |path: &str, id: &str| http.post(app.url(path)).header("x-payment-id", id).send();
+    // An external id with a space and braces: refused as it is, locked by its digest when hashed.
+    let external = "txn {2026} 00042";
+    let (status, _, body) = problem(send("/plain", external).await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["code"], "invalid_lock_key");
+    let hashed = send("/hashed", external)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(hashed.starts_with("pay:sha256:") && hashed.len() == "pay:sha256:".len() + 64);
+    assert_eq!(
+        send("/hashed", external)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        hashed
+    );
+    // A valid id keeps its own name.
+    assert_eq!(
+        send("/hashed", "42").await.unwrap().text().await.unwrap(),
+        "pay:42"
+    );
+    // The hashed name excludes like any other: held elsewhere, the request is turned away.
+    let held = c.lock(hashed.clone()).await.unwrap();
+    let (status, _, _) = problem(send("/hashed", external).await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    held.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_follows_how_long_requests_hold_the_lock() {
+    let server = RedisServer::start();
+    // A 30 s watchdog lease: the holder's remaining lease says nothing about when it is done.
+    let c = client(&server.url()).await;
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler = {
+        let (entered, release) = (entered.clone(), release.clone());
+        move |uri: http::Uri| {
+            let (entered, release) = (entered.clone(), release.clone());
+            async move {
+                if uri.query() == Some("hold") {
+                    entered.notify_one();
+                    release.notified().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                "done"
+            }
+        }
+    };
+    let app = App::serve(Router::new().route(
+        "/jobs/{id}",
+        post(handler).route_layer(DistributedLockLayer::new(c.clone(), PathParam::new("id"))),
+    ))
+    .await;
+    let http = http();
+    // Requests that hold their lock about 200 ms each.
+    for i in 0..3 {
+        let res = http
+            .post(app.url(&format!("/jobs/warm-{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    // One holds a lock until told; a second request for the key is told to come back soon.
+    let holding = tokio::spawn({
+        let http = http.clone();
+        let url = app.url("/jobs/7?hold");
+        async move { http.post(url).send().await.unwrap().status() }
+    });
+    within("the holder entered", 10, entered.notified()).await;
+    let (status, retry_after, body) =
+        problem(http.post(app.url("/jobs/7")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        retry_after.as_deref(),
+        Some("1"),
+        "rounded up to a whole second"
+    );
+    let retry_ms = body["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        (150..=1000).contains(&retry_ms),
+        "about the recent 200 ms holds, not the 30 s lease: {retry_ms} ms"
+    );
+    release.notify_one();
+    assert_eq!(within("the holder", 10, holding).await.unwrap(), 200);
     assert_clean(&server).await;
 }

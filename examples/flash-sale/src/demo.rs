@@ -19,7 +19,7 @@ use lock_tests::RedisServer;
 use crate::cluster::{Instance, InstanceOptions, log_tail};
 use crate::db::{Db, sqlite_url};
 use crate::invariants::Invariants;
-use crate::load::{self, LoadOptions};
+use crate::load::{self, LoadOptions, LoadReport};
 use crate::model::SaleId;
 use crate::serve::BoxError;
 
@@ -71,18 +71,21 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             (None, url)
         }
         Err(_) => {
-            let found = Command::new("redis-server")
+            // The binary the harness starts: REDIS_SERVER_BIN, or redis-server on the PATH.
+            let binary = lock_tests::server_binary();
+            let found = Command::new(&binary)
                 .arg("--version")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success());
             if !found {
-                return Err(
-                    "redis-server is not installed: install it (scripts/demo.sh does: \
-                            scripts/ensure-redis.sh) or set REDIS_URL"
-                        .into(),
-                );
+                return Err(format!(
+                    "{binary} does not run: install redis-server (scripts/demo.sh does: \
+                     scripts/ensure-redis.sh), point REDIS_SERVER_BIN at a Redis-compatible \
+                     server, or set REDIS_URL"
+                )
+                .into());
             }
             let server = RedisServer::start();
             println!(
@@ -190,11 +193,15 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         "  fencing: {} stale write(s) refused by the database",
         inv.stale_writes_rejected
     );
+    for line in who_stopped_what(options.locking, &report, &inv) {
+        println!("{line}");
+    }
     let violated = !inv.violations().is_empty();
     let ok = if !options.locking {
         if violated {
             println!(
-                "without the locks the invariants broke, as expected: this is what the locks prevent"
+                "without the locks {}, as expected (which lock prevents what: above)",
+                what_broke(&inv)
             );
         } else {
             println!(
@@ -245,6 +252,157 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
     Ok(ok)
 }
 
+/// Which lock or check stopped which requests, from the load's answers and the database: with
+/// the locks, what each one did; without them (`--no-lock`), what went wrong in its absence and
+/// which check, if any, caught it instead.
+fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec<String> {
+    let taken = inv.initial_stock - inv.stock_left;
+    let found_paid = report.payments_replayed - report.replays_refused_by_write;
+    let refused = report.replays_refused_by_write;
+    let mut rows: Vec<(&str, String)> = if locking {
+        vec![
+            (
+                "stock lock",
+                format!(
+                    "purchases took turns: {} orders, {taken} items taken from the stock of {}; \
+                     {} requests found the sale sold out",
+                    inv.sold, inv.initial_stock, report.sold_out
+                ),
+            ),
+            (
+                "buyer lock",
+                format!(
+                    "{} double clicks answered 409 at once (the buyer's other request held it, \
+                     on another instance)",
+                    report.lock_busy
+                ),
+            ),
+            (
+                "limit check",
+                format!(
+                    "{} repeats found the buyer's earlier order (read under the stock lock)",
+                    report.already_ordered
+                ),
+            ),
+            (
+                "order lock",
+                format!(
+                    "{found_paid} replayed payments waited for the first callback and found the \
+                     order paid"
+                ),
+            ),
+            (
+                "database",
+                format!(
+                    "{refused} replays reached the conditional write (status = 'reserved'), the \
+                     second line of defence behind the order lock"
+                ),
+            ),
+        ]
+    } else {
+        let stock = if inv.oversold > 0 || inv.stock_mismatch != 0 {
+            format!(
+                "off: purchases interleaved: {} orders for a stock of {} ({} oversold), and the \
+                 stock went down by only {taken} (writes based on stale reads)",
+                inv.sold, inv.initial_stock, inv.oversold
+            )
+        } else {
+            format!(
+                "off: no purchases interleaved this time ({} orders, {taken} items taken)",
+                inv.sold
+            )
+        };
+        let buyer = if inv.duplicate_orders > 0 {
+            format!(
+                "off: no double click was turned away (lock busy: {}); {} buyers got {} extra \
+                 orders, their two requests passing the per-buyer check together (it needs \
+                 the stock lock too)",
+                report.lock_busy, inv.buyers_over_limit, inv.duplicate_orders
+            )
+        } else {
+            format!(
+                "off: no double click was turned away (lock busy: {}); no buyer got a second \
+                 order this time",
+                report.lock_busy
+            )
+        };
+        let order = if inv.paid_twice == 0 && inv.payment_mismatches == 0 {
+            format!(
+                "off: {refused} replayed payments raced the first callback, read the order \
+                 unpaid and were refused by the database's conditional write (status = \
+                 'reserved'); {found_paid} found it paid. No order was paid twice: here the \
+                 database check catches what the lock prevents"
+            )
+        } else {
+            format!(
+                "off: {} orders paid twice, their replays racing the first callback",
+                inv.paid_twice
+            )
+        };
+        vec![
+            ("stock lock", stock),
+            ("buyer lock", buyer),
+            ("order lock", order),
+        ]
+    };
+    if locking && inv.stale_writes_rejected > 0 {
+        rows.push((
+            "fencing",
+            format!(
+                "{} stale stock writes refused: a holder that outlived its lease wrote after \
+                 the next holder had claimed the sale",
+                inv.stale_writes_rejected
+            ),
+        ));
+    }
+    let mut lines = vec![if locking {
+        "what stopped what:".to_owned()
+    } else {
+        "what each lock prevents (all off in this run):".to_owned()
+    }];
+    for (what, text) in rows {
+        lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
+    }
+    lines
+}
+
+/// `text` in lines of at most `width` characters (longer words excepted), the first after
+/// `first`, the others indented as far.
+fn wrap(first: &str, text: &str, width: usize) -> Vec<String> {
+    let indent = " ".repeat(first.chars().count());
+    let mut lines = Vec::new();
+    let mut line = first.to_owned();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::replace(&mut line, indent.clone()));
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    lines.push(line);
+    lines
+}
+
+/// The invariants the no-lock run broke, in words.
+fn what_broke(inv: &Invariants) -> String {
+    let mut broke = Vec::new();
+    if inv.oversold > 0 || inv.stock_mismatch != 0 || inv.stock_left < 0 {
+        broke.push("the sale oversold");
+    }
+    if inv.duplicate_orders > 0 {
+        broke.push("buyers got second orders");
+    }
+    if inv.paid_twice > 0 || inv.payment_mismatches > 0 {
+        broke.push("orders were paid twice");
+    }
+    broke.join(" and ")
+}
+
 /// Waits for instance 1 to reach its stall point inside the stock critical section, freezes
 /// it past its lease, then lets it go on.
 async fn stall(
@@ -274,4 +432,54 @@ async fn stall(
         lease.as_secs_f64()
     ));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_lines_short_and_indents_the_rest() {
+        let lines = wrap("  order lock   ", &"word ".repeat(40), 40);
+        assert!(lines.len() > 1);
+        assert!(lines.iter().all(|l| l.chars().count() <= 40), "{lines:?}");
+        assert!(lines[0].starts_with("  order lock   word"));
+        assert!(
+            lines[1..]
+                .iter()
+                .all(|l| l.starts_with("               word"))
+        );
+    }
+
+    #[test]
+    fn the_no_lock_run_names_what_broke_and_who_caught_the_replays() {
+        let inv = Invariants {
+            initial_stock: 100,
+            stock_left: 15,
+            sold: 4231,
+            oversold: 4131,
+            stock_mismatch: 4146,
+            duplicate_orders: 231,
+            buyers_over_limit: 218,
+            paid_orders: 4231,
+            ..Invariants::default()
+        };
+        assert_eq!(
+            what_broke(&inv),
+            "the sale oversold and buyers got second orders"
+        );
+        let report = LoadReport {
+            payments_applied: 4231,
+            payments_replayed: 4231,
+            replays_refused_by_write: 2566,
+            ..LoadReport::default()
+        };
+        let text = who_stopped_what(false, &report, &inv).join("\n");
+        assert!(text.contains("4131 oversold"), "{text}");
+        assert!(text.contains("218 buyers got 231 extra"), "{text}");
+        assert!(text.contains("2566 replayed payments"), "{text}");
+        assert!(text.contains("conditional write"), "{text}");
+        let text = who_stopped_what(true, &report, &inv).join("\n");
+        assert!(text.contains("1665 replayed payments waited"), "{text}");
+    }
 }

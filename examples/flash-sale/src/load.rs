@@ -101,8 +101,11 @@ pub struct LoadReport {
     pub accepted: usize,
     /// `410 sold_out`.
     pub sold_out: usize,
-    /// `409 already_ordered` or `409 lock_busy` (a double click).
-    pub duplicate: usize,
+    /// `409 already_ordered`: the per-buyer check found the buyer's earlier order.
+    pub already_ordered: usize,
+    /// `409 lock_busy`: a double click turned away at once because the buyer lock was held
+    /// (by the buyer's other request, on another instance).
+    pub lock_busy: usize,
     /// `503` busy or lock lost: retryable.
     pub busy: usize,
     /// `503 stale_lock`: a stale write refused by the fencing check.
@@ -123,6 +126,9 @@ pub struct LoadReport {
     pub payments_applied: usize,
     /// Replayed callbacks answered without paying again.
     pub payments_replayed: usize,
+    /// Of those, the replays that the database's conditional write refused (they read the
+    /// order unpaid, alongside the first callback); the others found the order paid.
+    pub replays_refused_by_write: usize,
     /// Payment callbacks that failed.
     pub payment_errors: usize,
 }
@@ -140,25 +146,36 @@ impl LoadReport {
 
     /// The report, as lines for people.
     pub fn lines(&self) -> Vec<String> {
+        let row = |label: &str, n: usize, why: &str| {
+            if why.is_empty() {
+                format!("  {label:<16}{n:>6}")
+            } else {
+                format!("  {label:<16}{n:>6}   ({why})")
+            }
+        };
         let mut lines = vec![
-            format!("  accepted      {:>6}", self.accepted),
-            format!("  sold out      {:>6}", self.sold_out),
-            format!(
-                "  duplicate     {:>6}   (409: already ordered, or a double click caught by the buyer lock)",
-                self.duplicate
+            row("accepted", self.accepted, "201: an order"),
+            row("sold out", self.sold_out, "410"),
+            row(
+                "already ordered",
+                self.already_ordered,
+                "409: the per-buyer check found the buyer's earlier order",
             ),
-            format!("  busy          {:>6}   (503: retry)", self.busy),
-            format!(
-                "  stale         {:>6}   (503: write refused by the fencing check)",
-                self.stale
+            row(
+                "lock busy",
+                self.lock_busy,
+                "409: a double click turned away at once by the buyer lock",
             ),
-            format!("  errors        {:>6}", self.errors),
+            row("busy", self.busy, "503: retry"),
+            row(
+                "stale",
+                self.stale,
+                "503: write refused by the fencing check",
+            ),
+            row("errors", self.errors, ""),
         ];
         if self.not_sent > 0 {
-            lines.push(format!(
-                "  not sent      {:>6}   (time limit reached)",
-                self.not_sent
-            ));
+            lines.push(row("not sent", self.not_sent, "time limit reached"));
         }
         lines.push(format!(
             "  {} requests in {:.2} s: {:.0} req/s, p50 {:.1} ms, p99 {:.1} ms",
@@ -170,8 +187,14 @@ impl LoadReport {
         ));
         if self.payments_applied + self.payments_replayed + self.payment_errors > 0 {
             lines.push(format!(
-                "  payments: {} callbacks paid an order, {} replays answered without paying again, {} failed",
-                self.payments_applied, self.payments_replayed, self.payment_errors
+                "  payments: {} callbacks paid an order, {} failed; {} replays answered without \
+                 paying again:",
+                self.payments_applied, self.payment_errors, self.payments_replayed,
+            ));
+            lines.push(format!(
+                "            {} found the order paid, {} refused by the database's conditional write",
+                self.payments_replayed - self.replays_refused_by_write,
+                self.replays_refused_by_write,
             ));
         }
         for sample in &self.error_samples {
@@ -186,7 +209,8 @@ impl LoadReport {
 enum Outcome {
     Accepted,
     SoldOut,
-    Duplicate,
+    AlreadyOrdered,
+    LockBusy,
     Busy,
     Stale,
     Error,
@@ -196,7 +220,8 @@ fn classify(status: u16, code: &str) -> Outcome {
     match (status, code) {
         (201, _) => Outcome::Accepted,
         (410, "sold_out") => Outcome::SoldOut,
-        (409, "already_ordered" | "lock_busy") => Outcome::Duplicate,
+        (409, "already_ordered") => Outcome::AlreadyOrdered,
+        (409, "lock_busy") => Outcome::LockBusy,
         (503, "stale_lock") => Outcome::Stale,
         (503, _) => Outcome::Busy,
         _ => Outcome::Error,
@@ -205,7 +230,7 @@ fn classify(status: u16, code: &str) -> Outcome {
 
 #[derive(Default)]
 struct Tally {
-    outcomes: [usize; 6],
+    outcomes: [usize; 7],
     latencies_us: Vec<u64>,
     orders: Vec<String>,
     samples: Vec<String>,
@@ -368,7 +393,8 @@ pub async fn run(options: &LoadOptions) -> LoadReport {
         not_sent: shots.len() - all.sent,
         accepted: all.outcomes[Outcome::Accepted as usize],
         sold_out: all.outcomes[Outcome::SoldOut as usize],
-        duplicate: all.outcomes[Outcome::Duplicate as usize],
+        already_ordered: all.outcomes[Outcome::AlreadyOrdered as usize],
+        lock_busy: all.outcomes[Outcome::LockBusy as usize],
         busy: all.outcomes[Outcome::Busy as usize],
         stale: all.outcomes[Outcome::Stale as usize],
         errors: all.outcomes[Outcome::Error as usize],
@@ -383,6 +409,17 @@ pub async fn run(options: &LoadOptions) -> LoadReport {
         pay_all(&http, &targets, &mut report, options.concurrency).await;
     }
     report
+}
+
+/// What a payment callback's `200` said.
+#[derive(Debug, Clone, Copy)]
+enum PaymentAnswer {
+    /// It paid the order.
+    Applied,
+    /// A replay that found the order paid.
+    FoundPaid,
+    /// A replay that read the order unpaid and was refused by the conditional write.
+    RefusedByWrite,
 }
 
 /// Pays every order twice at once on two instances, with the same payment reference.
@@ -408,7 +445,13 @@ async fn pay_all(
                 match res {
                     Ok(res) if res.status().as_u16() == 200 => {
                         let body: Value = res.json().await.unwrap_or(Value::Null);
-                        Some(body["applied"].as_bool() == Some(true))
+                        Some(if body["applied"].as_bool() == Some(true) {
+                            PaymentAnswer::Applied
+                        } else if body["replay_caught_by"] == "conditional_write" {
+                            PaymentAnswer::RefusedByWrite
+                        } else {
+                            PaymentAnswer::FoundPaid
+                        })
                     }
                     _ => None,
                 }
@@ -417,8 +460,12 @@ async fn pay_all(
     }
     while let Some(joined) = calls.join_next().await {
         match joined.ok().flatten() {
-            Some(true) => report.payments_applied += 1,
-            Some(false) => report.payments_replayed += 1,
+            Some(PaymentAnswer::Applied) => report.payments_applied += 1,
+            Some(PaymentAnswer::FoundPaid) => report.payments_replayed += 1,
+            Some(PaymentAnswer::RefusedByWrite) => {
+                report.payments_replayed += 1;
+                report.replays_refused_by_write += 1;
+            }
             None => report.payment_errors += 1,
         }
     }
@@ -450,7 +497,8 @@ mod tests {
     #[test]
     fn outcomes() {
         assert_eq!(classify(201, ""), Outcome::Accepted);
-        assert_eq!(classify(409, "lock_busy"), Outcome::Duplicate);
+        assert_eq!(classify(409, "lock_busy"), Outcome::LockBusy);
+        assert_eq!(classify(409, "already_ordered"), Outcome::AlreadyOrdered);
         assert_eq!(classify(503, "stale_lock"), Outcome::Stale);
         assert_eq!(classify(500, "internal"), Outcome::Error);
     }

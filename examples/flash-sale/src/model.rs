@@ -461,6 +461,22 @@ pub struct PaymentResult {
     pub amount_cents: i64,
     /// `true` if this callback paid the order; `false` for a replay of the callback that did.
     pub applied: bool,
+    /// For a replay (`applied: false`): which check recognised it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_caught_by: Option<ReplayCheck>,
+}
+
+/// The check that recognised a replayed payment callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayCheck {
+    /// The order was already paid when the replay read it. Under the order lock a replay
+    /// waits for the first callback to finish, so every replay ends here.
+    FoundPaid,
+    /// The replay read the order unpaid (it ran alongside the first callback: no order lock)
+    /// and the database's conditional write (`... WHERE status = 'reserved'`) refused to pay
+    /// it a second time.
+    ConditionalWrite,
 }
 
 /// `GET /api/sales/{sale_id}/stats`: the sale's numbers, straight from the database.

@@ -30,8 +30,10 @@
 //! A payment callback may be delivered twice, at once or later. `POST /api/orders/{id}/pay`
 //! runs under the order's lock (the `lock-tower` layer in [`crate::api`]), so a replay waits
 //! for the first delivery and then finds the order paid by the same reference: it is answered
-//! `200` with `applied: false` and charges nothing. The write itself is conditional
-//! (`... WHERE status = 'reserved'`) as a second line of defence.
+//! `200` with `applied: false` (`replay_caught_by: "found_paid"`) and charges nothing. The
+//! write itself is conditional (`... WHERE status = 'reserved'`) as a second line of defence:
+//! without the lock (`--no-lock`) replays race the first callback, and that write is what
+//! refuses them (`replay_caught_by: "conditional_write"`).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -45,8 +47,8 @@ use tokio::sync::Notify;
 use crate::db::{Db, WriteOutcome};
 use crate::error::ApiError;
 use crate::model::{
-    NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, SaleId,
-    SaleStats, SaleView, UserId, now_ms,
+    NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, ReplayCheck,
+    SaleId, SaleStats, SaleView, UserId, now_ms,
 };
 
 /// How a [`Shop`] runs.
@@ -225,7 +227,7 @@ impl Shop {
         client = self.locks,
         wait = "5s",
         on_lost = "continue",
-        handle = held
+        held = held
     )]
     async fn buy_locked(&self, sale_id: &SaleId, user: &UserId) -> Result<Order, ApiError> {
         self.purchase(sale_id, user, Some(&held)).await
@@ -239,7 +241,12 @@ impl Shop {
         lock: Option<&HeldLock>,
     ) -> Result<Order, ApiError> {
         let token = lock
-            .map(|l| i64::try_from(l.fencing_token()).map_err(|e| ApiError::internal(&e)))
+            .map(|l| {
+                let token = l.fencing_token().ok_or_else(|| {
+                    ApiError::internal(&"the stock lock is a mutex: it has a fencing token")
+                })?;
+                i64::try_from(token).map_err(|e| ApiError::internal(&e))
+            })
             .transpose()?;
         // 1. Claim the sale's stock for this token: refused if a newer holder has.
         if let Some(token) = token
@@ -333,19 +340,25 @@ impl Shop {
             .order(order_id)
             .await?
             .ok_or_else(|| order_not_found(order_id))?;
-        if order.status == OrderStatus::Reserved
-            && self
+        // Which check stops a replay: the read below (the order is paid already), or, when
+        // the replay runs alongside the first callback, the conditional write.
+        let mut caught_by = ReplayCheck::FoundPaid;
+        if order.status == OrderStatus::Reserved {
+            if self
                 .db
                 .apply_payment(order_id, &callback.payment_ref, price)
                 .await?
-        {
-            let order = self.order(order_id).await?;
-            return Ok(PaymentResult {
-                order,
-                payment_ref: callback.payment_ref.clone(),
-                amount_cents: price,
-                applied: true,
-            });
+            {
+                let order = self.order(order_id).await?;
+                return Ok(PaymentResult {
+                    order,
+                    payment_ref: callback.payment_ref.clone(),
+                    amount_cents: price,
+                    applied: true,
+                    replay_caught_by: None,
+                });
+            }
+            caught_by = ReplayCheck::ConditionalWrite;
         }
         // Paid already (or meanwhile): a replay of the same callback, or another payment.
         let order = self.order(order_id).await?;
@@ -358,6 +371,7 @@ impl Shop {
                 payment_ref: paid_ref,
                 amount_cents: amount,
                 applied: false,
+                replay_caught_by: Some(caught_by),
             })
         } else {
             Err(ApiError::new(

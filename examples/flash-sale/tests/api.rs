@@ -188,8 +188,10 @@ async fn sales_orders_and_payments() {
     assert_eq!(first["applied"], true);
     assert_eq!(first["order"]["status"], "paid");
     assert_eq!(first["amount_cents"], 500);
+    assert!(first.get("replay_caught_by").is_none(), "{first}");
     let (status, replay) = pay(json!({"payment_ref": "psp-1"})).await;
     assert_eq!((status, replay["applied"].as_bool()), (200, Some(false)));
+    assert_eq!(replay["replay_caught_by"], "found_paid", "{replay}");
     let (status, body) = pay(json!({"payment_ref": "psp-2"})).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("already_paid")));
     let (status, body) = read(

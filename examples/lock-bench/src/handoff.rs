@@ -99,7 +99,8 @@ impl Coord {
 /// which is precise to tens of µs where a tokio timer rounds up to the next millisecond. (The
 /// hand-back to the async task adds ~0.1 ms on a busy 2-core machine; the tables show the mean
 /// hold. `block_in_place` instead shortened the hold but lengthened every hand-off as much.)
-async fn hold_for(hold: Duration) {
+/// W7 holds its sections with it too.
+pub(crate) async fn hold_for(hold: Duration) {
     let deadline = std::time::Instant::now() + hold;
     let _ = tokio::task::spawn_blocking(move || {
         std::thread::sleep(deadline.saturating_duration_since(std::time::Instant::now()));

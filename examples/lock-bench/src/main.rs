@@ -16,10 +16,12 @@
 //! | W3x | the same across 4 processes × 4 tasks (this binary run as child processes) |
 //! | W4 | one waiter on another client; the holder releases after 100 ms; 20 trials |
 //! | W5 | 100,000 watchdog-leased locks (9 s lease; quick: 25,000 on 3 s) held for 3 renewal periods |
-//! | W6 | axum handler behind `DistributedLockLayer` vs the same handler locking itself |
+//! | W6 | axum handler behind `DistributedLockLayer` vs the same handler locking itself (W6n: the layer vs the handler calling the floor, both on a `TCP_NODELAY` server) |
+//! | W7 | a realistic mix: 64 tasks over 10,000 names drawn Zipf(1.0), 1 ms hold, 200,000 sections or 30 s |
 //!
-//! `--quick` runs a quarter of the cycles, sections, locks and requests (≤ 60 s); the full
-//! run takes about 3 minutes. See the README of this directory for what each number means.
+//! `--quick` runs a quarter of the cycles, sections, locks and requests, and W7 for a quarter
+//! of its sections and time (≤ 90 s); the full run takes about 4 minutes. See the README of
+//! this directory for what each number means.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod chart;
@@ -27,6 +29,7 @@ mod contender;
 mod floor;
 mod handoff;
 mod http;
+mod mix;
 mod monitor;
 mod stats;
 mod sys;
@@ -41,7 +44,7 @@ use lock_tests::RedisServer;
 use redis::aio::MultiplexedConnection;
 use stats::{CmdStats, Sample};
 
-const SCENARIOS: [&str; 7] = ["W1", "W2", "W3h", "W3x", "W4", "W5", "W6"];
+const SCENARIOS: [&str; 8] = ["W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7"];
 
 struct Args {
     quick: bool,
@@ -54,7 +57,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
-                     [--only W1,W2,W3h,W3x,W4,W5,W6] [--rslock-retry-ms N] [--pool N]";
+                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7] [--rslock-retry-ms N] [--pool N]";
 
 fn parse_args(argv: &[String]) -> Args {
     let mut args = Args {
@@ -129,6 +132,7 @@ struct Plan {
     w5_periods: u32,
     w6_requests: usize,
     w6_concurrency: usize,
+    w7: mix::Mix,
 }
 
 impl Plan {
@@ -152,6 +156,15 @@ impl Plan {
             w5_periods: 3,
             w6_requests: if quick { 2_000 } else { 10_000 },
             w6_concurrency: 32,
+            w7: mix::Mix {
+                tasks: 64,
+                names: 10_000,
+                s: 1.0,
+                sections: 200_000 / q as u64,
+                duration: Duration::from_secs(30) / q as u32,
+                hold: Duration::from_millis(1),
+                seed: 7,
+            },
         }
     }
 }
@@ -338,6 +351,10 @@ async fn bench(args: Args) -> bool {
     scenario!("W4", w4(&mut report, &opts, &lockers, &run, &plan));
     scenario!("W5", w5(&mut report, &opts, &run, &plan));
     scenario!("W6", w6(&mut report, &lockers, &run, &plan));
+    scenario!(
+        "W7",
+        w7(&mut report, &lockers, &mut admin, &url, &run, &plan)
+    );
 
     // Output: tables, targets, files, then the BENCH lines last.
     let total = t_start.elapsed().as_secs_f64();
@@ -966,7 +983,9 @@ async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> 
     // on its accepted connections.
     let plain = http::serve(&lockers[0], &lockers[1], &lockers[2], false).await;
     let nodelay = http::serve(&lockers[0], &lockers[1], &lockers[2], true).await;
-    let variants: [(&str, &http::Server, &str, &str); 6] = [
+    // The last two (the floor and rslock on the TCP_NODELAY server, for W6n) come after the
+    // first six, so those run in the same order as before they were added.
+    let variants: [(&str, &http::Server, &str, &str); 8] = [
         ("layer", &plain, "layer", "ours: DistributedLockLayer"),
         ("ours", &plain, "ours", "ours: handler calls lock-core"),
         ("floor", &plain, "floor", "floor: handler calls the floor"),
@@ -982,6 +1001,18 @@ async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> 
             &nodelay,
             "ours",
             "ours: handler calls lock-core, TCP_NODELAY server",
+        ),
+        (
+            "floor_nodelay",
+            &nodelay,
+            "floor",
+            "floor: handler calls the floor, TCP_NODELAY server",
+        ),
+        (
+            "rslock_nodelay",
+            &nodelay,
+            "rslock",
+            "rslock: handler calls rslock, TCP_NODELAY server",
         ),
     ];
     // Two rounds, interleaved, so that a slow patch of the machine hits every variant.
@@ -1040,6 +1071,13 @@ async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> 
         format!("{r:.3}×"),
         Some(r >= 0.9),
     );
+    let r = samples[4].rate() / samples[6].rate();
+    report.target(
+        "W6",
+        "layer ≥ 0.9× the handler calling the floor, both TCP_NODELAY (the issue's target)",
+        format!("{r:.3}×"),
+        Some(r >= 0.9),
+    );
     report
         .json
         .insert("W6".into(), serde_json::Value::Object(json));
@@ -1054,5 +1092,150 @@ async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> 
         ],
         decimals: 0,
     });
+    // BENCH W6n: the issue's comparison, all on the TCP_NODELAY server: ours = the layer,
+    // floor = the handler calling the floor, rslock = the handler calling rslock.
+    report.benches.push(Bench {
+        scenario: "W6n",
+        values: [
+            Some(samples[4].rate()),
+            Some(samples[6].rate()),
+            Some(samples[7].rate()),
+        ],
+        decimals: 0,
+    });
     Ok(())
+}
+
+// ---------------------------------------------------------------- W7
+
+/// Sections run under `MONITOR` after each timed W7 run, to count requests.
+const W7_COUNT_SECTIONS: u64 = 2_000;
+
+async fn w7(
+    report: &mut Report,
+    lockers: &[Locker],
+    admin: &mut MultiplexedConnection,
+    url: &str,
+    run: &str,
+    plan: &Plan,
+) -> Result<(), String> {
+    let mix = plan.w7;
+    let mut table = format!(
+        "| W7: {} tasks, {} names Zipf({:.1}), {} ms hold, ≤ {} sections or {} s | sections/s | sections | acquire p50 µs | p99 µs | max µs | mean hold µs | requests/section | server µs/section | exclusion violations |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        mix.tasks,
+        mix.names,
+        mix.s,
+        mix.hold.as_millis(),
+        mix.sections,
+        mix.duration.as_secs_f64()
+    );
+    let mut json = serde_json::Map::new();
+    let mut results = Vec::new();
+    let mut violated = Vec::new();
+    for (kind, locker) in Kind::ALL.iter().zip(lockers) {
+        let prefix = format!("lb:{run}:W7:{}", kind.name());
+        let timed = mix::run(locker, admin, None, &prefix, mix).await?;
+        // Counting pass: the same mix, fewer sections, under MONITOR (as W3h does).
+        let counting_mix = mix::Mix {
+            sections: W7_COUNT_SECTIONS,
+            ..mix
+        };
+        let counting = mix::run(
+            locker,
+            admin,
+            Some(url),
+            &format!("{prefix}:count"),
+            counting_mix,
+        )
+        .await?;
+        let counts = counting.counts.clone().unwrap_or_default();
+        let sections = timed.acquire.items();
+        let requests = counts.requests() as f64 / counting.acquire.items().max(1) as f64;
+        let server_us = timed.delta.server_usec(&counts) / sections.max(1) as f64;
+        let violations = timed.violations + counting.violations;
+        if violations > 0 {
+            eprintln!(
+                "lock-bench: !!! W7 {}: MUTUAL EXCLUSION VIOLATED {violations} time(s): an acquire returned a name another task was holding !!!",
+                kind.name()
+            );
+            violated.push(format!("{} {violations}", kind.name()));
+        }
+        let a = &timed.acquire;
+        table += &format!(
+            "| {} | {:.0} | {sections}{} | {:.0} | {:.0} | {:.0} | {:.0} | {requests:.2} | {server_us:.1} | {} |\n",
+            kind.name(),
+            a.rate(),
+            if timed.hit_time_limit {
+                " (time limit)"
+            } else {
+                ""
+            },
+            a.percentile(50.0),
+            a.percentile(99.0),
+            a.percentile(100.0),
+            timed.mean_hold_us,
+            if violations > 0 {
+                format!("**{violations}**")
+            } else {
+                "0".to_owned()
+            },
+        );
+        let mut j = a.summary();
+        j["sections"] = sections.into();
+        j["hit_time_limit"] = timed.hit_time_limit.into();
+        j["distinct_names"] = timed.distinct_names.into();
+        j["mean_hold_us"] = timed.mean_hold_us.into();
+        j["requests_per_section"] = requests.into();
+        j["server_us_per_section"] = server_us.into();
+        j["exclusion_violations"] = timed.violations.into();
+        j["counting_exclusion_violations"] = counting.violations.into();
+        j["commandstats"] = timed.delta.to_json();
+        j["monitor"] = counts.to_json();
+        j["monitor_sections"] = counting.acquire.items().into();
+        json.insert(kind.name().into(), j);
+        results.push(timed);
+    }
+    report.tables.push(table);
+    let values = [0, 1, 2].map(|i| Some(results[i].acquire.rate()));
+    let rf = ratio(values[0], values[1]);
+    report.target(
+        "W7",
+        "≥ 1.0× floor sections/s (informational)",
+        format!("{:.3}×", rf.unwrap_or(f64::NAN)),
+        rf.map(|r| r >= 1.0),
+    );
+    let (p99, floor_p99) = (
+        results[0].acquire.percentile(99.0),
+        results[1].acquire.percentile(99.0),
+    );
+    report.target(
+        "W7",
+        "p99 acquire ≤ the floor's p99 (informational)",
+        format!("{p99:.0} µs (floor {floor_p99:.0} µs)"),
+        Some(p99 <= floor_p99),
+    );
+    json.insert("tasks".into(), mix.tasks.into());
+    json.insert("names".into(), mix.names.into());
+    json.insert("zipf_s".into(), mix.s.into());
+    json.insert("max_sections".into(), mix.sections.into());
+    json.insert("max_seconds".into(), mix.duration.as_secs_f64().into());
+    json.insert("hold_ms".into(), (mix.hold.as_secs_f64() * 1e3).into());
+    json.insert("seed".into(), mix.seed.into());
+    json.insert("monitor_sections".into(), W7_COUNT_SECTIONS.into());
+    report
+        .json
+        .insert("W7".into(), serde_json::Value::Object(json));
+    report.benches.push(Bench {
+        scenario: "W7",
+        values,
+        decimals: 0,
+    });
+    if violated.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "MUTUAL EXCLUSION VIOLATED (an acquire returned a name another task was holding): {}",
+            violated.join(", ")
+        ))
+    }
 }

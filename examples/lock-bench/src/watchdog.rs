@@ -298,7 +298,8 @@ async fn check_server(
             for h in guards.iter().step_by(step) {
                 let Held::Ours(g) = h else { continue };
                 let info = client
-                    .lock_info(g.name())
+                    .mutex(g.name())
+                    .info()
                     .await
                     .map_err(|e| e.to_string())?;
                 checked += 1;

@@ -7,13 +7,45 @@
 
 use std::time::Duration;
 
-use redis::cluster::ClusterClient;
+use redis::Value;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{Script, ScriptInvocation, Value};
 
-use super::{Topology, acks, map_error, wait_cmd};
+use super::tls::{self, TlsOptions};
+use super::{Invocation, Topology, acks, connect_error, load_code, map_error, wait_cmd};
 use crate::error::LockError;
+use crate::scripts::{Mode, Scripts};
+
+/// How to reach a Cluster: its seed nodes and the client's TLS options, for the command
+/// connections and the pub/sub connection alike.
+#[derive(Clone)]
+pub(crate) struct Seeds {
+    nodes: Vec<redis::ConnectionInfo>,
+    tls: TlsOptions,
+}
+
+impl Seeds {
+    /// Parses the seed URLs (a bad one is [`LockError::InvalidOption`] for `urls`).
+    pub(crate) fn new(urls: &[String], tls: TlsOptions) -> Result<Self, LockError> {
+        let nodes = urls
+            .iter()
+            .map(|url| tls::parse(url, "urls"))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { nodes, tls })
+    }
+
+    /// Whether the seeds are `rediss://`.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.nodes.first().is_some_and(tls::is_tls)
+    }
+
+    /// A cluster client builder for the seeds, with TLS set up when they are `rediss://`.
+    pub(crate) fn builder(&self) -> Result<ClusterClientBuilder, redis::RedisError> {
+        self.tls
+            .cluster(ClusterClient::builder(self.nodes.clone()), &self.nodes)
+    }
+}
 
 pub(crate) struct Cluster {
     connection: ClusterConnection,
@@ -27,14 +59,8 @@ pub(crate) struct Cluster {
 async fn open(client: &ClusterClient, timeout: Duration) -> Result<ClusterConnection, LockError> {
     match tokio::time::timeout(timeout, client.get_async_connection()).await {
         Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(e)) => Err(LockError::Unavailable {
-            waited: timeout,
-            source: Some(e),
-        }),
-        Err(_) => Err(LockError::Unavailable {
-            waited: timeout,
-            source: None,
-        }),
+        Ok(Err(e)) => Err(connect_error(timeout, Some(e))),
+        Err(_) => Err(connect_error(timeout, None)),
     }
 }
 
@@ -44,11 +70,12 @@ const RETRIES: u32 = 3;
 impl Cluster {
     /// The client for commands (RESP2) built from the seed nodes.
     pub(crate) fn client(
-        urls: &[String],
+        seeds: &Seeds,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<ClusterClient, redis::RedisError> {
-        ClusterClient::builder(urls.iter().map(String::as_str))
+        seeds
+            .builder()?
             .connection_timeout(connect_timeout)
             .response_timeout(response_timeout)
             .retries(RETRIES)
@@ -131,7 +158,7 @@ impl Cluster {
 }
 
 impl Topology for Cluster {
-    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
+    async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
         let mut connection = self.connection.clone();
         self.bounded(invocation.invoke_async(&mut connection)).await
     }
@@ -142,7 +169,7 @@ impl Topology for Cluster {
     /// time out), renewals and releases (on the other connection) do not.
     async fn invoke_acked(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
         key: &str,
         replicas: u32,
         timeout: Duration,
@@ -167,12 +194,11 @@ impl Topology for Cluster {
         Ok((value, acks(acked)?))
     }
 
-    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
+    /// Loads the code on every primary (the cluster connection routes `FUNCTION LOAD` and
+    /// `SCRIPT LOAD` to all of them).
+    async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
         let mut connection = self.connection.clone();
-        for script in scripts {
-            self.bounded(script.load_async(&mut connection)).await?;
-        }
-        Ok(())
+        self.bounded(load_code(&mut connection, scripts)).await
     }
 
     fn slot(&self, key: &str) -> Option<Slot> {

@@ -9,14 +9,17 @@
 use std::future::Future;
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, RedisResult, Value};
 
 use crate::error::LockError;
+use crate::scripts::{Call, Mode, Scripts};
 
 pub(crate) mod cluster;
 pub(crate) mod sentinel;
 pub(crate) mod standalone;
+pub(crate) mod tls;
 
 pub(crate) use cluster::Cluster;
 pub(crate) use sentinel::Sentinel;
@@ -28,11 +31,11 @@ pub(crate) use standalone::Standalone;
 /// and not applied twice), so an implementation may send a script again after a connection
 /// failure; it must never report [`LockError::Unavailable`] or [`LockError::NoPrimary`] for a
 /// command that may have been sent.
-pub(crate) trait Topology: Send + Sync {
+trait Topology: Send + Sync {
     /// Runs a script (EVALSHA, EVAL on NOSCRIPT) and returns its raw reply.
     fn invoke_value(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
     ) -> impl Future<Output = Result<Value, LockError>> + Send;
 
     /// Runs a script whose first key is `key`, then `WAIT replicas timeout` on the same
@@ -40,7 +43,7 @@ pub(crate) trait Topology: Send + Sync {
     /// that connection so far.
     fn invoke_acked(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
         key: &str,
         replicas: u32,
         timeout: Duration,
@@ -49,8 +52,8 @@ pub(crate) trait Topology: Send + Sync {
     /// Loads scripts up front (which also proves the deployment answers).
     fn load_scripts(
         &self,
-        scripts: &[&'static Script],
-    ) -> impl Future<Output = Result<(), LockError>> + Send;
+        scripts: &'static Scripts,
+    ) -> impl Future<Output = Result<Mode, LockError>> + Send;
 
     /// The slot of a key where keys live in slots (Cluster); None where all keys live together.
     fn slot(&self, key: &str) -> Option<Slot>;
@@ -78,19 +81,26 @@ macro_rules! each {
     };
 }
 
-impl Topology for Backend {
+// Inherent methods, so the floors above call them without importing the trait.
+impl Backend {
+    /// Runs a script (EVALSHA, EVAL on NOSCRIPT) and returns its raw reply.
     // Boxed: the topologies' futures nest deeply, and callers' futures (a
     // `#[distributed_lock]` function's, say) embed this one; erasing its type here keeps
     // their layouts within the compiler's query depth.
-    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
+    pub(crate) async fn invoke_value(
+        &self,
+        invocation: &Invocation<'_>,
+    ) -> Result<Value, LockError> {
         let boxed: BoxFuture<'_, _> =
             Box::pin(async move { each!(self, b => b.invoke_value(invocation).await) });
         boxed.await
     }
 
-    async fn invoke_acked(
+    /// Runs a script whose first key is `key`, then `WAIT replicas timeout` on the same
+    /// connection; returns the reply and how many replicas confirmed.
+    pub(crate) async fn invoke_acked(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
         key: &str,
         replicas: u32,
         timeout: Duration,
@@ -101,26 +111,20 @@ impl Topology for Backend {
         boxed.await
     }
 
-    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
+    /// Loads the Lua code up front (which also proves the deployment answers): the function
+    /// library where the server takes it, else the scripts. Returns how calls will reach it.
+    pub(crate) async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
         each!(self, b => b.load_scripts(scripts).await)
     }
 
-    fn slot(&self, key: &str) -> Option<Slot> {
+    /// The slot of a key on a Cluster; None where all keys live together.
+    pub(crate) fn slot(&self, key: &str) -> Option<Slot> {
         each!(self, b => b.slot(key))
     }
 
-    fn connect_timeout(&self) -> Duration {
+    /// How long the backend tries to get a connection.
+    pub(crate) fn connect_timeout(&self) -> Duration {
         each!(self, b => b.connect_timeout())
-    }
-}
-
-impl Backend {
-    /// Runs a script and converts its reply.
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<T, LockError> {
-        convert(self.invoke_value(invocation).await?)
     }
 
     /// True when keys live in slots (a Cluster): messages go through sharded pub/sub.
@@ -129,18 +133,159 @@ impl Backend {
     }
 }
 
+/// A [`Call`] on its way: the code it calls and how.
+pub(crate) struct Invocation<'a> {
+    pub(crate) call: &'a Call,
+    pub(crate) scripts: &'static Scripts,
+    pub(crate) mode: Mode,
+}
+
+impl Invocation<'_> {
+    /// Sends the call on `con`. When the server does not have the code (a restart without
+    /// persistence, a `SCRIPT FLUSH` or `FUNCTION FLUSH`), loads it on that connection and
+    /// sends the call once more.
+    pub(crate) async fn invoke_async<T: FromRedisValue>(
+        &self,
+        con: &mut (impl ConnectionLike + Send),
+    ) -> RedisResult<T> {
+        let cmd = self.call.cmd(self.scripts, self.mode);
+        match cmd.query_async(con).await {
+            Err(e)
+                if self.mode == Mode::Script
+                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.scripts.script(self.call.op()).load_async(con).await?;
+                cmd.query_async(con).await
+            }
+            Err(e) if self.mode == Mode::Function && function_missing(&e) => {
+                load_library(con, self.scripts).await?;
+                cmd.query_async(con).await
+            }
+            result => result,
+        }
+    }
+}
+
+/// Whether `e` says the function library is not loaded.
+fn function_missing(e: &redis::RedisError) -> bool {
+    e.to_string().contains("Function not found")
+}
+
+/// `FUNCTION LOAD REPLACE` of the library (on a Cluster, every primary).
+pub(crate) async fn load_library(
+    con: &mut (impl ConnectionLike + Send),
+    scripts: &Scripts,
+) -> RedisResult<()> {
+    let mut cmd = redis::cmd("FUNCTION");
+    cmd.arg("LOAD").arg("REPLACE").arg(scripts.library());
+    cmd.query_async::<Value>(con).await.map(|_| ())
+}
+
+/// Loads the code on `con`: the function library, or, where the server refuses it (Redis
+/// older than 7.0, an ACL user without `FUNCTION LOAD`), every script. Returns the mode
+/// calls will use.
+pub(crate) async fn load_code(
+    con: &mut (impl ConnectionLike + Send),
+    scripts: &'static Scripts,
+) -> RedisResult<Mode> {
+    match load_library(con, scripts).await {
+        Ok(()) => Ok(Mode::Function),
+        Err(e) if is_connection_error_kind(&e) => Err(e),
+        Err(refused) => {
+            tracing::info!(error = %refused, "Redis functions unavailable; using scripts (EVALSHA)");
+            for script in scripts.scripts() {
+                if let Err(e) = script.load_async(con).await {
+                    // Neither works: the preferred way's refusal says what to grant.
+                    return Err(if is_connection_error_kind(&e) {
+                        e
+                    } else {
+                        refused
+                    });
+                }
+            }
+            Ok(Mode::Script)
+        }
+    }
+}
+
+fn is_connection_error_kind(e: &redis::RedisError) -> bool {
+    crate::error::is_connection_error(e)
+}
+
 /// Converts a script's reply.
 pub(crate) fn convert<T: FromRedisValue>(value: Value) -> Result<T, LockError> {
     T::from_redis_value(value).map_err(|e| LockError::UnexpectedReply(e.to_string()))
 }
 
-/// Maps a Redis error: a timeout is a [`LockError::ResponseTimeout`].
+/// Maps a Redis error: a timeout is a [`LockError::ResponseTimeout`], a refused permission a
+/// [`LockError::NoPermission`].
 pub(crate) fn map_error(e: redis::RedisError, response_timeout: Duration) -> LockError {
     if e.is_timeout() {
         LockError::ResponseTimeout(response_timeout)
+    } else if let Some(refused) = no_permission(&e) {
+        refused
     } else {
         LockError::Redis(e)
     }
+}
+
+/// The error for a connection that could not be had within `waited`: a failed TLS handshake
+/// is [`LockError::Tls`] and a refused permission [`LockError::NoPermission`] (waiting longer
+/// would not help); anything else is [`LockError::Unavailable`].
+pub(crate) fn connect_error(waited: Duration, source: Option<redis::RedisError>) -> LockError {
+    match source {
+        Some(e) => refusal(&e).unwrap_or(LockError::Unavailable {
+            waited,
+            source: Some(e),
+        }),
+        None => LockError::Unavailable {
+            waited,
+            source: None,
+        },
+    }
+}
+
+/// A TLS or ACL refusal in `e`, which no retry can fix.
+pub(crate) fn refusal(e: &redis::RedisError) -> Option<LockError> {
+    if let Some(reason) = tls::failure(e) {
+        return Some(LockError::Tls {
+            reason,
+            source: e.clone(),
+        });
+    }
+    no_permission(e)
+}
+
+/// A command, key or channel the client's ACL user may not use: `NOPERM` for a command the
+/// client sent, and the error of a lock script whose `redis.call` was refused (Redis 7.0 says
+/// `ERR The user executing the script can't …` without naming the command; 7.2 and later say
+/// `ERR ACL failure in script: …` and name it).
+fn no_permission(e: &redis::RedisError) -> Option<LockError> {
+    let detail = e.detail().unwrap_or_default();
+    let in_script = detail.starts_with("The user executing the script can't")
+        || detail.starts_with("ACL failure in script");
+    if e.code() != Some("NOPERM") && !in_script {
+        return None;
+    }
+    let detail = detail.trim().to_owned();
+    let lower = detail.to_ascii_lowercase();
+    let missing = if let Some(command) = lower
+        .split_once("to run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command)
+    {
+        format!("+{command}")
+    } else if lower.contains("key") {
+        "~<key prefix>* (a key pattern covering the client's key prefix)".to_owned()
+    } else if lower.contains("channel") {
+        "&<key prefix>* (a channel pattern covering the client's key prefix)".to_owned()
+    } else if in_script {
+        "+<a command a lock script calls> (Redis 7.0 does not say which; its ACL LOG does)"
+            .to_owned()
+    } else {
+        "a permission Redis did not name".to_owned()
+    };
+    Some(LockError::NoPermission { missing, detail })
 }
 
 /// The `WAIT` command for [`Topology::invoke_acked`].
@@ -158,4 +303,56 @@ pub(crate) fn wait_cmd(replicas: u32, timeout: Duration) -> redis::Cmd {
 pub(crate) fn acks(value: Value) -> Result<u32, LockError> {
     let n: i64 = convert(value)?;
     Ok(u32::try_from(n.max(0)).unwrap_or(u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::util::arbitrary::{config, value};
+
+    /// Each type a caller of [`convert`] reads a script's reply as.
+    fn every_conversion(reply: &Value) -> Vec<Result<(), LockError>> {
+        fn one<T: FromRedisValue>(reply: &Value) -> Result<(), LockError> {
+            convert::<T>(reply.clone()).map(drop)
+        }
+        vec![
+            one::<i64>(reply),
+            one::<u32>(reply),
+            one::<String>(reply),
+            one::<Option<u32>>(reply),
+            one::<Option<String>>(reply),
+            one::<Vec<i64>>(reply),
+            one::<Vec<Value>>(reply),
+            one::<(i64, Option<String>)>(reply),
+            one::<(i64, Option<String>, u32, i64)>(reply),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// Any reply, to any type read from one: a value or a typed error, never a panic.
+        #[test]
+        fn any_reply_converts_or_is_an_unexpected_reply(reply in value()) {
+            for result in every_conversion(&reply) {
+                if let Err(e) = result {
+                    prop_assert!(matches!(e, LockError::UnexpectedReply(_)), "{:?}", e);
+                }
+            }
+        }
+
+        /// `WAIT`'s reply: a count within `0..=u32::MAX`, or a typed error.
+        #[test]
+        fn a_wait_reply_is_a_count_or_an_unexpected_reply(reply in value()) {
+            match (acks(reply.clone()), &reply) {
+                (Ok(n), Value::Int(k)) => {
+                    prop_assert_eq!(i64::from(n), (*k).clamp(0, i64::from(u32::MAX)));
+                }
+                (Ok(_), _) => {}
+                (Err(e), _) => prop_assert!(matches!(e, LockError::UnexpectedReply(_)), "{:?}", e),
+            }
+        }
+    }
 }

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::cluster_routing::Slot;
-use redis::{ConnectionAddr, ConnectionInfo, Script, ScriptInvocation, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::watch;
 
-use super::{Standalone, Topology};
+use super::{Invocation, Standalone, Topology, refusal};
 use crate::error::{LockError, is_connection_error};
+use crate::scripts::{Mode, Scripts};
 
 /// How to reach the sentinels and what to build for a primary.
 pub(crate) struct Settings {
@@ -115,14 +116,24 @@ impl Discovery {
         Ok((generation, node))
     }
 
-    /// A client for the node at `addr`, with the primary's connection settings.
+    /// A client for the node at `addr`, with the primary's connection settings (TLS with its
+    /// certificates when `sentinel_primary_url` is `rediss://`).
     fn primary_client(&self, addr: &(String, u16)) -> Result<redis::Client, redis::RedisError> {
-        let info = self
-            .settings
-            .primary
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        redis::Client::open(info)
+        let (host, port) = (addr.0.clone(), addr.1);
+        let at = match self.settings.primary.addr().clone() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        redis::Client::open(self.settings.primary.clone().set_addr(at))
     }
 
     /// The first sentinel's answer that names a node which confirms it is a primary.
@@ -142,6 +153,10 @@ impl Discovery {
                 Ok(None) => {}
                 Err(e) => last_error = Some(e),
             }
+        }
+        // A TLS or ACL refusal is said as such: no failover will fix it.
+        if let Some(refused) = last_error.as_ref().and_then(refusal) {
+            return Err(refused);
         }
         Err(LockError::NoPrimary {
             service: s.service.clone(),
@@ -228,6 +243,7 @@ const WATCHER_CHECK: Duration = Duration::from_secs(5);
 async fn watch_sentinels(discovery: Weak<Discovery>) {
     let mut backoff = Duration::from_millis(100);
     let mut next = 0usize;
+    let mut warned = false;
     loop {
         let (sentinel, service, connect_timeout) = {
             let Some(d) = discovery.upgrade() else { return };
@@ -245,7 +261,14 @@ async fn watch_sentinels(discovery: Weak<Discovery>) {
         };
         let pubsub = match tokio::time::timeout(connect_timeout, subscribed).await {
             Ok(Ok(pubsub)) => pubsub,
-            _ => {
+            failed => {
+                if let Ok(Err(e)) = &failed
+                    && let Some(refused) = refusal(e)
+                    && !std::mem::replace(&mut warned, true)
+                {
+                    tracing::warn!(error = %refused,
+                        "cannot listen to the sentinels' +switch-master events");
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
                 continue;
@@ -326,14 +349,14 @@ fn primary_may_have_moved(e: &LockError) -> bool {
 }
 
 impl Topology for Sentinel {
-    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
+    async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
         self.on_primary(|node| async move { node.invoke_value(invocation).await })
             .await
     }
 
     async fn invoke_acked(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
         key: &str,
         replicas: u32,
         timeout: Duration,
@@ -344,7 +367,7 @@ impl Topology for Sentinel {
         .await
     }
 
-    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
+    async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
         self.on_primary(|node| async move { node.load_scripts(scripts).await })
             .await
     }

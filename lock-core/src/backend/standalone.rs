@@ -2,18 +2,44 @@
 //! `redis::Client` for the dedicated pub/sub connection.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bb8::{Pool, PooledConnection, RunError};
 use bb8_redis::RedisConnectionManager;
 use redis::cluster_routing::Slot;
-use redis::{Script, ScriptInvocation, Value, aio::MultiplexedConnection};
+use redis::{Value, aio::MultiplexedConnection};
 
-use super::{Topology, acks, map_error, wait_cmd};
+use super::{Invocation, Topology, acks, connect_error, load_code, map_error, wait_cmd};
 use crate::error::{LockError, is_connection_error};
+use crate::scripts::{Mode, Scripts};
+use crate::util::lock;
+
+/// The last error the pool met while connecting, so that "no connection in time" can say why
+/// (connection refused, authentication, DNS) instead of only how long it tried.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LastError(Arc<Mutex<Option<redis::RedisError>>>);
+
+impl LastError {
+    fn take(&self) -> Option<redis::RedisError> {
+        lock(&self.0).take()
+    }
+}
+
+impl bb8::ErrorSink<redis::RedisError> for LastError {
+    fn sink(&self, error: redis::RedisError) {
+        *lock(&self.0) = Some(error);
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<redis::RedisError>> {
+        Box::new(self.clone())
+    }
+}
 
 pub(crate) struct Standalone {
     pool: Pool<RedisConnectionManager>,
+    /// The pool's last connection error (none for a pool the application passed in).
+    last_error: LastError,
     client: redis::Client,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -25,13 +51,14 @@ pub(crate) struct Standalone {
 
 impl Standalone {
     pub(crate) fn new(
-        pool: Pool<RedisConnectionManager>,
+        (pool, last_error): (Pool<RedisConnectionManager>, LastError),
         client: redis::Client,
         response_timeout: Duration,
         connect_timeout: Duration,
     ) -> Self {
         Self {
             pool,
+            last_error,
             client,
             response_timeout,
             connect_timeout,
@@ -41,18 +68,45 @@ impl Standalone {
     }
 
     /// Builds the default pool: no PING on every checkout (a broken connection is replaced
-    /// when a command on it fails instead, see [`Standalone::invoke`]).
+    /// when a command on it fails instead, see [`Standalone::invoke`]); its connection errors
+    /// are kept for the error that reports them.
     pub(crate) fn default_pool(
         client: &redis::Client,
         size: u32,
         connect_timeout: Duration,
-    ) -> Result<Pool<RedisConnectionManager>, LockError> {
+    ) -> Result<(Pool<RedisConnectionManager>, LastError), LockError> {
         let manager = RedisConnectionManager::new(client.get_connection_info().clone())?;
-        Ok(Pool::builder()
+        let last_error = LastError::default();
+        let pool = Pool::builder()
             .max_size(size)
             .connection_timeout(connect_timeout)
             .test_on_check_out(false)
-            .build_unchecked(manager))
+            .error_sink(Box::new(last_error.clone()))
+            .build_unchecked(manager);
+        Ok((pool, last_error))
+    }
+
+    /// An application's own pool.
+    pub(crate) fn given_pool(
+        pool: Pool<RedisConnectionManager>,
+    ) -> (Pool<RedisConnectionManager>, LastError) {
+        (pool, LastError::default())
+    }
+
+    /// Opens one connection (bounded by the connect timeout) and returns at once when that
+    /// fails: a refused connection, a name that does not resolve or a refused password is
+    /// reported with its cause right away, not after the pool has retried for the whole
+    /// connect timeout.
+    pub(crate) async fn check_reachable(
+        client: &redis::Client,
+        connect_timeout: Duration,
+    ) -> Result<(), LockError> {
+        match tokio::time::timeout(connect_timeout, client.get_multiplexed_async_connection()).await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(connect_error(connect_timeout, Some(e))),
+            Err(_) => Err(connect_error(connect_timeout, None)),
+        }
     }
 
     pub(crate) fn redis_client(&self) -> &redis::Client {
@@ -75,14 +129,10 @@ impl Standalone {
     ) -> Result<PooledConnection<'_, RedisConnectionManager>, LockError> {
         match self.pool.get().await {
             Ok(pooled) => Ok(pooled),
-            Err(RunError::User(e)) => Err(LockError::Unavailable {
-                waited: self.connect_timeout,
-                source: Some(e),
-            }),
-            Err(RunError::TimedOut) => Err(LockError::Unavailable {
-                waited: self.connect_timeout,
-                source: None,
-            }),
+            Err(RunError::User(e)) => Err(connect_error(self.connect_timeout, Some(e))),
+            Err(RunError::TimedOut) => {
+                Err(connect_error(self.connect_timeout, self.last_error.take()))
+            }
         }
     }
 
@@ -92,14 +142,8 @@ impl Standalone {
                 conn.set_response_timeout(self.response_timeout);
                 Ok(conn)
             }
-            Ok(Err(e)) => Err(LockError::Unavailable {
-                waited: self.connect_timeout,
-                source: Some(e),
-            }),
-            Err(_) => Err(LockError::Unavailable {
-                waited: self.connect_timeout,
-                source: None,
-            }),
+            Ok(Err(e)) => Err(connect_error(self.connect_timeout, Some(e))),
+            Err(_) => Err(connect_error(self.connect_timeout, None)),
         }
     }
 
@@ -145,7 +189,7 @@ impl Topology for Standalone {
     /// When the connection fails mid-command (reset, timeout) the pool's broken connections
     /// are replaced and the script is sent once more. Every script of this crate is written to
     /// be safe to repeat: a repeat of an applied command is recognised and not applied twice.
-    async fn invoke_value(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, LockError> {
+    async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
         let heals = self.heals.load(Ordering::Acquire);
         let mut conn = self.connection().await?;
         match invocation.invoke_async(&mut conn).await {
@@ -171,7 +215,7 @@ impl Topology for Standalone {
     /// meanwhile, so `WAIT` (which blocks its connection) delays nobody else's commands.
     async fn invoke_acked(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Invocation<'_>,
         _key: &str,
         replicas: u32,
         timeout: Duration,
@@ -191,17 +235,13 @@ impl Topology for Standalone {
         Ok((value, acks(acked)?))
     }
 
-    /// Loads every script (which also proves the server answers), bounded by the connect and
+    /// Loads the code (which also proves the server answers), bounded by the connect and
     /// response timeouts.
-    async fn load_scripts(&self, scripts: &[&'static Script]) -> Result<(), LockError> {
+    async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
         let mut conn = self.connection().await?;
-        for script in scripts {
-            script
-                .load_async(&mut conn)
-                .await
-                .map_err(|e| self.map_error(e))?;
-        }
-        Ok(())
+        load_code(&mut conn, scripts)
+            .await
+            .map_err(|e| self.map_error(e))
     }
 
     fn slot(&self, _key: &str) -> Option<Slot> {

@@ -8,8 +8,13 @@ use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Inner, check_lease, short, spawn_node_attempt};
-use crate::{LockError, LockGuard};
+use super::{Inner, spawn_node_attempt};
+use crate::error::LockError;
+use crate::guard::Guard;
+use crate::guard::sealed::Sealed;
+use crate::held::{HeldLock, Lost, View};
+use crate::mutex::LockGuard;
+use crate::util::{check_lease, shorten};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -55,7 +60,7 @@ impl Track {
         if st.status == Status::Held {
             st.status = Status::Lost;
             drop(st);
-            tracing::warn!(lock = %short(&self.name), reason = why, "RedLock lost");
+            tracing::warn!(lock = %shorten(&self.name), reason = why, "RedLock lost");
         }
         self.ended.send_replace(true);
     }
@@ -152,9 +157,7 @@ impl Shared {
                 match slot {
                     Some(guard) => match tokio::time::timeout(timeout, guard.extend(lease)).await {
                         Ok(Ok(())) => NodeRenewal::Confirmed(None),
-                        Ok(Err(LockError::Lost { .. } | LockError::NotHeld { .. })) => {
-                            NodeRenewal::Gone
-                        }
+                        Ok(Err(LockError::Lost { .. })) => NodeRenewal::Gone,
                         Ok(Err(e)) => NodeRenewal::Unknown(Some(e)),
                         Err(_) => NodeRenewal::Unknown(None),
                     },
@@ -260,7 +263,7 @@ async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Durat
             Ok(()) => next = started + period,
             Err(LockError::Lost { .. }) => break,
             Err(e) => {
-                tracing::debug!(lock = %short(&track.name), error = %e, "RedLock renewal failed");
+                tracing::debug!(lock = %shorten(&track.name), error = %e, "RedLock renewal failed");
                 let valid_until = track.state().valid_until;
                 next = (Instant::now() + shared.redlock.config.retry_delay())
                     .min(started + period)
@@ -413,8 +416,16 @@ impl RedLockGuard {
     /// Resolves when the lock is known or presumed lost: a renewal or extension found it gone
     /// on so many nodes that no majority is possible, no majority confirmed it before its
     /// validity ended (this future checks the deadline itself), or it was released.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        lost_future(self.shared.track.clone())
+    pub fn lost(&self) -> Lost {
+        Lost::new(lost_future(self.shared.track.clone()))
+    }
+
+    /// A cloneable view (name, largest fencing token, lost signal) that cannot release it.
+    pub fn held_lock(&self) -> HeldLock {
+        HeldLock::other(Arc::new(TrackView {
+            track: self.shared.track.clone(),
+            token: self.fencing_token(),
+        }))
     }
 
     /// Sets the lease to `lease` from now on every node, taking the lock again on nodes where
@@ -493,6 +504,64 @@ impl Drop for RedLockGuard {
         if let Ok(mut nodes) = self.shared.nodes.try_lock() {
             release_slots(&mut nodes);
         }
+    }
+}
+
+/// A [`HeldLock`]'s view of a RedLock.
+struct TrackView {
+    track: Arc<Track>,
+    token: u64,
+}
+
+impl View for TrackView {
+    fn name(&self) -> &str {
+        &self.track.name
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+
+    fn is_held(&self) -> bool {
+        self.track.is_held()
+    }
+
+    fn lost(&self) -> Lost {
+        Lost::new(lost_future(self.track.clone()))
+    }
+}
+
+impl Sealed for RedLockGuard {}
+
+/// [`Guard::fencing_token`] is the largest of the nodes' tokens: read the caveat of
+/// [`RedLockGuard::fencing_token`] before relying on it.
+impl Guard for RedLockGuard {
+    fn name(&self) -> &str {
+        RedLockGuard::name(self)
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        Some(RedLockGuard::fencing_token(self))
+    }
+
+    fn is_held(&self) -> bool {
+        RedLockGuard::is_held(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        RedLockGuard::remaining(self)
+    }
+
+    fn lost(&self) -> Lost {
+        RedLockGuard::lost(self)
+    }
+
+    fn held_lock(&self) -> HeldLock {
+        RedLockGuard::held_lock(self)
+    }
+
+    async fn unlock(self) -> Result<bool, LockError> {
+        RedLockGuard::unlock(self).await
     }
 }
 

@@ -1,121 +1,8 @@
-//! RedLock: one lock over N independent Redis masters, held while a majority of them grant it.
-//!
-//! A [`LockClient`] lock lives on one server, so it is only as available as that server, and a
-//! failover to a replica that had not received the lock can grant it twice. [`RedLock`] takes
-//! the lock on every master of a set of independent ones (no replication between them) and
-//! counts it as held only while a majority (`N / 2 + 1`) has it, following the algorithm on the
-//! Redis "Distributed Locks with Redis" page:
-//!
-//! 1. Read a monotonic clock, then ask every node at once with a short per-node timeout
-//!    ([`RedLockBuilder::node_timeout`], 50 ms by default).
-//! 2. The lock is taken only if a majority said yes **and** time is left: the validity is
-//!    `lease − elapsed − drift`, where `elapsed` runs from before the first request to the
-//!    last answer (or timeout) and `drift = 1 % of the lease + 2 ms` for clocks that run at
-//!    slightly different rates. The guard counts the lock as held until
-//!    `start + lease − drift` and no longer.
-//! 3. Otherwise it is released on **every** node, including those whose answer came too
-//!    late (their acquisition is undone when the answer arrives), and tried again after a
-//!    random delay ([`RedLockBuilder::retry_delay`], 50–250 ms) until the wait runs out.
-//!
-//! Without a fixed lease the guard renews itself: a task of its own extends the lease on all
-//! nodes every lease/3 (the lease is [`RedLockBuilder::watchdog_lease`], 30 s by default), and
-//! a renewal counts only when a majority confirms it before the current validity ends. Nodes
-//! that lost the lock (one restarted empty, or was down when the lock was taken) are taken
-//! again during renewals and extensions when they are free, so the lock regains them. When a
-//! majority can no longer be confirmed within the validity, the guard is lost:
-//! [`RedLockGuard::is_held`] turns false and [`RedLockGuard::lost`] resolves.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use lock_core::{LockClient, LockError, RedLock};
-//!
-//! # async fn run() -> Result<(), LockError> {
-//! let mut clients = Vec::new();
-//! for url in ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"] {
-//!     clients.push(LockClient::connect(url).await?);
-//! }
-//! let redlock = RedLock::builder(clients)
-//!     .node_timeout(Duration::from_millis(50))
-//!     .build()?;
-//! redlock.check_distinct().await?; // refuse two clients on one server at startup
-//!
-//! // Wait up to 5 s; the guard renews itself on a majority for as long as it lives.
-//! let guard = redlock.lock("invoice:42").wait(Duration::from_secs(5)).await?;
-//! tokio::select! {
-//!     _ = guard.lost() => tracing::warn!("lost the majority; stopping"),
-//!     _ = do_work(guard.fencing_token()) => {}
-//! }
-//! guard.unlock().await?;
-//!
-//! // One attempt with a fixed 10 s lease, never renewed.
-//! if let Some(guard) = redlock.try_lock("nightly").lease(Duration::from_secs(10)).await? {
-//!     println!("valid for {:?}", guard.remaining());
-//! }
-//! # Ok(()) }
-//! # async fn do_work(_token: u64) {}
-//! ```
-//!
-//! # Errors
-//!
-//! RedLock failures map onto [`LockError`] as follows. *Answered* means a node replied in
-//! time, granting the lock or saying someone else holds it.
-//!
-//! | situation | `lock()` (with `.wait(d)`) | `try_lock()` |
-//! |---|---|---|
-//! | a quorum answered but fewer than a quorum granted (held elsewhere, or a split vote) | retried until `d`, then [`LockError::Timeout`] (`holder_ttl: None`) | `Ok(None)` |
-//! | fewer than a quorum answered at all (nodes down, unreachable or slower than the per-node timeout) | retried until `d`, then [`LockError::Unavailable`] (`source`: the first Redis error seen in that attempt, if any) | `Unavailable` |
-//! | a quorum granted, but after the validity was used up | retried until `d`, then [`LockError::ResponseTimeout`] with the time the attempt took | `ResponseTimeout` |
-//! | bad name or lease | [`LockError::InvalidName`], [`LockError::InvalidOption`] at once | the same |
-//!
-//! Without `.wait()`, `lock()` waits for as long as the lock is *busy*, but returns
-//! `Unavailable` / `ResponseTimeout` at once (as [`LockClient::lock`] does when its server is
-//! down) instead of retrying an outage forever. [`RedLockGuard::extend`] returns
-//! [`LockError::Lost`] when the lock is gone on so many nodes that no majority is possible, or
-//! when the validity passed, and [`LockError::Unavailable`] when too few nodes answered
-//! (the guard then keeps its current validity and may still be renewed).
-//! [`RedLock::new`] refuses fewer than three nodes with [`LockError::InvalidOption`]
-//! (`option: "clients"`), and [`RedLock::check_distinct`] refuses two clients that reach one
-//! key space the same way.
-//!
-//! # Configuration checks
-//!
-//! * **N < 3 is refused.** With one node RedLock adds nothing to [`LockClient`]; with two the
-//!   quorum is two, so either node failing stops all locking. Use at least three (five is the
-//!   usual choice: it survives two failures).
-//! * **An even N is accepted with a warning** in the log: N = 4 needs 3 and survives one
-//!   failure, no better than N = 3.
-//! * **Duplicates cannot be seen from a [`LockClient`]** (it does not expose its server), so
-//!   [`RedLock::new`] cannot refuse them. [`RedLock::check_distinct`] finds them on the
-//!   servers themselves: it takes a probe lock on each node and looks for it through every
-//!   other client, so two entries for one server are caught even under different host names.
-//!   Run it at startup. It cannot see two clients on one server that use different databases
-//!   or key prefixes; do not configure those either: one server failing would take two votes.
-//!
-//! # Keys and wake-up
-//!
-//! On each node RedLock uses that node's ordinary lock key (`P{N}` under the client's key
-//! prefix `P`, see [`crate::name`]), taken with a fixed lease through
-//! [`LockClient::try_lock`] and extended through [`LockGuard::extend`], so a RedLock lock
-//! and a [`LockClient`] lock of the same name on one of the nodes exclude each other. There is
-//! no pub/sub: a waiter polls, one attempt on all nodes after each random retry delay (the
-//! delay also breaks up split votes between contenders).
-//!
-//! # What RedLock does not promise
-//!
-//! * **Timing.** Safety rests on bounded process pauses, bounded network delay and clocks that
-//!   run at about the same rate (Kleppmann, "How to do distributed locking"; antirez, "Is
-//!   Redlock safe?"). Time spent before the last answer is measured and subtracted; a pause
-//!   *after* that is not, as with any lease. A node whose clock jumps forward, or that
-//!   restarts without persistence and at once grants the lock again, can give a second client
-//!   a majority. Run the masters with `appendfsync always`, or keep a crashed master out for
-//!   longer than the longest lease before it rejoins.
-//! * **Fencing.** See [`RedLockGuard::fencing_token`]: a token comes from each node, and the
-//!   maximum of them is *not* guaranteed to increase from one holder to the next.
+//! [`RedLock`]: one lock over N independent Redis masters (see its docs).
 
 mod guard;
 
 use std::fmt;
-use std::future::IntoFuture;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,22 +12,18 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::{DEFAULT_WATCHDOG_LEASE, LockClient, LockError, LockGuard, MAX_LEASE, MIN_LEASE};
+use crate::client::LockClient;
+use crate::driver::{LockRequest, Options, Spec, TryLockRequest};
+use crate::error::LockError;
+use crate::mutex::LockGuard;
+use crate::util::{MIN_LEASE, check_lease, shorten};
 
 pub use guard::RedLockGuard;
 
-/// The default per-node timeout of an acquisition, extension or renewal.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// The default shortest random delay before another attempt.
-pub const DEFAULT_RETRY_DELAY_MIN: Duration = Duration::from_millis(50);
-/// The default longest random delay before another attempt.
-pub const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(250);
-/// The default clock drift factor: 1 % of the lease is set aside for clocks that run at
-/// different rates.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// The part of the drift allowance that does not depend on the lease: 2 ms, for the
-/// granularity of Redis expiry.
-pub const DRIFT_MARGIN: Duration = Duration::from_millis(2);
+const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+const DEFAULT_RETRY_DELAY_MIN: Duration = Duration::from_millis(50);
+const DEFAULT_RETRY_DELAY_MAX: Duration = Duration::from_millis(250);
+const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 
 /// The fewest nodes RedLock accepts.
 const MIN_NODES: usize = 3;
@@ -157,22 +40,13 @@ struct Config {
 impl Config {
     /// The clock drift set aside from a lease.
     fn drift(&self, lease: Duration) -> Duration {
-        lease.mul_f64(self.drift_factor) + DRIFT_MARGIN
+        lease.mul_f64(self.drift_factor) + RedLock::DRIFT_MARGIN
     }
 
     /// A random delay before the next attempt.
     fn retry_delay(&self) -> Duration {
         let (lo, hi) = (nanos(self.retry_min), nanos(self.retry_max));
         Duration::from_nanos(rand::rng().random_range(lo..=hi))
-    }
-}
-
-/// A name shortened for a log line or a span.
-fn short(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
     }
 }
 
@@ -186,8 +60,119 @@ struct Inner {
     config: Config,
 }
 
-/// A lock over N independent Redis masters, held while a majority grants it. See the
-/// [module documentation](self) for the algorithm, the errors and the limits.
+/// One lock over N independent Redis masters, held while a majority of them grant it.
+///
+/// A [`LockClient`] lock lives on one server, so it is only as available as that server, and a
+/// failover to a replica that had not received the lock can grant it twice. [`RedLock`] takes
+/// the lock on every master of a set of independent ones (no replication between them) and
+/// counts it as held only while a majority (`N / 2 + 1`) has it, following the algorithm on the
+/// Redis "Distributed Locks with Redis" page:
+///
+/// 1. Read a monotonic clock, then ask every node at once with a short per-node timeout
+///    ([`RedLockBuilder::node_timeout`], 50 ms by default).
+/// 2. The lock is taken only if a majority said yes **and** time is left: the validity is
+///    `lease − elapsed − drift`, where `elapsed` runs from before the first request to the
+///    last answer (or timeout) and `drift = 1 % of the lease + 2 ms` for clocks that run at
+///    slightly different rates. The guard counts the lock as held until
+///    `start + lease − drift` and no longer.
+/// 3. Otherwise it is released on **every** node, including those whose answer came too
+///    late (their acquisition is undone when the answer arrives), and tried again after a
+///    random delay ([`RedLockBuilder::retry_delay`], 50–250 ms) until the wait runs out.
+///
+/// Without a fixed lease the guard renews itself: a task of its own extends the lease on all
+/// nodes every lease/3 (the lease is [`RedLockBuilder::watchdog_lease`], 30 s by default), and
+/// a renewal counts only when a majority confirms it before the current validity ends. Nodes
+/// that lost the lock (one restarted empty, or was down when the lock was taken) are taken
+/// again during renewals and extensions when they are free, so the lock regains them. When a
+/// majority can no longer be confirmed within the validity, the guard is lost:
+/// [`RedLockGuard::is_held`] turns false and [`RedLockGuard::lost`] resolves.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_core::{LockClient, LockError, RedLock};
+///
+/// # async fn run() -> Result<(), LockError> {
+/// let mut clients = Vec::new();
+/// for url in ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"] {
+///     clients.push(LockClient::connect(url).await?);
+/// }
+/// let redlock = RedLock::builder(clients)
+///     .node_timeout(Duration::from_millis(50))
+///     .build()?;
+/// redlock.check_distinct().await?; // refuse two clients on one server at startup
+///
+/// // Wait up to 5 s; the guard renews itself on a majority for as long as it lives.
+/// let guard = redlock.lock("invoice:42").wait(Duration::from_secs(5)).await?;
+/// tokio::select! {
+///     _ = guard.lost() => tracing::warn!("lost the majority; stopping"),
+///     _ = do_work(guard.fencing_token()) => {}
+/// }
+/// guard.unlock().await?;
+///
+/// // One attempt with a fixed 10 s lease, never renewed.
+/// if let Some(guard) = redlock.try_lock("nightly").lease(Duration::from_secs(10)).await? {
+///     println!("valid for {:?}", guard.remaining());
+/// }
+/// # Ok(()) }
+/// # async fn do_work(_token: u64) {}
+/// ```
+///
+/// # Errors
+///
+/// RedLock failures map onto [`LockError`] as follows. *Answered* means a node replied in
+/// time, granting the lock or saying someone else holds it.
+///
+/// | situation | `lock()` (with `.wait(d)`) | `try_lock()` |
+/// |---|---|---|
+/// | a quorum answered but fewer than a quorum granted (held elsewhere, or a split vote) | retried until `d`, then [`LockError::Timeout`] (`holder_ttl: None`) | `Ok(None)` |
+/// | fewer than a quorum answered at all (nodes down, unreachable or slower than the per-node timeout) | retried until `d`, then [`LockError::Unavailable`] (`source`: the first Redis error seen in that attempt, if any) | `Unavailable` |
+/// | a quorum granted, but after the validity was used up | retried until `d`, then [`LockError::ResponseTimeout`] with the time the attempt took | `ResponseTimeout` |
+/// | bad name or lease | [`LockError::InvalidName`], [`LockError::InvalidOption`] at once | the same |
+///
+/// Without `.wait()`, `lock()` waits for as long as the lock is *busy*, but returns
+/// `Unavailable` / `ResponseTimeout` at once (as [`LockClient::lock`] does when its server is
+/// down) instead of retrying an outage forever. [`RedLockGuard::extend`] returns
+/// [`LockError::Lost`] when the lock is gone on so many nodes that no majority is possible, or
+/// when the validity passed, and [`LockError::Unavailable`] when too few nodes answered
+/// (the guard then keeps its current validity and may still be renewed).
+/// [`RedLock::new`] refuses fewer than three nodes with [`LockError::InvalidOption`]
+/// (`option: "clients"`), and [`RedLock::check_distinct`] refuses two clients that reach one
+/// key space the same way.
+///
+/// # Configuration checks
+///
+/// * **N < 3 is refused.** With one node RedLock adds nothing to [`LockClient`]; with two the
+///   quorum is two, so either node failing stops all locking. Use at least three (five is the
+///   usual choice: it survives two failures).
+/// * **An even N is accepted with a warning** in the log: N = 4 needs 3 and survives one
+///   failure, no better than N = 3.
+/// * **Duplicates cannot be seen from a [`LockClient`]** (it does not expose its server), so
+///   [`RedLock::new`] cannot refuse them. [`RedLock::check_distinct`] finds them on the
+///   servers themselves: it takes a probe lock on each node and looks for it through every
+///   other client, so two entries for one server are caught even under different host names.
+///   Run it at startup. It cannot see two clients on one server that use different databases
+///   or key prefixes; do not configure those either: one server failing would take two votes.
+///
+/// # Keys and wake-up
+///
+/// On each node RedLock uses that node's ordinary lock key (`P{N}` under the client's key
+/// prefix `P`, see [`Mutex`](crate::Mutex)), taken with a fixed lease through
+/// [`LockClient::try_lock`] and extended through [`LockGuard::extend`], so a RedLock lock
+/// and a [`LockClient`] lock of the same name on one of the nodes exclude each other. There is
+/// no pub/sub: a waiter polls, one attempt on all nodes after each random retry delay (the
+/// delay also breaks up split votes between contenders).
+///
+/// # What RedLock does not promise
+///
+/// * **Timing.** Safety rests on bounded process pauses, bounded network delay and clocks that
+///   run at about the same rate (Kleppmann, "How to do distributed locking"; antirez, "Is
+///   Redlock safe?"). Time spent before the last answer is measured and subtracted; a pause
+///   *after* that is not, as with any lease. A node whose clock jumps forward, or that
+///   restarts without persistence and at once grants the lock again, can give a second client
+///   a majority. Run the masters with `appendfsync always`, or keep a crashed master out for
+///   longer than the longest lease before it rejoins.
+/// * **Fencing.** See [`RedLockGuard::fencing_token`]: a token comes from each node, and the
+///   maximum of them is *not* guaranteed to increase from one holder to the next.
 ///
 /// Cheap to clone (an `Arc` inside); every clone uses the same clients.
 #[derive(Clone)]
@@ -196,6 +181,14 @@ pub struct RedLock {
 }
 
 impl RedLock {
+    /// The default clock drift factor: 1 % of the lease is set aside for clocks that run at
+    /// different rates.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+    /// The part of the drift allowance that does not depend on the lease: 2 ms, for the
+    /// granularity of Redis expiry.
+    pub const DRIFT_MARGIN: Duration = Duration::from_millis(2);
+
     /// A RedLock over `clients` (one per independent master) with the default options.
     /// Fails with [`LockError::InvalidOption`] for fewer than three clients; see
     /// [`RedLockBuilder::build`].
@@ -211,31 +204,30 @@ impl RedLock {
                 node_timeout: DEFAULT_NODE_TIMEOUT,
                 retry_min: DEFAULT_RETRY_DELAY_MIN,
                 retry_max: DEFAULT_RETRY_DELAY_MAX,
-                drift_factor: DEFAULT_DRIFT_FACTOR,
+                drift_factor: RedLock::DEFAULT_DRIFT_FACTOR,
                 watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             },
         }
     }
 
     /// Takes the lock `name` on a majority of the nodes, retrying after a random delay while
-    /// it is busy; see [`RedLockRequest`] for the wait and lease options.
-    pub fn lock(&self, name: impl Into<String>) -> RedLockRequest {
-        RedLockRequest {
+    /// it is busy; see [`LockRequest`] for the wait and lease options, and the table above
+    /// for the errors. Without `.wait()` it waits for as long as the lock is busy, but fails
+    /// at once when too few nodes answer.
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest<RedLockGuard> {
+        LockRequest::new(Take {
             inner: self.inner.clone(),
             name: name.into(),
-            wait: None,
-            lease: None,
-        }
+        })
     }
 
     /// One attempt to take the lock `name` on a majority of the nodes: `Ok(None)` when it is
     /// held elsewhere (or the vote was split).
-    pub fn try_lock(&self, name: impl Into<String>) -> RedLockTryRequest {
-        RedLockTryRequest {
+    pub fn try_lock(&self, name: impl Into<String>) -> TryLockRequest<RedLockGuard> {
+        TryLockRequest::new(Take {
             inner: self.inner.clone(),
             name: name.into(),
-            lease: None,
-        }
+        })
     }
 
     /// The number of nodes.
@@ -307,7 +299,7 @@ impl RedLock {
             let name = &names[i];
             async move {
                 matches!(
-                    tokio::time::timeout(PROBE_TIMEOUT, nodes[j].lock_info(name)).await,
+                    tokio::time::timeout(PROBE_TIMEOUT, nodes[j].mutex(name.as_str()).info()).await,
                     Ok(Ok(info)) if info.held
                 )
             }
@@ -361,7 +353,7 @@ pub struct RedLockBuilder {
 
 impl RedLockBuilder {
     /// How long each node may take to answer an acquisition, extension or renewal before it
-    /// counts as failed (default [`DEFAULT_NODE_TIMEOUT`], 50 ms; the Redis page suggests
+    /// counts as failed (default 50 ms; the Redis page suggests
     /// 5–50 ms for a 10 s lease). Keep it far below the lease: a node that does not answer
     /// costs this much of the validity, and if the answers take longer than the lease minus
     /// the drift allowance the lock is refused. A node that answers late is not counted, and
@@ -380,15 +372,15 @@ impl RedLockBuilder {
     }
 
     /// The share of every lease set aside for clocks running at different rates (default
-    /// [`DEFAULT_DRIFT_FACTOR`], 1 %); [`DRIFT_MARGIN`] (2 ms) is added to it. Must be in
-    /// `0.0..0.5`.
+    /// [`RedLock::DEFAULT_DRIFT_FACTOR`], 1 %); [`RedLock::DRIFT_MARGIN`] (2 ms) is added to
+    /// it. Must be in `0.0..0.5`.
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.config.drift_factor = factor;
         self
     }
 
     /// The lease of locks taken without `.lease()`, renewed every third of it by the guard's
-    /// own task (default [`DEFAULT_WATCHDOG_LEASE`], 30 s).
+    /// own task (default 30 s; 10 ms to 30 days).
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.config.watchdog_lease = lease;
         self
@@ -398,7 +390,7 @@ impl RedLockBuilder {
     ///
     /// Fails with [`LockError::InvalidOption`] for fewer than three clients (`"clients"`), a
     /// zero node timeout, a retry delay whose minimum exceeds its maximum, a drift factor
-    /// outside `0.0..0.5`, or a watchdog lease outside [`MIN_LEASE`]`..=`[`MAX_LEASE`]. An
+    /// outside `0.0..0.5`, or a watchdog lease outside 10 ms..=30 days. An
     /// even number of clients is accepted with a warning in the log. Duplicate clients cannot
     /// be detected here; see [`RedLock::check_distinct`].
     pub fn build(self) -> Result<RedLock, LockError> {
@@ -457,16 +449,6 @@ impl fmt::Debug for RedLockBuilder {
             .field("config", &self.config)
             .finish()
     }
-}
-
-fn check_lease(option: &'static str, lease: Duration) -> Result<(), LockError> {
-    if lease < MIN_LEASE || lease > MAX_LEASE {
-        return Err(LockError::InvalidOption {
-            option,
-            reason: format!("{lease:?} is outside {MIN_LEASE:?}..={MAX_LEASE:?}"),
-        });
-    }
-    Ok(())
 }
 
 /// What one attempt on all nodes came to.
@@ -573,7 +555,7 @@ async fn attempt(inner: &Arc<Inner>, name: &str, lease: Duration, watchdog: bool
     }
     release_all(guards.into_iter().flatten().collect(), timeout).await;
     if granted + late >= inner.quorum {
-        tracing::debug!(lock = %short(name), ?elapsed, ?lease, "RedLock quorum came too late");
+        tracing::debug!(lock = %shorten(name), ?elapsed, ?lease, "RedLock quorum came too late");
         Outcome::TooSlow(elapsed)
     } else if granted + busy >= inner.quorum {
         Outcome::Busy
@@ -638,105 +620,23 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-/// A request to take a RedLock, retrying while it is busy: made by [`RedLock::lock`], run by
-/// `.await`.
-#[must_use = "a lock request does nothing until awaited"]
-pub struct RedLockRequest {
+/// One acquisition of a RedLock, started by a [`LockRequest`] or [`TryLockRequest`].
+struct Take {
     inner: Arc<Inner>,
     name: String,
-    wait: Option<Duration>,
-    lease: Option<Duration>,
 }
 
-impl RedLockRequest {
-    /// Gives up after this long: [`LockError::Timeout`] if the lock stayed busy,
-    /// [`LockError::Unavailable`] if too few nodes answered, [`LockError::ResponseTimeout`]
-    /// if the nodes granted it too slowly for the lease (each judged by the last attempt).
-    /// Without it the request waits for as long as the lock is busy, but fails at once when
-    /// too few nodes answer. `Duration::ZERO` makes a single attempt.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
+impl Spec<RedLockGuard> for Take {
+    fn start(
+        self: Box<Self>,
+        options: Options,
+    ) -> Pin<Box<dyn Future<Output = Result<RedLockGuard, LockError>> + Send + 'static>> {
+        let span = tracing::debug_span!("lock", kind = "redlock", name = %shorten(&self.name));
+        let Options { wait, lease, .. } = options;
+        Box::pin(acquire(self.inner, self.name, wait, lease).instrument(span))
     }
 
-    /// Holds the lock for a fixed lease (at least 10 ms) that is never renewed. Without it
-    /// the guard renews the RedLock's watchdog lease on a majority for as long as it lives.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
-}
-
-impl IntoFuture for RedLockRequest {
-    type Output = Result<RedLockGuard, LockError>;
-    type IntoFuture = BoxFuture<Self::Output>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let span = tracing::debug_span!("redlock", name = %short(&self.name));
-        Box::pin(acquire(self.inner, self.name, self.wait, self.lease).instrument(span))
-    }
-}
-
-impl fmt::Debug for RedLockRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedLockRequest")
-            .field("name", &self.name)
-            .field("wait", &self.wait)
-            .field("lease", &self.lease)
-            .finish()
-    }
-}
-
-/// One attempt to take a RedLock: made by [`RedLock::try_lock`], run by `.await`. Resolves to
-/// `Ok(None)` when fewer than a quorum granted it although a quorum answered.
-#[must_use = "a lock request does nothing until awaited"]
-pub struct RedLockTryRequest {
-    inner: Arc<Inner>,
-    name: String,
-    lease: Option<Duration>,
-}
-
-impl RedLockTryRequest {
-    /// Holds the lock for a fixed lease (at least 10 ms) that is never renewed. Without it
-    /// the guard renews the RedLock's watchdog lease on a majority for as long as it lives.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
-}
-
-impl IntoFuture for RedLockTryRequest {
-    type Output = Result<Option<RedLockGuard>, LockError>;
-    type IntoFuture = BoxFuture<Self::Output>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let span = tracing::debug_span!("redlock_try", name = %short(&self.name));
-        Box::pin(
-            async move {
-                let start = Instant::now();
-                let (lease, watchdog) = prepare(&self.inner, &self.name, self.lease)?;
-                match attempt(&self.inner, &self.name, lease, watchdog).await {
-                    Outcome::Acquired(guard) => Ok(Some(guard)),
-                    Outcome::Busy => Ok(None),
-                    Outcome::Unreachable(source) => Err(LockError::Unavailable {
-                        waited: start.elapsed(),
-                        source,
-                    }),
-                    Outcome::TooSlow(took) => Err(LockError::ResponseTimeout(took)),
-                }
-            }
-            .instrument(span),
-        )
-    }
-}
-
-impl fmt::Debug for RedLockTryRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedLockTryRequest")
-            .field("name", &self.name)
-            .field("lease", &self.lease)
-            .finish()
+    fn describe(&self) -> (&'static str, &str) {
+        ("redlock", &self.name)
     }
 }

@@ -1,6 +1,6 @@
 -- fair_acquire: take a fair lock in arrival order, or re-enter it, or queue for it.
 --
--- KEYS[1]: the lock, a string as in acquire.lua
+-- KEYS[1]: the lock string
 -- KEYS[2]: the queue, a sorted set: waiter owner id -> arrival (server clock, microseconds)
 -- KEYS[3]: the waiters' deadlines, a sorted set: owner id -> expiry (server clock, ms)
 -- ARGV[1]: owner id
@@ -13,55 +13,29 @@
 -- so a dead waiter delays the others by at most its own deadline. A free lock goes to the
 -- head of the queue only.
 local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+local now = ms(t)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 for _, waiter in ipairs(dead) do
   redis.call('ZREM', KEYS[2], waiter)
   redis.call('ZREM', KEYS[3], waiter)
 end
-local value = redis.call('GET', KEYS[1])
-local owner, count, token, released, waiters = '', 0, nil, '', ''
-if value then
-  owner, count, token, released, waiters =
-    string.match(value, '^([^|]*)|(%d+)|(%d+)|(%d*)|(1?)$')
-  if not owner then
-    return redis.error_reply('WRONGTYPE the lock key holds a value lock-core did not write')
-  end
-  count = tonumber(count)
-end
-local expected = tonumber(ARGV[3])
 local lease = tonumber(ARGV[2])
-if owner == ARGV[1] then
-  if count == expected then
-    local next = owner .. '|' .. (count + 1) .. '|' .. token .. '|' .. released .. '|' .. waiters
-    if redis.call('PTTL', KEYS[1]) < lease then
-      redis.call('SET', KEYS[1], next, 'PX', lease)
-    else
-      redis.call('SET', KEYS[1], next, 'KEEPTTL')
-    end
-  elseif count ~= expected + 1 then
-    return 0
-  end
-  return tonumber(token)
-end
-if expected ~= 0 then
-  return 0
+local answer, value, owner, token, released, waiters =
+  start_acquire(KEYS[1], ARGV[1], tonumber(ARGV[3]), lease)
+if answer then
+  return answer
 end
 local hint
 if owner == '' then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if not head or head == ARGV[1] then
-    if token then
-      token = string.format('%.0f', tonumber(token) + 1)
-    else
-      token = t[1] .. string.format('%06d', tonumber(t[2]))
-    end
-    redis.call('SET', KEYS[1], ARGV[1] .. '|1|' .. token .. '|' .. released .. '|', 'PX', lease)
+    token = next_token(token, t)
+    redis.call('SET', KEYS[1], lock_string(ARGV[1], 1, token, released, ''), 'PX', lease)
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZREM', KEYS[3], ARGV[1])
     return tonumber(token)
   end
-  hint = math.max(1, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now_ms)
+  hint = math.max(1, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now)
 else
   hint = math.max(1, redis.call('PTTL', KEYS[1]))
 end
@@ -69,7 +43,7 @@ local ttl = tonumber(ARGV[4])
 if ttl > 0 then
   local arrival = t[1] .. string.format('%06d', tonumber(t[2]))
   redis.call('ZADD', KEYS[2], 'NX', arrival, ARGV[1])
-  redis.call('ZADD', KEYS[3], string.format('%.0f', now_ms + ttl), ARGV[1])
+  redis.call('ZADD', KEYS[3], string.format('%.0f', now + ttl), ARGV[1])
   redis.call('PEXPIRE', KEYS[2], ttl * 2)
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   hint = math.min(hint, ttl)

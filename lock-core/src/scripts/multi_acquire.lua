@@ -1,6 +1,6 @@
 -- multi_acquire: take several locks at once, all or none (one owner for all).
 --
--- KEYS[i]: the i-th lock (see acquire.lua)
+-- KEYS[i]: the i-th lock string
 -- ARGV[1]: owner id
 -- ARGV[2]: lease in milliseconds
 -- ARGV[3]: '1' if the caller will wait for a release when a lock is busy
@@ -13,14 +13,9 @@ local owner = ARGV[1]
 local plan = {}
 local applied, pending = 0, 0
 for i, key in ipairs(KEYS) do
-  local value = redis.call('GET', key)
-  local o, c, t, r, w = '', 0, nil, '', ''
-  if value then
-    o, c, t, r, w = string.match(value, '^([^|]*)|(%d+)|(%d+)|(%d*)|(1?)$')
-    if not o then
-      return redis.error_reply('WRONGTYPE the lock key holds a value lock-core did not write')
-    end
-    c = tonumber(c)
+  local value, o, c, t, r, w = read_lock(key)
+  if value == false then
+    return foreign()
   end
   local expected = tonumber(ARGV[3 + i])
   if o == '' then
@@ -62,29 +57,18 @@ if applied > 0 then
   end
   return out
 end
-local seed
+local now
 for i, key in ipairs(KEYS) do
   local p = plan[i]
   local token
   if p.fresh then
-    if p.token then
-      token = string.format('%.0f', tonumber(p.token) + 1)
-    else
-      if not seed then
-        local now = redis.call('TIME')
-        seed = now[1] .. string.format('%06d', tonumber(now[2]))
-      end
-      token = seed
+    if not p.token and not now then
+      now = redis.call('TIME')
     end
-    redis.call('SET', key, owner .. '|1|' .. token .. '|' .. p.released .. '|', 'PX', ARGV[2])
+    token = next_token(p.token, now)
+    redis.call('SET', key, lock_string(owner, 1, token, p.released, ''), 'PX', ARGV[2])
   else
-    token = p.token
-    local next = owner .. '|' .. (p.count + 1) .. '|' .. token .. '|' .. p.released .. '|' .. p.waiters
-    if redis.call('PTTL', key) < tonumber(ARGV[2]) then
-      redis.call('SET', key, next, 'PX', ARGV[2])
-    else
-      redis.call('SET', key, next, 'KEEPTTL')
-    end
+    token = take_again(key, owner, p.count, p.token, p.released, p.waiters, p.count, ARGV[2])
   end
   out[i + 1] = tonumber(token)
 end

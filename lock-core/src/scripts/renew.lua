@@ -1,6 +1,6 @@
--- renew: reset the lease of every lock in a batch that its owner still holds.
+-- renew: reset the lease of every lock string in a batch that its owner still holds.
 --
--- KEYS[i]: the i-th lock (see acquire.lua)
+-- KEYS[i]: the i-th lock string
 -- ARGV[1]: lease in milliseconds
 -- ARGV[i + 1]: owner id of the i-th lock
 --

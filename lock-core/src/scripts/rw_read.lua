@@ -10,8 +10,7 @@
 -- to look again); -1 busy with no expiry; 0 the share was lost. A reader holds back while
 -- another owner writes, or while a writer waits (unless it already reads, or is the writer
 -- itself: a writer may take a read share and then give up writing, a downgrade).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = ms(redis.call('TIME'))
 local expected = tonumber(ARGV[3])
 local lease = tonumber(ARGV[2])
 local mine = redis.call('HGET', KEYS[2], ARGV[1])
@@ -28,17 +27,12 @@ end
 if count ~= expected then
   return 0
 end
-local value = redis.call('GET', KEYS[1])
-local writer = value and string.match(value, '^([^|]*)|') or ''
+local value, writer, _, _, _, waiters = read_lock(KEYS[1])
+if value == false then
+  return foreign()
+end
 if writer ~= '' and writer ~= ARGV[1] then
-  if ARGV[4] == '1' and string.sub(value, -1) ~= '1' then
-    redis.call('SET', KEYS[1], value .. '1', 'KEEPTTL')
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < 0 then
-    return -1
-  end
-  return -2 - pttl
+  return busy(KEYS[1], value, waiters, ARGV[4])
 end
 if expected == 0 and writer == '' then
   local waiting = redis.call('GET', KEYS[3])

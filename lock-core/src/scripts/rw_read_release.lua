@@ -9,8 +9,7 @@
 -- partial release, 0 not held (expired, purged). A repeat of a final release whose reply was
 -- lost also answers 0: a missing share cannot tell "released" from "expired", and claiming it
 -- was held when it may have expired would be the worse mistake.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = ms(redis.call('TIME'))
 local expected = tonumber(ARGV[2])
 local mine = redis.call('HGET', KEYS[1], ARGV[1])
 local count, expiry = 0, 0

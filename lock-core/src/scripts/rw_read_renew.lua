@@ -5,8 +5,7 @@
 -- ARGV[i + 1]: owner id of the i-th share
 --
 -- Returns an array: 1 where the share was still held and was renewed, 0 where not
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = ms(redis.call('TIME'))
 local lease = tonumber(ARGV[1])
 local out = {}
 for i, key in ipairs(KEYS) do

@@ -1,6 +1,6 @@
 -- rw_write: take the write lock of a read-write lock, or re-enter it.
 --
--- KEYS[1]: the writer, a lock string "owner|count|token|released|waiters" (see acquire.lua)
+-- KEYS[1]: the writer, a lock string
 -- KEYS[2]: the readers, a hash: reader owner id -> "count|expiry (server clock, ms)"
 -- KEYS[3]: the writer-waiting mark: the owner id of a writer that waits (expires by itself)
 -- ARGV[1]: owner id
@@ -12,45 +12,20 @@
 -- with no expiry; 0 the hold was lost. Readers whose lease ran out are dropped first. While a
 -- writer waits it marks the lock so new readers hold back: writers are not starved.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local value = redis.call('GET', KEYS[1])
-local owner, count, token, released, waiters = '', 0, nil, '', ''
-if value then
-  owner, count, token, released, waiters =
-    string.match(value, '^([^|]*)|(%d+)|(%d+)|(%d*)|(1?)$')
-  if not owner then
-    return redis.error_reply('WRONGTYPE the lock key holds a value lock-core did not write')
-  end
-  count = tonumber(count)
-end
-local expected = tonumber(ARGV[3])
+local now = ms(t)
 local lease = tonumber(ARGV[2])
-if owner == ARGV[1] then
-  if count == expected then
-    local next = owner .. '|' .. (count + 1) .. '|' .. token .. '|' .. released .. '|' .. waiters
-    if redis.call('PTTL', KEYS[1]) < lease then
-      redis.call('SET', KEYS[1], next, 'PX', lease)
-    else
-      redis.call('SET', KEYS[1], next, 'KEEPTTL')
-    end
-  elseif count ~= expected + 1 then
-    return 0
-  end
-  return tonumber(token)
-end
-if expected ~= 0 then
-  return 0
+local answer, value, owner, token, released, waiters =
+  start_acquire(KEYS[1], ARGV[1], tonumber(ARGV[3]), lease)
+if answer then
+  return answer
 end
 local wait_ms = nil
 if owner ~= '' then
-  if ARGV[4] == '1' and waiters == '' then
-    redis.call('SET', KEYS[1], value .. '1', 'KEEPTTL')
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  wait_ms = pttl >= 0 and pttl or nil
-  if pttl < 0 then
+  local answer = busy(KEYS[1], value, waiters, ARGV[4])
+  if answer == -1 then
     return -1
   end
+  wait_ms = -2 - answer
 else
   local readers = redis.call('HGETALL', KEYS[2])
   for i = 1, #readers, 2 do
@@ -71,11 +46,7 @@ if wait_ms then
   end
   return -2 - wait_ms
 end
-if token then
-  token = string.format('%.0f', tonumber(token) + 1)
-else
-  token = t[1] .. string.format('%06d', tonumber(t[2]))
-end
+token = next_token(token, t)
 -- Readers held back by a waiting writer's mark wait for this writer's release: flag it.
 local flag = ''
 local mark = redis.call('GET', KEYS[3])
@@ -85,5 +56,5 @@ if mark then
     redis.call('DEL', KEYS[3])
   end
 end
-redis.call('SET', KEYS[1], ARGV[1] .. '|1|' .. token .. '|' .. released .. '|' .. flag, 'PX', lease)
+redis.call('SET', KEYS[1], lock_string(ARGV[1], 1, token, released, flag), 'PX', lease)
 return tonumber(token)

@@ -1,13 +1,13 @@
 -- sem_release: give back a group of permits and wake waiters.
 --
--- KEYS[1]: the semaphore (see sem_acquire.lua)
+-- KEYS[1]: the semaphore (see sem_acquire.lua); KEYS[2]: its recorded size
 -- ARGV[1]: owner id
 -- ARGV[2]: permit count of the group
 -- ARGV[3]: the semaphore's release channel
 --
--- Returns how many of the permits were still held (unexpired) until now
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Returns how many of the permits were still held (unexpired) until now. The size record
+-- goes with the last permit.
+local now = ms(redis.call('TIME'))
 local valid, removed = 0, 0
 for k = 1, tonumber(ARGV[2]) do
   local member = ARGV[1] .. ':' .. k
@@ -20,6 +20,9 @@ for k = 1, tonumber(ARGV[2]) do
   end
 end
 if removed > 0 then
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[2])
+  end
   redis.call('PUBLISH', ARGV[3], '1')
 end
 return valid

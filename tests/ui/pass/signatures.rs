@@ -48,13 +48,13 @@ pub async fn buy(req: &BuyRequest, qty: &str) -> Result<u32, AppError> {
 }
 
 /// A fair (first come, first served) lock, with every other option.
-#[distributed_lock(key = "queue:{name}", fair, wait = "1s", lease = "5s", handle = held)]
-pub async fn fair_turn(name: &str) -> Result<u64, AppError> {
+#[distributed_lock(key = "queue:{name}", kind = "fair", wait = "1s", lease = "5s", held = held)]
+pub async fn fair_turn(name: &str) -> Result<Option<u64>, AppError> {
     Ok(held.fencing_token())
 }
 
 /// Mutable and destructured parameters, a raw identifier, a tuple field, `on_lost`.
-#[distributed_lock(key = "{r#type}:{a}:{pair.1}", on_lost = "continue", fair = false)]
+#[distributed_lock(key = "{r#type}:{a}:{pair.1}", on_lost = "continue", kind = "mutex")]
 pub async fn patterns(
     r#type: &str,
     (a, _b): (u8, u8),
@@ -69,7 +69,7 @@ pub async fn patterns(
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// `impl Trait` in and out, generics with a where clause, a `Result` alias.
-#[distributed_lock(key = "gen:{item}", wait = Duration::from_millis(10), handle = _lock)]
+#[distributed_lock(key = "gen:{item}", wait = Duration::from_millis(10), held = _lock)]
 pub async fn generic<T>(item: T, _extra: impl Send) -> self::Result<impl Display>
 where
     T: Display + Send,
@@ -91,8 +91,8 @@ pub struct Inventory {
 
 impl Inventory {
     /// `&self`.
-    #[distributed_lock(key = "stock:{sku}", client = self.locks, handle = lock)]
-    pub async fn reserve(&self, sku: &str) -> Result<u64, AppError> {
+    #[distributed_lock(key = "stock:{sku}", client = self.locks, held = lock)]
+    pub async fn reserve(&self, sku: &str) -> Result<Option<u64>, AppError> {
         Ok(lock.fencing_token())
     }
 

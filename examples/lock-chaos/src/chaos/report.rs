@@ -1,0 +1,349 @@
+//! The report of a run: faults by kind, operations by outcome, what every checker said, each
+//! violation with the history that shows it, and the `RESULT` line.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::check::{Findings, Violation};
+use super::cli::{RunConfig, TopologyKind};
+use super::history::History;
+use super::nemesis::FaultKind;
+
+/// What a run found.
+#[derive(Debug)]
+pub(crate) struct Report {
+    pub(crate) seed: u64,
+    pub(crate) topology: TopologyKind,
+    pub(crate) workers: usize,
+    pub(crate) tasks: usize,
+    pub(crate) lease_ms: u64,
+    pub(crate) http: bool,
+    pub(crate) seconds: f64,
+    pub(crate) clock_step_ms: i64,
+    pub(crate) planned_faults: usize,
+    /// Fault kind → (injected, skipped).
+    pub(crate) faults: BTreeMap<&'static str, (usize, usize)>,
+    /// Operation kind → outcome → count.
+    pub(crate) ops: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Release outcome → count.
+    pub(crate) releases: BTreeMap<String, usize>,
+    /// Sections by family.
+    pub(crate) sections: BTreeMap<String, usize>,
+    pub(crate) worker_processes: usize,
+    /// Changes of the primaries the coordinator saw (Sentinel and Cluster runs).
+    pub(crate) primary_changes: Vec<String>,
+    pub(crate) findings: Findings,
+    pub(crate) log_dir: Option<String>,
+    pub(crate) replay: String,
+}
+
+impl Report {
+    pub(crate) fn new(
+        cfg: &RunConfig,
+        planned: usize,
+        h: &History,
+        findings: Findings,
+        seconds: f64,
+        clock_step_ms: i64,
+        log_dir: Option<String>,
+    ) -> Report {
+        let mut faults: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
+        for f in h
+            .faults
+            .iter()
+            .filter(|f| f.kind != FaultKind::PrimaryChanged)
+        {
+            let e = faults.entry(f.kind.name()).or_default();
+            if f.done {
+                e.0 += 1;
+            } else {
+                e.1 += 1;
+            }
+        }
+        let mut ops: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+        for op in &h.ops {
+            let kind = if op.fixed {
+                format!("{} (fixed lease)", op.prim)
+            } else {
+                op.prim.clone()
+            };
+            *ops.entry(kind)
+                .or_default()
+                .entry(op.out.clone())
+                .or_default() += 1;
+        }
+        for r in &h.http {
+            let kind = format!("http {} /{}", r.method, r.route);
+            *ops.entry(kind)
+                .or_default()
+                .entry(r.out.clone())
+                .or_default() += 1;
+        }
+        let mut releases: BTreeMap<String, usize> = BTreeMap::new();
+        let mut sections: BTreeMap<String, usize> = BTreeMap::new();
+        for sec in &h.secs {
+            if let Some((_, _, res)) = &sec.rel {
+                *releases.entry(res.clone()).or_default() += 1;
+            }
+            let family = sec.parts.first().map_or("?", |p| p.family.as_str());
+            let key = if sec.via == "direct" {
+                family.to_owned()
+            } else {
+                format!("{family} ({})", sec.via)
+            };
+            *sections.entry(key).or_default() += 1;
+        }
+        let mut replay = format!(
+            "lock-chaos --seed {} --duration {}s",
+            cfg.seed,
+            cfg.duration.as_secs()
+        );
+        if cfg.topology != TopologyKind::Standalone {
+            let _ = write!(replay, " --topology {}", cfg.topology.name());
+        }
+        if cfg.min_replicas > 0 {
+            let _ = write!(replay, " --min-replicas {}", cfg.min_replicas);
+        }
+        if cfg.workers != 3 || cfg.tasks != 4 {
+            let _ = write!(replay, " --workers {} --tasks {}", cfg.workers, cfg.tasks);
+        }
+        if cfg.lease.as_millis() != 1500 {
+            let _ = write!(replay, " --lease {}ms", cfg.lease.as_millis());
+        }
+        if cfg.interval.as_millis() != 300 {
+            let _ = write!(replay, " --interval {}ms", cfg.interval.as_millis());
+        }
+        if !cfg.http {
+            replay.push_str(" --no-http");
+        }
+        Report {
+            seed: cfg.seed,
+            topology: cfg.topology,
+            workers: cfg.workers,
+            tasks: cfg.tasks,
+            lease_ms: cfg.lease.as_millis() as u64,
+            http: cfg.http,
+            seconds,
+            clock_step_ms,
+            planned_faults: planned,
+            faults,
+            ops,
+            releases,
+            sections,
+            worker_processes: h.lives.len(),
+            primary_changes: h
+                .faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::PrimaryChanged)
+                .map(|f| f.detail.clone())
+                .collect(),
+            findings,
+            log_dir,
+            replay,
+        }
+    }
+
+    pub(crate) fn violations(&self) -> usize {
+        self.findings.violations.len()
+    }
+
+    pub(crate) fn faults_injected(&self) -> usize {
+        self.faults.values().map(|v| v.0).sum()
+    }
+
+    pub(crate) fn operations(&self) -> usize {
+        self.ops.values().flat_map(|m| m.values()).sum()
+    }
+
+    pub(crate) fn result_line(&self) -> String {
+        format!(
+            "RESULT seconds={:.0} ops={} faults={} violations={} fenced_overlaps={} seed={}",
+            self.seconds,
+            self.operations(),
+            self.faults_injected(),
+            self.violations(),
+            self.findings.fenced_overlaps,
+            self.seed
+        )
+    }
+
+    fn count(&self, kind: &str) -> usize {
+        self.findings
+            .violations
+            .iter()
+            .filter(|v| v.kind == kind)
+            .count()
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let f = &self.findings;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "lock-chaos: seed {} ({} deployment, {} worker processes x {} tasks{}, lease {} ms), {:.1} s, {} worker processes in all",
+            self.seed,
+            self.topology.name(),
+            self.workers,
+            self.tasks,
+            if self.http { " + HTTP" } else { "" },
+            self.lease_ms,
+            self.seconds,
+            self.worker_processes,
+        );
+        let _ = writeln!(out, "replay the schedule: {}", self.replay);
+        if self.clock_step_ms.abs() > 50 {
+            let _ = writeln!(
+                out,
+                "WARNING: the system clock moved {} ms against the monotonic one during the run; the history's order may be off",
+                self.clock_step_ms
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nfaults injected, by kind ({} planned):",
+            self.planned_faults
+        );
+        for (kind, (done, skipped)) in &self.faults {
+            let _ = write!(out, "  {kind:<26} {done:>6}");
+            if *skipped > 0 {
+                let _ = write!(out, "   ({skipped} skipped: target not running, or failed)");
+            }
+            out.push('\n');
+        }
+        let _ = writeln!(out, "  {:<26} {:>6}", "total", self.faults_injected());
+        if !self.primary_changes.is_empty() {
+            let _ = writeln!(
+                out,
+                "  observed changes of primary: {} ({})",
+                self.primary_changes.len(),
+                self.primary_changes.join("; ")
+            );
+        }
+        let _ = writeln!(out, "\noperations, by kind and outcome:");
+        for (kind, outcomes) in &self.ops {
+            let total: usize = outcomes.values().sum();
+            let parts: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
+            let _ = writeln!(out, "  {kind:<28} {total:>7}: {}", parts.join(", "));
+        }
+        let _ = writeln!(out, "  {:<28} {:>7}", "total", self.operations());
+        let parts: Vec<String> = self
+            .releases
+            .iter()
+            .map(|(o, n)| format!("{o} {n}"))
+            .collect();
+        let _ = writeln!(out, "  releases: {}", parts.join(", "));
+        let parts: Vec<String> = self
+            .sections
+            .iter()
+            .map(|(o, n)| format!("{o} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  critical sections: {} ({}); fenced writes accepted {}, refused {}",
+            f.sections,
+            parts.join(", "),
+            f.writes_accepted,
+            f.writes_refused
+        );
+        let ok = |n: usize| {
+            if n == 0 {
+                "ok".to_owned()
+            } else {
+                format!("{n} VIOLATIONS")
+            }
+        };
+        let _ = writeln!(out, "\nchecks:");
+        let _ = writeln!(
+            out,
+            "  mutual exclusion while both holders believed they held ... {}",
+            ok(self.count("exclusion"))
+        );
+        let _ = writeln!(
+            out,
+            "  fencing tokens grow; no write within a lease refused .... {}",
+            ok(self.count("fencing"))
+        );
+        let _ = writeln!(
+            out,
+            "  semaphore never above its size ........................... {}",
+            ok(self.count("semaphore"))
+        );
+        let _ = writeln!(
+            out,
+            "  a killed worker's locks gone a lease later ............... {} ({} kills checked, {} not checkable)",
+            ok(self.count("leftover")),
+            f.kill_checks,
+            f.kill_checks_skipped
+        );
+        let _ = writeln!(
+            out,
+            "  every wait, release and request ends within its bound .... {} (slowest: {:.0}% of its bound: {})",
+            ok(self.count("liveness")),
+            f.worst_liveness * 100.0,
+            if f.worst_liveness_what.is_empty() {
+                "-"
+            } else {
+                &f.worst_liveness_what
+            }
+        );
+        let _ = writeln!(
+            out,
+            "  nothing held, subscribed or without a TTL after the run .. {}",
+            ok(self.count("clean"))
+        );
+        let _ = writeln!(
+            out,
+            "  no crash, panic or untyped error ......................... {}",
+            ok(self.count("crash") + self.count("error") + self.count("run"))
+        );
+        let _ = writeln!(
+            out,
+            "\ndocumented overlaps (DESIGN.md, \"What this does not promise\"; not violations):"
+        );
+        let _ = writeln!(
+            out,
+            "  fenced overlaps: {} (a holder past its lease overlapped the next holder; in {} of them its late write was refused by the fence, in the others it wrote nothing after the next holder)",
+            f.fenced_overlaps, f.fenced_refusals
+        );
+        let _ = writeln!(
+            out,
+            "  unfenced stale overlaps: {} (read shares or permits past their lease: no token to fence them)",
+            f.unfenced_stale_overlaps
+        );
+        if self.topology != TopologyKind::Standalone {
+            let _ = writeln!(
+                out,
+                "  anomalies within a failover window: {}",
+                f.failover_anomalies.len()
+            );
+            for v in f.failover_anomalies.iter().take(5) {
+                let _ = writeln!(out, "    [{}] {}", v.kind, v.summary);
+            }
+        }
+        let _ = writeln!(out, "\nviolations: {}", self.violations());
+        for v in f.violations.iter().take(20) {
+            render_violation(&mut out, v);
+        }
+        if f.violations.len() > 20 {
+            let _ = writeln!(out, "  ... and {} more", f.violations.len() - 20);
+        }
+        if let Some(dir) = &self.log_dir {
+            let _ = writeln!(out, "worker logs: {dir}");
+        }
+        out.push('\n');
+        out.push_str(&self.result_line());
+        out.push('\n');
+        out
+    }
+}
+
+fn render_violation(out: &mut String, v: &Violation) {
+    let _ = writeln!(out, "  [{}] {}", v.kind, v.summary);
+    let shown = v.excerpt.len().min(40);
+    for line in &v.excerpt[..shown] {
+        let _ = writeln!(out, "      | {line}");
+    }
+    if v.excerpt.len() > shown {
+        let _ = writeln!(out, "      | ... {} more lines", v.excerpt.len() - shown);
+    }
+}

@@ -1,0 +1,138 @@
+//! The resource the locks protect: a fenced store, one Redis hash per lock name on the
+//! *check* server (a redis-server of its own that the nemesis never touches).
+//!
+//! A write carries the holder's fencing token and its section id. The compare-and-set script
+//! accepts it only if the token is above the highest one accepted so far, or equal to it from
+//! the same section (a holder may write twice); otherwise the store keeps its value and
+//! answers with the token and section that fenced the write out. This is what a database
+//! does with a `WHERE token < $1` condition.
+
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value, json};
+
+use super::event::now_us;
+
+const CAS: &str = r"
+local cur = redis.call('HMGET', KEYS[1], 'tok', 'sec')
+local tok = tonumber(ARGV[1])
+local ctok = tonumber(cur[1])
+if ctok == nil or tok > ctok or (tok == ctok and cur[2] == ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'tok', ARGV[1], 'sec', ARGV[2])
+  redis.call('HINCRBY', KEYS[1], 'writes', 1)
+  return {1, ARGV[1], ARGV[2]}
+end
+redis.call('HINCRBY', KEYS[1], 'refused', 1)
+return {0, cur[1], cur[2] or ''}
+";
+
+/// One write at the fenced store, as the history keeps it.
+#[derive(Debug, Clone)]
+pub(crate) struct Write {
+    pub(crate) name: String,
+    pub(crate) token: u64,
+    /// When it was sent and when its answer came.
+    pub(crate) t0: i64,
+    pub(crate) t1: i64,
+    /// Accepted, refused (`Some(false)`), or failed (`None`: the check server did not answer).
+    pub(crate) accepted: Option<bool>,
+    /// The highest token the store had after the write, and whose it is.
+    pub(crate) max: u64,
+    pub(crate) by: String,
+}
+
+impl Write {
+    pub(crate) fn to_json(&self) -> Value {
+        json!([
+            self.name,
+            self.token,
+            self.t0,
+            self.t1,
+            match self.accepted {
+                Some(true) => 1,
+                Some(false) => 0,
+                None => -1,
+            },
+            self.max,
+            self.by
+        ])
+    }
+
+    pub(crate) fn from_json(v: &Value) -> Option<Write> {
+        let a = v.as_array()?;
+        Some(Write {
+            name: a.first()?.as_str()?.to_owned(),
+            token: a.get(1)?.as_u64()?,
+            t0: a.get(2)?.as_i64()?,
+            t1: a.get(3)?.as_i64()?,
+            accepted: match a.get(4)?.as_i64()? {
+                1 => Some(true),
+                0 => Some(false),
+                _ => None,
+            },
+            max: a.get(5)?.as_u64()?,
+            by: a.get(6)?.as_str()?.to_owned(),
+        })
+    }
+}
+
+/// A connection to the fenced store.
+#[derive(Clone)]
+pub(crate) struct Fence {
+    conn: MultiplexedConnection,
+    script: redis::Script,
+}
+
+impl Fence {
+    pub(crate) async fn connect(url: &str) -> Result<Fence, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        Ok(Fence {
+            conn,
+            script: redis::Script::new(CAS),
+        })
+    }
+
+    /// The store's key for lock `name` of family `family`.
+    pub(crate) fn key(family: &str, name: &str) -> String {
+        format!("fence:{family}:{name}")
+    }
+
+    /// Writes with `token` on behalf of section `section`.
+    pub(crate) async fn write(&self, family: &str, name: &str, token: u64, section: &str) -> Write {
+        let t0 = now_us();
+        let mut conn = self.conn.clone();
+        let mut invocation = self.script.key(Fence::key(family, name));
+        invocation.arg(token.to_string()).arg(section);
+        let reply: Result<(i64, String, String), String> = match tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            invocation.invoke_async(&mut conn),
+        )
+        .await
+        {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("the check server did not answer in 5 s".to_owned()),
+        };
+        let t1 = now_us();
+        match reply {
+            Ok((ok, max, by)) => Write {
+                name: name.to_owned(),
+                token,
+                t0,
+                t1,
+                accepted: Some(ok == 1),
+                max: max.parse().unwrap_or_default(),
+                by,
+            },
+            Err(e) => Write {
+                name: name.to_owned(),
+                token,
+                t0,
+                t1,
+                accepted: None,
+                max: 0,
+                by: e,
+            },
+        }
+    }
+}

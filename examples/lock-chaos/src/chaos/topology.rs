@@ -1,0 +1,418 @@
+//! The Redis deployment the locks live on (from the harness: a `RedisServer`, a
+//! `SentinelGroup` or a `RedisCluster`), and the coordinator's own view into it: plain RESP
+//! commands on fresh connections, the scan for locks a dead client still holds, the topology
+//! changes.
+//!
+//! Everything here blocks (the harness does); the coordinator calls it from
+//! `spawn_blocking`.
+
+use std::io::{self, BufReader, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
+
+use lock_tests::{RedisCluster, RedisServer, Reply, SentinelGroup};
+
+use super::cli::{Deploy, TopologyKind};
+use super::{ALL_NAMES, KEY_PREFIX};
+
+/// The lock servers of a run.
+pub(crate) enum Topo {
+    Standalone(RedisServer),
+    Sentinel(StdMutex<SentinelGroup>),
+    Cluster(StdMutex<RedisCluster>),
+}
+
+fn locked<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `f`, turning a harness panic into an error message.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "harness panic".to_owned())
+    })
+}
+
+impl Topo {
+    pub(crate) fn start(kind: TopologyKind) -> Topo {
+        match kind {
+            TopologyKind::Standalone => Topo::Standalone(RedisServer::start()),
+            TopologyKind::Sentinel => Topo::Sentinel(StdMutex::new(SentinelGroup::start())),
+            TopologyKind::Cluster => Topo::Cluster(StdMutex::new(RedisCluster::start())),
+        }
+    }
+
+    /// What a worker's client connects to (`proxy`: the standalone server's proxy URL).
+    pub(crate) fn deploy(&self, proxy: Option<String>) -> Deploy {
+        match self {
+            Topo::Standalone(server) => Deploy::Standalone(proxy.unwrap_or_else(|| server.url())),
+            Topo::Sentinel(group) => Deploy::Sentinel {
+                service: lock_tests::sentinel::MASTER_NAME.to_owned(),
+                urls: locked(group).sentinel_urls(),
+            },
+            Topo::Cluster(cluster) => Deploy::Cluster(locked(cluster).urls()),
+        }
+    }
+
+    /// The address of the standalone server.
+    pub(crate) fn standalone_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Topo::Standalone(server) => Some(server.addr()),
+            _ => None,
+        }
+    }
+
+    /// The pid of the standalone server.
+    pub(crate) fn standalone_pid(&self) -> Option<u32> {
+        match self {
+            Topo::Standalone(server) => Some(server.pid()),
+            _ => None,
+        }
+    }
+
+    /// The nodes that serve locks now: the server, the Sentinel primary, the Cluster's
+    /// primaries.
+    pub(crate) fn primaries(&self) -> Vec<SocketAddr> {
+        match self {
+            Topo::Standalone(server) => vec![server.addr()],
+            Topo::Sentinel(group) => {
+                let group = locked(group);
+                let asked = guarded(|| group.current_primary_addr());
+                vec![asked.unwrap_or_else(|_| group.primary().addr())]
+            }
+            Topo::Cluster(cluster) => {
+                let cluster = locked(cluster);
+                guarded(|| {
+                    cluster
+                        .primaries()
+                        .into_iter()
+                        .map(|i| cluster.node(i).addr())
+                        .collect()
+                })
+                .unwrap_or_default()
+            }
+        }
+    }
+
+    /// The nodes that claim to be a primary, as the clients would find them: on Sentinel,
+    /// every data node whose `ROLE` is `master` (two of them is a split brain); on a
+    /// Cluster, the primaries owning slots. `None` for one server.
+    pub(crate) fn masters(&self) -> Option<Vec<SocketAddr>> {
+        match self {
+            Topo::Standalone(_) => None,
+            Topo::Sentinel(group) => {
+                let addrs: Vec<SocketAddr> = locked(group)
+                    .data_nodes()
+                    .iter()
+                    .filter(|n| !n.is_killed())
+                    .map(RedisServer::addr)
+                    .collect();
+                let masters = addrs
+                    .into_iter()
+                    .filter(|&a| {
+                        query(a, &["ROLE"], Duration::from_millis(500))
+                            .is_ok_and(|r| r.into_strings().first().is_some_and(|s| s == "master"))
+                    })
+                    .collect();
+                Some(masters)
+            }
+            Topo::Cluster(_) => Some(self.primaries()),
+        }
+    }
+
+    /// A failover or slot move, chosen by `arg`; returns what it did.
+    pub(crate) fn change(
+        &self,
+        kind: super::nemesis::FaultKind,
+        arg: u64,
+    ) -> Result<String, String> {
+        use super::nemesis::FaultKind::*;
+        match (self, kind) {
+            (Topo::Sentinel(group), SentinelFailover) => {
+                let mut group = locked(group);
+                guarded(|| format!("new primary {}", group.failover()))
+            }
+            (Topo::Sentinel(group), SentinelCrash) => {
+                let mut group = locked(group);
+                guarded(|| {
+                    let new = group.kill_primary_and_wait_failover();
+                    group.restart_old_primary();
+                    format!("primary killed; new primary {new}; the old one is back as a replica")
+                })
+            }
+            (Topo::Cluster(cluster), ClusterFailover) => {
+                let mut cluster = locked(cluster);
+                guarded(|| {
+                    let primaries = cluster.primaries();
+                    let p = primaries[(arg % primaries.len() as u64) as usize];
+                    let port = cluster.node(p).port();
+                    let promoted = cluster.failover(p);
+                    let promoted_port = cluster.node(promoted).port();
+                    cluster.restart_node(p);
+                    format!(
+                        "primary :{port} killed, :{promoted_port} promoted, :{port} back as a replica"
+                    )
+                })
+            }
+            (Topo::Cluster(cluster), ClusterManualFailover) => {
+                let cluster = locked(cluster);
+                guarded(|| {
+                    let primaries = cluster.primaries();
+                    let p = primaries[(arg % primaries.len() as u64) as usize];
+                    let r = cluster.replica_of(p);
+                    cluster.manual_failover(r);
+                    format!(
+                        "replica :{} took over from :{}",
+                        cluster.node(r).port(),
+                        cluster.node(p).port()
+                    )
+                })
+            }
+            (Topo::Cluster(cluster), SlotMigration) => {
+                let cluster = locked(cluster);
+                guarded(|| {
+                    let name = ALL_NAMES[(arg % ALL_NAMES.len() as u64) as usize];
+                    let slot = RedisCluster::slot_of(&format!("{KEY_PREFIX}{{{name}}}"));
+                    let from = cluster.node_for_slot(slot);
+                    let others: Vec<usize> = cluster
+                        .primaries()
+                        .into_iter()
+                        .filter(|&p| p != from)
+                        .collect();
+                    let to = others[((arg >> 8) % others.len() as u64) as usize];
+                    cluster.migrate_slot(slot, to);
+                    format!(
+                        "slot {slot} ({name}) moved from :{} to :{}",
+                        cluster.node(from).port(),
+                        cluster.node(to).port()
+                    )
+                })
+            }
+            _ => Err(format!("{} does not apply here", kind.name())),
+        }
+    }
+}
+
+/// Encodes `args` as a RESP array of bulk strings.
+fn encode(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Sends one command on a fresh connection and reads its reply.
+pub(crate) fn query(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    stream.write_all(&encode(args))?;
+    Reply::read_from(&mut BufReader::new(stream))
+}
+
+/// Sends several commands, pipelined, on one fresh connection.
+fn query_many(
+    addr: SocketAddr,
+    commands: &[Vec<String>],
+    timeout: Duration,
+) -> io::Result<Vec<Reply>> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    let mut out = Vec::new();
+    for c in commands {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        out.extend_from_slice(&encode(&args));
+    }
+    stream.write_all(&out)?;
+    let mut reader = BufReader::new(stream);
+    commands
+        .iter()
+        .map(|_| Reply::read_from(&mut reader))
+        .collect()
+}
+
+/// Something lock-related that is live on a server.
+#[derive(Debug, Clone)]
+pub(crate) struct Live {
+    pub(crate) key: String,
+    /// The owner id (`<client id>:<holder>`) it belongs to.
+    pub(crate) owner: String,
+    pub(crate) what: String,
+    /// Queued fair waiters are not held locks: a dead one is dropped at its deadline (the
+    /// waiter timeout), which may be later than a lease.
+    pub(crate) waiter: bool,
+    /// How long it has left, if it expires by a deadline of its own (ms, server clock).
+    pub(crate) left_ms: Option<i64>,
+}
+
+/// What a scan of the lock servers found.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    /// Held locks, live read shares and permits, queued fair waiters, writer marks.
+    pub(crate) live: Vec<Live>,
+    /// Lock keys without a time to live.
+    pub(crate) no_ttl: Vec<String>,
+    /// Subscribed channels (plain and sharded).
+    pub(crate) channels: Vec<String>,
+    /// Lock keys seen.
+    pub(crate) keys: usize,
+}
+
+fn strings(r: Reply) -> Vec<String> {
+    r.into_strings()
+}
+
+fn int(r: &Reply) -> i64 {
+    match r {
+        Reply::Integer(n) => *n,
+        Reply::Bulk(s) | Reply::Status(s) => s.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Scans every lock key of the nodes at `addrs` (each node lists its own keys).
+pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> {
+    let mut scan = Scan::default();
+    for &addr in addrs {
+        let time = strings(query(addr, &["TIME"], timeout)?);
+        let now_ms: i64 = match time.as_slice() {
+            [secs, micros] => {
+                secs.parse::<i64>().unwrap_or(0) * 1000 + micros.parse::<i64>().unwrap_or(0) / 1000
+            }
+            _ => 0,
+        };
+        let keys = strings(query(addr, &["KEYS", &format!("{KEY_PREFIX}*")], timeout)?);
+        scan.keys += keys.len();
+        for key in keys {
+            let replies = query_many(
+                addr,
+                &[
+                    vec!["TYPE".into(), key.clone()],
+                    vec!["PTTL".into(), key.clone()],
+                ],
+                timeout,
+            )?;
+            let kind = replies[0].to_string();
+            let pttl = int(&replies[1]);
+            if pttl == -1 {
+                scan.no_ttl.push(key.clone());
+            }
+            match kind.as_str() {
+                "string" => {
+                    let value = query(addr, &["GET", &key], timeout)?.to_string();
+                    if let Some((owner, rest)) = value.split_once('|') {
+                        if !owner.is_empty() {
+                            scan.live.push(Live {
+                                key: key.clone(),
+                                owner: owner.to_owned(),
+                                what: format!("held: {owner}|{rest}, PTTL {pttl} ms"),
+                                waiter: false,
+                                left_ms: Some(pttl),
+                            });
+                        }
+                    } else if value != "(nil)" {
+                        // A waiting writer's mark holds the writer's owner id.
+                        scan.live.push(Live {
+                            key: key.clone(),
+                            owner: value.clone(),
+                            what: format!("writer-waiting mark of {value}, PTTL {pttl} ms"),
+                            waiter: false,
+                            left_ms: Some(pttl),
+                        });
+                    }
+                }
+                "hash" => {
+                    let fields = strings(query(addr, &["HGETALL", &key], timeout)?);
+                    for pair in fields.chunks(2) {
+                        if let [owner, share] = pair {
+                            let expiry: i64 = share
+                                .split_once('|')
+                                .and_then(|(_, e)| e.parse().ok())
+                                .unwrap_or(0);
+                            if expiry > now_ms {
+                                scan.live.push(Live {
+                                    key: key.clone(),
+                                    owner: owner.clone(),
+                                    what: format!(
+                                        "read share {share}, {} ms left",
+                                        expiry - now_ms
+                                    ),
+                                    waiter: false,
+                                    left_ms: Some(expiry - now_ms),
+                                });
+                            }
+                        }
+                    }
+                }
+                "zset" if key.ends_with(":permits") || key.ends_with(":fair:deadlines") => {
+                    let entries = strings(query(
+                        addr,
+                        &["ZRANGE", &key, "0", "-1", "WITHSCORES"],
+                        timeout,
+                    )?);
+                    for pair in entries.chunks(2) {
+                        if let [member, score] = pair {
+                            let expiry = score.parse::<f64>().unwrap_or(0.0) as i64;
+                            if expiry > now_ms {
+                                let (owner, what) = if key.ends_with(":permits") {
+                                    let owner =
+                                        member.rsplit_once(':').map_or(member.as_str(), |(o, _)| o);
+                                    (owner.to_owned(), "permit")
+                                } else {
+                                    (member.clone(), "queued fair waiter")
+                                };
+                                scan.live.push(Live {
+                                    key: key.clone(),
+                                    owner,
+                                    what: format!("{what} {member}, {} ms left", expiry - now_ms),
+                                    waiter: what != "permit",
+                                    left_ms: Some(expiry - now_ms),
+                                });
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut channels = strings(query(addr, &["PUBSUB", "CHANNELS"], timeout)?);
+        if let Ok(reply) = query(addr, &["PUBSUB", "SHARDCHANNELS"], timeout)
+            && !reply.is_error()
+        {
+            channels.extend(strings(reply));
+        }
+        // Sentinel's own channel on the nodes it monitors is not ours.
+        scan.channels.extend(
+            channels
+                .into_iter()
+                .filter(|c| !c.starts_with("__sentinel__")),
+        );
+    }
+    Ok(scan)
+}
+
+/// The client id that owns the mutex `name` (read from its lock string on whichever node
+/// has it), if it is held.
+pub(crate) fn owner_client_id(addrs: &[SocketAddr], name: &str) -> Option<String> {
+    let key = format!("{KEY_PREFIX}{{{name}}}");
+    for &addr in addrs {
+        if let Ok(Reply::Bulk(value)) = query(addr, &["GET", &key], Duration::from_secs(2)) {
+            let owner = value.split('|').next().unwrap_or("");
+            if let Some((client, _holder)) = owner.split_once(':') {
+                return Some(client.to_owned());
+            }
+        }
+    }
+    None
+}

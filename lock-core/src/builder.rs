@@ -1,0 +1,514 @@
+//! [`LockClientBuilder`]: connecting a [`LockClient`] to a standalone server, a Sentinel-managed
+//! primary or a Cluster, with its options and their defaults.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bb8::Pool;
+use bb8_redis::RedisConnectionManager;
+
+use crate::backend::cluster::Seeds;
+use crate::backend::tls::{self, TlsOptions};
+use crate::backend::{Backend, Cluster, Sentinel, Standalone, sentinel};
+use crate::client::LockClient;
+use crate::engine::{Config, Engine};
+use crate::error::LockError;
+use crate::name::validate_prefix;
+use crate::scripts::Scripts;
+use crate::util::{MAX_LEASE, check_range};
+use crate::waiters::{Source, Waiters};
+use crate::watchdog;
+
+const DEFAULT_KEY_PREFIX: &str = "lock:";
+const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(3600);
+const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+const DEFAULT_POOL_SIZE: u32 = 16;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn check_timeout(option: &'static str, d: Duration) -> Result<(), LockError> {
+    check_range(
+        option,
+        d,
+        Duration::from_millis(1),
+        Duration::from_secs(3600),
+    )
+}
+
+/// The deployment a builder connects to.
+enum Deployment {
+    Standalone {
+        url: String,
+    },
+    Cluster {
+        urls: Vec<String>,
+    },
+    Sentinel {
+        urls: Vec<String>,
+        service: String,
+        primary_url: Option<String>,
+    },
+}
+
+/// Builds a [`LockClient`]. Made by [`LockClient::builder`], [`LockClient::builder_cluster`]
+/// or [`LockClient::builder_sentinel`].
+pub struct LockClientBuilder {
+    deployment: Deployment,
+    min_replicas: Option<(u32, Duration)>,
+    prefix: String,
+    watchdog_lease: Duration,
+    fence_ttl: Duration,
+    pool: Option<Pool<RedisConnectionManager>>,
+    pool_size: u32,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    tls: TlsOptions,
+}
+
+impl LockClientBuilder {
+    fn new(deployment: Deployment) -> LockClientBuilder {
+        LockClientBuilder {
+            deployment,
+            min_replicas: None,
+            prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            fence_ttl: DEFAULT_FENCE_TTL,
+            pool: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            tls: TlsOptions::default(),
+        }
+    }
+
+    /// The prefix of every Redis key and channel of this client (default `"lock:"`). At most
+    /// 128 bytes, without braces, whitespace or control characters.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks taken without a fixed lease (default 30 s, at least 30 ms). The
+    /// watchdog renews them every `lease / 3`; a holder that cannot renew for a whole lease
+    /// loses the lock.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How long a free lock keeps its key (the lock string), and with it its fencing counter
+    /// (default 1 h, at least 1 s); then it expires, so per-request names do not pile up. A counter that is gone
+    /// is seeded again from the server clock in microseconds, so tokens keep growing as long as
+    /// the Redis server's clock never steps back by more than the time the counter was gone.
+    pub fn fence_ttl(mut self, ttl: Duration) -> Self {
+        self.fence_ttl = ttl;
+        self
+    }
+
+    /// Requires `n` replicas to confirm every acquisition within `timeout`.
+    ///
+    /// After an acquisition script succeeds, the client sends `WAIT n timeout` on the same
+    /// connection; if fewer than `n` replicas confirm, it gives the acquisition back and returns
+    /// [`LockError::NotReplicated`]. With Redis's asynchronous replication this closes one
+    /// window: the primary crashing right after granting a lock and a replica that never
+    /// received it being promoted (the lock would silently vanish and a second client could
+    /// take it). It does not make locks safe across every failover: a replica that confirmed
+    /// can still lose the write if it restarts without persistence before it is promoted,
+    /// renewals and releases are not acknowledged (a promoted replica may hold an older lease,
+    /// so the lock can expire sooner than the holder believes), and Sentinel or Cluster may
+    /// promote a replica that was not among the `n`. Fencing tokens remain the way to make a
+    /// late writer harmless. Without this option (the default) a failover can lose locks.
+    ///
+    /// Applies to every acquisition: lock, multi-lock, read-write lock, semaphore, fair lock.
+    /// `n` must be 1..=16 and `timeout` 1 ms..=1 h; checked by [`build`](Self::build).
+    pub fn min_replicas(mut self, n: u32, timeout: Duration) -> Self {
+        self.min_replicas = Some((n, timeout));
+        self
+    }
+
+    /// With [`LockClient::builder_sentinel`]: the connection settings of the primary
+    /// (password, database) as a URL whose host and port are ignored and replaced by the
+    /// address the sentinels name, e.g. `redis://:secret@primary/2`. Default: no password,
+    /// database 0.
+    pub fn sentinel_primary_url(mut self, url: impl Into<String>) -> Self {
+        if let Deployment::Sentinel { primary_url, .. } = &mut self.deployment {
+            *primary_url = Some(url.into());
+        }
+        self
+    }
+
+    /// Uses an existing bb8 pool for commands (the URL is still used for the pub/sub
+    /// connection), so an application can share its pool. Standalone servers only.
+    pub fn pool(mut self, pool: Pool<RedisConnectionManager>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The size of the pool the client builds for itself (default 16).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long to try to get a connection before giving up with
+    /// [`LockError::Unavailable`] (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for Redis to answer one command (default 1 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (PEM text: one or more `-----BEGIN CERTIFICATE-----`
+    /// blocks) instead of the system's trust store, for every `rediss://` connection of the
+    /// client: a private CA that signed the Redis servers' certificates, say. Calling it again
+    /// adds more certificates.
+    ///
+    /// Default: the platform's trust store, read through rustls-native-certs (the
+    /// distribution's CA bundle on Linux, the keychain on macOS, the system store on
+    /// Windows). Checked by [`build`](Self::build): a PEM without a usable certificate is
+    /// [`LockError::InvalidOption`] with option `"tls_root_certificate"`, and so is a
+    /// certificate given while no URL of the client is `rediss://` (it would talk in plain
+    /// text) or to a lock-core built without its `tls` feature.
+    ///
+    /// ```no_run
+    /// use lock_core::LockClient;
+    ///
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = LockClient::builder("rediss://redis.internal:6380")
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .build()
+    ///     .await?;
+    /// # drop(client);
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        let pem = pem.into();
+        match &mut self.tls.roots {
+            Some(roots) => {
+                roots.push(b'\n');
+                roots.extend_from_slice(&pem);
+            }
+            None => self.tls.roots = Some(pem),
+        }
+        self
+    }
+
+    /// Presents a client certificate on every `rediss://` connection (mutual TLS, for a
+    /// server started with `tls-auth-clients yes`): `cert_pem` is the certificate, followed by
+    /// any intermediate certificates, and `key_pem` its private key (PKCS#8, PKCS#1 or SEC1),
+    /// both PEM. Default: none.
+    ///
+    /// Checked by [`build`](Self::build): a certificate or key that does not parse, or a key
+    /// that does not fit the certificate, is [`LockError::InvalidOption`] with option
+    /// `"tls_client_identity"` (as is giving one while no URL is `rediss://`). A server that
+    /// requires a certificate and gets none answers the handshake with an alert:
+    /// [`LockError::Tls`] from `build()`.
+    ///
+    /// ```no_run
+    /// use lock_core::LockClient;
+    ///
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = LockClient::builder("rediss://redis.internal:6380")
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .tls_client_identity(
+    ///         std::fs::read("/etc/locks/tls/client.crt")?,
+    ///         std::fs::read("/etc/locks/tls/client.key")?,
+    ///     )
+    ///     .build()
+    ///     .await?;
+    /// # drop(client);
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// **For development only: turns TLS verification off.** Every `rediss://` connection then
+    /// accepts any certificate for any name, so anyone on the network path can read and change
+    /// the traffic, passwords included. Meant for a local server with a throwaway self-signed
+    /// certificate; give the CA with [`tls_root_certificate`](Self::tls_root_certificate)
+    /// instead wherever it matters. The redis crate's URL form `rediss://host:port/#insecure`
+    /// does the same for that one URL. Default: off (certificates and names are verified).
+    pub fn danger_accept_invalid_certificates(mut self) -> Self {
+        self.tls.insecure = true;
+        self
+    }
+
+    /// Connects, loads the scripts, and starts the client's background tasks (watchdog,
+    /// pub/sub, background releases) on the current tokio runtime. Every option is checked
+    /// first: a bad one is [`LockError::InvalidOption`] naming it, before anything connects.
+    pub async fn build(mut self) -> Result<LockClient, LockError> {
+        validate_prefix(&self.prefix)?;
+        check_range(
+            "watchdog_lease",
+            self.watchdog_lease,
+            MIN_WATCHDOG_LEASE,
+            MAX_LEASE,
+        )?;
+        check_range(
+            "fence_ttl",
+            self.fence_ttl,
+            Duration::from_secs(1),
+            MAX_LEASE,
+        )?;
+        if self.pool_size == 0 || self.pool_size > 1024 {
+            return Err(LockError::InvalidOption {
+                option: "pool_size",
+                reason: format!("{} is outside 1..=1024", self.pool_size),
+            });
+        }
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("response_timeout", self.response_timeout)?;
+        if let Some((n, timeout)) = self.min_replicas {
+            if !(1..=16).contains(&n) {
+                return Err(LockError::InvalidOption {
+                    option: "min_replicas",
+                    reason: format!("{n} replicas is outside 1..=16"),
+                });
+            }
+            check_timeout("min_replicas", timeout)?;
+        }
+        if self.pool.is_some() && !matches!(self.deployment, Deployment::Standalone { .. }) {
+            return Err(LockError::InvalidOption {
+                option: "pool",
+                reason: "an existing pool can only be used with a standalone server".to_owned(),
+            });
+        }
+        let (backend, source) = self.connect().await?;
+        let scripts = Scripts::get(backend.is_sharded());
+        let mode = backend.load_scripts(scripts).await?;
+        let waiters = Waiters::start(source, self.connect_timeout);
+        let engine = Engine::start(
+            backend,
+            (scripts, mode),
+            Config {
+                prefix: self.prefix,
+                watchdog_lease: self.watchdog_lease,
+                fence_ttl: self.fence_ttl,
+                min_replicas: self.min_replicas,
+            },
+            waiters,
+        );
+        tokio::spawn(watchdog::run(Arc::downgrade(&engine), self.watchdog_lease));
+        Ok(LockClient::from_engine(engine))
+    }
+}
+
+impl LockClientBuilder {
+    /// Builds the backend of the deployment, and says where the pub/sub connection goes.
+    async fn connect(&mut self) -> Result<(Backend, Source), LockError> {
+        // URLs may carry a password: only the reason is reported.
+        let invalid = |option, e: redis::RedisError| LockError::InvalidOption {
+            option,
+            reason: e.to_string(),
+        };
+        let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
+        match &self.deployment {
+            Deployment::Standalone { url } => {
+                let info = tls::parse(url, "url")?;
+                self.tls.check(tls::is_tls(&info))?;
+                let client = redis::Client::open(self.tls.apply(info, "url")?)
+                    .map_err(|e| invalid("url", e))?;
+                Standalone::check_reachable(&client, connect_timeout).await?;
+                let pool = match self.pool.take() {
+                    Some(pool) => Standalone::given_pool(pool),
+                    None => Standalone::default_pool(&client, self.pool_size, connect_timeout)?,
+                };
+                let source = Source::Server(Box::new(client.clone()));
+                let backend = Standalone::new(pool, client, response_timeout, connect_timeout);
+                Ok((Backend::Standalone(Box::new(backend)), source))
+            }
+            Deployment::Cluster { urls } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "urls",
+                        reason: "no cluster node given".to_owned(),
+                    });
+                }
+                let seeds = Seeds::new(urls, self.tls.clone())?;
+                self.tls.check(seeds.is_tls())?;
+                let client = Cluster::client(&seeds, connect_timeout, response_timeout)
+                    .map_err(|e| invalid("urls", e))?;
+                // Acknowledged acquisitions get their own connection, whose response timeout
+                // covers `WAIT`.
+                let acks = match self.min_replicas {
+                    Some((_, wait)) => Some(
+                        Cluster::client(&seeds, connect_timeout, response_timeout + wait)
+                            .map_err(|e| invalid("urls", e))?,
+                    ),
+                    None => None,
+                };
+                let backend =
+                    Cluster::connect(&client, acks.as_ref(), connect_timeout, response_timeout)
+                        .await?;
+                Ok((Backend::Cluster(backend), Source::Cluster(seeds)))
+            }
+            Deployment::Sentinel {
+                urls,
+                service,
+                primary_url,
+            } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "sentinels",
+                        reason: "no sentinel given".to_owned(),
+                    });
+                }
+                if service.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "service",
+                        reason: "the Sentinel service name is empty".to_owned(),
+                    });
+                }
+                // TLS to the sentinels and to the primary each follow their own URL's scheme.
+                let sentinels = urls
+                    .iter()
+                    .map(|url| tls::parse(url, "sentinels"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let primary = tls::parse(
+                    primary_url.as_deref().unwrap_or("redis://primary/"),
+                    "sentinel_primary_url",
+                )?;
+                self.tls
+                    .check(sentinels.iter().any(tls::is_tls) || tls::is_tls(&primary))?;
+                let sentinels = sentinels
+                    .into_iter()
+                    .map(|info| {
+                        redis::Client::open(self.tls.apply(info, "sentinels")?)
+                            .map_err(|e| invalid("sentinels", e))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let primary = self.tls.apply(primary, "sentinel_primary_url")?;
+                let discovery = sentinel::Discovery::new(sentinel::Settings {
+                    sentinels,
+                    service: service.clone(),
+                    primary,
+                    pool_size: self.pool_size,
+                    connect_timeout,
+                    response_timeout,
+                });
+                discovery.spawn_watcher();
+                let backend = Sentinel::new(discovery.clone());
+                Ok((Backend::Sentinel(backend), Source::Sentinel(discovery)))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL stays out: it may carry a password.
+        f.debug_struct("LockClientBuilder")
+            .field("prefix", &self.prefix)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("fence_ttl", &self.fence_ttl)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+// The constructors live here, next to the builder they start.
+impl LockClient {
+    /// Connects with the default configuration.
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        Self::builder(url).build().await
+    }
+
+    /// Starts configuring a client for the Redis server at `url`
+    /// (`redis://[:password@]host:port[/db]`).
+    pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder::new(Deployment::Standalone {
+            url: url.to_owned(),
+        })
+    }
+
+    /// Starts configuring a client for a Redis Cluster (7.0 or later), given some of its nodes
+    /// (`redis://host:port`); the rest are discovered.
+    ///
+    /// Each lock lives in the slot of its name (its keys share the hash tag `{name}`), so
+    /// every operation on one lock is one script on one node; waiters listen through sharded
+    /// pub/sub (`SSUBSCRIBE`) on that node; the watchdog renews each slot's locks with one
+    /// script per slot. A multi-lock over names in different slots takes them one by one in a
+    /// stable order, with rollback (see [`MultiLock`](crate::MultiLock)). A failover of a primary may
+    /// lose the locks it held
+    /// unless [`min_replicas`](LockClientBuilder::min_replicas) is set (see there for what that
+    /// does and does not cover).
+    ///
+    /// ```no_run
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// # async fn f() -> Result<(), LockError> {
+    /// let client = LockClient::builder_cluster([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    ///     "redis://10.0.0.3:7000",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("order:42").await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_cluster<I, S>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::new(Deployment::Cluster {
+            urls: urls.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// Starts configuring a client for the primary that Redis Sentinel manages as `service`,
+    /// given the sentinels' URLs (`redis://host:26379`).
+    ///
+    /// The client asks the sentinels for the primary, checks it with `ROLE`, and follows a
+    /// failover: when the primary stops answering or says it became a replica, the client asks
+    /// again and moves its connections, pub/sub included. While no sentinel names a reachable
+    /// primary, operations fail with [`LockError::NoPrimary`]. Locks the old primary granted
+    /// may be lost in a failover unless [`min_replicas`](LockClientBuilder::min_replicas) is
+    /// set.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// # async fn f() -> Result<(), LockError> {
+    /// let client = LockClient::builder_sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .min_replicas(1, Duration::from_millis(50))
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("payment:7").await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_sentinel<I, S>(sentinels: I, service: &str) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::new(Deployment::Sentinel {
+            urls: sentinels.into_iter().map(Into::into).collect(),
+            service: service.to_owned(),
+            primary_url: None,
+        })
+    }
+}

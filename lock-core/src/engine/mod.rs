@@ -1,0 +1,269 @@
+//! The engine: everything a client's handles, guards and background tasks share, and the
+//! protocol every primitive speaks with Redis.
+//!
+//! - this file: the [`Engine`] (backend, scripts, configuration, the client's id, its holds
+//!   and waiters), owner ids and the registry of holds;
+//! - [`send`]: sending an acquisition that is undone if its caller goes away, for one hold or
+//!   many, with replica acknowledgement;
+//! - [`release`]: giving holds back (and retrying when the answer is lost), undoing
+//!   interrupted acquisitions, extending leases;
+//! - [`batch`]: acquisitions and releases that queue behind calls in flight go out as one
+//!   call;
+//! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`).
+
+mod batch;
+mod jobs;
+mod release;
+mod send;
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::backend::convert;
+use crate::backend::{Backend, Invocation};
+use crate::error::LockError;
+use crate::hold::{Hold, Kind, Lease, Status};
+use crate::name::Keys;
+use crate::scope;
+use crate::scripts::{Call, Mode, Scripts};
+use crate::util::{FxHasher, lock};
+use crate::waiters::Waiters;
+
+pub(crate) use send::{Claim, Claims};
+
+/// An owner id, `<client id>:<holder>`, that writes itself into a command without a string
+/// of its own.
+#[derive(Clone, Copy)]
+pub(crate) struct Owner<'a> {
+    client: &'a str,
+    holder: u64,
+}
+
+impl std::fmt::Display for Owner<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.client, self.holder)
+    }
+}
+
+impl redis::ToRedisArgs for Owner<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        let _ = arg.write_all(self.client.as_bytes());
+        let _ = arg.write_all(b":");
+        let _ = arg.write_all(crate::util::decimal(self.holder).as_bytes());
+    }
+}
+
+/// A client's configuration, as the engine uses it.
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) fence_ttl: Duration,
+    /// Replicas that must confirm an acquisition, and how long to wait for them.
+    pub(crate) min_replicas: Option<(u32, Duration)>,
+}
+
+/// The state shared by a client's handles, guards and background tasks.
+pub(crate) struct Engine {
+    pub(crate) backend: Backend,
+    /// The Lua code, in the deployment's flavour, and how calls reach it.
+    scripts: &'static Scripts,
+    mode: Mode,
+    pub(crate) config: Config,
+    pub(crate) waiters: Waiters,
+    client_id: String,
+    registry: Mutex<Registry>,
+    jobs: jobs::Sender,
+    /// Batches mutex acquisitions and releases, where one server holds every key and no
+    /// replica must acknowledge an acquisition.
+    batcher: Option<batch::Batcher>,
+}
+
+/// Every hold of the client, by what it holds and who holds it: found again by re-entries
+/// (inside a `reentrant` scope), walked by the watchdog.
+struct Registry {
+    holds: HashMap<HoldId, Weak<Hold>, BuildHasherDefault<FxHasher>>,
+    /// The size at which dead entries are swept out next.
+    sweep_at: usize,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct HoldId {
+    keys: Keys,
+    kind: Kind,
+    holder: u64,
+}
+
+impl Engine {
+    /// An engine over `backend`, with its background job runner started on the current
+    /// runtime.
+    pub(crate) fn start(
+        backend: Backend,
+        (scripts, mode): (&'static Scripts, Mode),
+        config: Config,
+        waiters: Waiters,
+    ) -> Arc<Engine> {
+        let batching = !backend.is_sharded() && config.min_replicas.is_none();
+        Arc::new(Engine {
+            batcher: batching.then(batch::Batcher::default),
+            backend,
+            scripts,
+            mode,
+            config,
+            waiters,
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            registry: Mutex::new(Registry {
+                holds: HashMap::default(),
+                sweep_at: 64,
+            }),
+            jobs: jobs::start(),
+        })
+    }
+
+    /// The owner id of `holder` in Redis.
+    pub(crate) fn owner(&self, holder: u64) -> String {
+        self.owner_arg(holder).to_string()
+    }
+
+    /// The owner id of `holder`, written straight into a command.
+    pub(crate) fn owner_arg(&self, holder: u64) -> Owner<'_> {
+        Owner {
+            client: &self.client_id,
+            holder,
+        }
+    }
+
+    /// The holder of an acquisition made by the current task: the enclosing reentrant
+    /// scope's, or a new one.
+    pub(crate) fn holder_for_current_task(&self) -> u64 {
+        scope::current_holder().unwrap_or_else(scope::next_holder)
+    }
+
+    /// The lease of an acquisition: fixed, or the watchdog's.
+    pub(crate) fn lease(&self, fixed: Option<Duration>) -> (Lease, Duration) {
+        match fixed {
+            Some(d) => (Lease::Fixed, d),
+            None => (Lease::Watchdog, self.config.watchdog_lease),
+        }
+    }
+
+    /// The keys of `name` under this client's prefix.
+    pub(crate) fn keys(&self, name: &str) -> Result<Keys, crate::error::LockError> {
+        Keys::new(&self.config.prefix, name)
+    }
+
+    /// The hold of `holder` on `keys` (of `kind`), created if there is none.
+    pub(crate) fn hold(&self, kind: Kind, keys: &Keys, holder: u64) -> Arc<Hold> {
+        let id = HoldId {
+            keys: keys.clone(),
+            kind,
+            holder,
+        };
+        let mut registry = lock(&self.registry);
+        if let Some(hold) = registry.holds.get(&id).and_then(Weak::upgrade) {
+            return hold;
+        }
+        if registry.holds.len() >= registry.sweep_at {
+            registry.holds.retain(|_, hold| hold.strong_count() > 0);
+            registry.sweep_at = (registry.holds.len() * 2).max(64);
+        }
+        let hold = Arc::new(Hold::new(kind, keys.clone(), holder));
+        registry.holds.insert(id, Arc::downgrade(&hold));
+        hold
+    }
+
+    /// Drops `hold` from the registry if nothing else uses it (its last release is done).
+    pub(crate) fn forget(&self, hold: Arc<Hold>) {
+        let mut registry = lock(&self.registry);
+        if Arc::strong_count(&hold) == 1 {
+            let id = HoldId {
+                keys: hold.keys.clone(),
+                kind: hold.kind,
+                holder: hold.holder,
+            };
+            if registry
+                .holds
+                .get(&id)
+                .is_some_and(|w| w.as_ptr() == Arc::as_ptr(&hold))
+            {
+                registry.holds.remove(&id);
+            }
+        }
+        // The last reference goes outside the registry's lock.
+        drop(registry);
+        drop(hold);
+    }
+
+    /// The holds the watchdog must renew, with their generations.
+    pub(crate) fn watched(&self) -> Vec<(Arc<Hold>, u64)> {
+        let candidates: Vec<Arc<Hold>> = {
+            let registry = lock(&self.registry);
+            registry.holds.values().filter_map(Weak::upgrade).collect()
+        };
+        // Filtered (and the rest dropped) outside the registry lock.
+        candidates
+            .into_iter()
+            .filter_map(|hold| {
+                let st = hold.state();
+                let watched = st.lease == Lease::Watchdog && st.status == Status::Held;
+                let generation = st.generation;
+                drop(st);
+                watched.then_some((hold, generation))
+            })
+            .collect()
+    }
+
+    /// Runs `work` on the client's runtime: from a `Drop`, or wherever nothing can await it.
+    pub(crate) fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.jobs.send(Box::pin(work));
+    }
+
+    /// The call as it goes to the backend.
+    fn invocation<'a>(&self, call: &'a Call) -> Invocation<'a> {
+        Invocation {
+            call,
+            scripts: self.scripts,
+            mode: self.mode,
+        }
+    }
+
+    /// Runs `call` and returns its raw reply.
+    pub(crate) async fn invoke_value(&self, call: &Call) -> Result<redis::Value, LockError> {
+        self.backend.invoke_value(&self.invocation(call)).await
+    }
+
+    /// Runs `call` and converts its reply.
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        call: &Call,
+    ) -> Result<T, LockError> {
+        convert(self.invoke_value(call).await?)
+    }
+
+    /// Runs `call` (whose first key is `key`), then `WAIT`; returns the reply and how many
+    /// replicas confirmed.
+    pub(crate) async fn invoke_acked(
+        &self,
+        call: &Call,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(redis::Value, u32), LockError> {
+        self.backend
+            .invoke_acked(&self.invocation(call), key, replicas, timeout)
+            .await
+    }
+
+    /// Runs a best-effort cleanup call in the background, logging a failure.
+    pub(crate) fn call_in_background(self: &Arc<Self>, call: Call, what: &'static str) {
+        let engine = self.clone();
+        self.background(async move {
+            if let Err(e) = engine.invoke_value(&call).await {
+                tracing::warn!(error = %e, "background {what} failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,338 @@
+//! Giving holds back: releases (retried in the background when their answer is lost), undoing
+//! interrupted acquisitions, and extending a lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Claim, Engine};
+use crate::backend::convert;
+use crate::error::LockError;
+use crate::hold::{Hold, Kind, Released, Retry, Turn};
+use crate::name::{RELEASED, RW_RELEASED};
+use crate::scripts::{Call, Op};
+use crate::util::millis;
+
+impl Engine {
+    /// Gives back one hold of `generation`. Returns whether the owner still held it (for
+    /// permits: all of them).
+    ///
+    /// When the release fails (the connection broke, Redis did not answer) its outcome is
+    /// unknown, and the hold it was to give back must not be forgotten: the error is returned,
+    /// and the same release (safe to repeat: the scripts recognise a repeat) is sent again in
+    /// the background until Redis answers or the lease runs out. The owner's turn is kept
+    /// meanwhile, so its next release or re-entry starts from the right hold count.
+    ///
+    /// With `keep_until` (a guard's [`hold_at_least`](crate::LockRequest::hold_at_least)),
+    /// the last hold of a mutex is not freed before that instant: its lease is set to what is
+    /// left, and the lock expires then.
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        hold: &Arc<Hold>,
+        generation: u64,
+        keep_until: Option<Instant>,
+    ) -> Result<bool, LockError> {
+        let turn = hold.turn().await;
+        let Some((count, token)) = hold.to_release(generation) else {
+            return Ok(false);
+        };
+        let call = self.give_back_call(hold, count, token, keep_until);
+        let reply = self.invoke_batched(call).await;
+        match reply.and_then(convert::<i64>) {
+            Ok(reply) => apply_release(hold, generation, reply),
+            Err(e) => {
+                tracing::warn!(lock = %hold.name(), error = %e,
+                    "release failed; retrying it in the background");
+                let (engine, hold) = (self.clone(), hold.clone());
+                let retry = Giveback {
+                    generation,
+                    count,
+                    token,
+                    keep_until,
+                };
+                self.background(async move { engine.retry_release(hold, retry, turn).await });
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases one hold of `generation` in the background (a guard's `Drop`), then forgets
+    /// the hold if nothing else uses it.
+    pub(crate) fn release_in_background(
+        self: &Arc<Self>,
+        hold: Arc<Hold>,
+        generation: u64,
+        keep_until: Option<Instant>,
+    ) {
+        let engine = self.clone();
+        self.background(async move {
+            if let Err(e) = engine.release(&hold, generation, keep_until).await {
+                tracing::warn!(lock = %hold.name(), error = %e,
+                    "background release failed; the lease will expire the lock");
+            }
+            engine.forget(hold);
+        });
+    }
+
+    /// Sends a failed release again until Redis answers, or until the lease has run out (the
+    /// lock is then gone from Redis, whatever happened to the release).
+    async fn retry_release(self: Arc<Self>, hold: Arc<Hold>, retry: Giveback, _turn: Turn) {
+        let Giveback {
+            generation,
+            count,
+            token,
+            keep_until,
+        } = retry;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(backoff).await;
+            match hold.retry(generation, count) {
+                Retry::Again => {}
+                Retry::Stop | Retry::Expired => return,
+            }
+            let call = self.give_back_call(&hold, count, token, keep_until);
+            match self.invoke::<i64>(&call).await {
+                Ok(reply) => {
+                    if let Err(e) = apply_release(&hold, generation, reply) {
+                        tracing::warn!(lock = %hold.name(), error = %e, "retried release");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(lock = %hold.name(), error = %e, "release retry failed");
+                }
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// The call that gives back one hold: the release, or, for the last hold of a mutex
+    /// that must stay taken until `keep_until`, the call that leaves it to expire then
+    /// (answering 1 kept, 0 not held, as a release does).
+    fn give_back_call(
+        &self,
+        hold: &Hold,
+        count: u32,
+        token: u64,
+        keep_until: Option<Instant>,
+    ) -> Call {
+        let left = keep_until.map(|t| t.saturating_duration_since(Instant::now()));
+        match left {
+            Some(left) if count == 1 && hold.kind == Kind::Lock && left.as_millis() >= 1 => {
+                let mut call = Call::new(Op::ReleaseKeep);
+                call.key(hold.keys.lock())
+                    .arg(self.owner_arg(hold.holder))
+                    .arg(millis(left));
+                call
+            }
+            _ => self.release_call(hold, count, token),
+        }
+    }
+
+    /// The call that gives back one hold when the owner's count is `count`: answers 1
+    /// released, 2 decremented, 3 a repeat, 0 not held (permits: how many were still held).
+    fn release_call(&self, hold: &Hold, count: u32, token: u64) -> Call {
+        let keys = &hold.keys;
+        let owner = self.owner_arg(hold.holder);
+        let fence_ttl = millis(self.config.fence_ttl);
+        match hold.kind {
+            Kind::Lock | Kind::Write => {
+                let mut call = Call::new(Op::Release);
+                match hold.kind {
+                    Kind::Write => call.key(keys.with(crate::name::RW_WRITER)),
+                    _ => call.key(keys.lock()),
+                };
+                let channel = match hold.kind {
+                    Kind::Write => keys.with(RW_RELEASED),
+                    _ => keys.with(RELEASED),
+                };
+                call.arg(owner)
+                    .arg(count)
+                    .arg(token)
+                    .arg(channel)
+                    .arg(fence_ttl);
+                call
+            }
+            Kind::Fair => {
+                let mut call = Call::new(Op::FairRelease);
+                call.key(keys.fair())
+                    .key(keys.fair_queue())
+                    .key(keys.fair_deadlines())
+                    .arg(owner)
+                    .arg(count)
+                    .arg(token)
+                    .arg(keys.fair_wake())
+                    .arg(fence_ttl);
+                call
+            }
+            Kind::Read => {
+                let mut call = Call::new(Op::RwReadRelease);
+                call.key(keys.rw_readers())
+                    .arg(owner)
+                    .arg(count)
+                    .arg(keys.rw_released());
+                call
+            }
+            Kind::Permits(n) => {
+                let mut call = Call::new(Op::SemRelease);
+                call.key(keys.permits())
+                    .key(keys.permits_size())
+                    .arg(owner)
+                    .arg(n)
+                    .arg(keys.permits_released());
+                call
+            }
+        }
+    }
+
+    /// Undoes acquisitions whose answer never reached their caller (cancelled, or failed in
+    /// flight): gives back the hold each may have added. Harmless where it was not applied.
+    /// Each claim's turn is kept until its undo is done.
+    pub(crate) async fn undo(&self, claims: impl IntoIterator<Item = Claim>) {
+        for claim in claims {
+            let hold = &claim.hold;
+            // A fresh acquisition's token is unknown: 0 never matches a recorded release.
+            let token = if claim.expected == 0 {
+                0
+            } else {
+                hold.state().token
+            };
+            let call = self.release_call(hold, claim.expected + 1, token);
+            if let Err(e) = self.invoke::<i64>(&call).await {
+                tracing::warn!(lock = %hold.name(), error = %e,
+                    "could not undo an interrupted acquisition; its lease will expire it");
+            }
+        }
+    }
+
+    /// Sets the lease of a lock-string hold (mutex, fair, write) to `lease` from now, if it
+    /// is still the owner's; [`LockError::Lost`] (and the hold marked lost) if not.
+    pub(crate) async fn extend(
+        &self,
+        hold: &Arc<Hold>,
+        generation: u64,
+        lease: Duration,
+    ) -> Result<(), LockError> {
+        crate::util::check_lease("lease", lease)?;
+        let lost = || LockError::Lost {
+            name: hold.name().to_owned(),
+        };
+        if !hold.is_held(generation) {
+            return Err(lost());
+        }
+        let _turn = hold.turn().await;
+        if !hold.is_held(generation) {
+            return Err(lost());
+        }
+        let sent_at = Instant::now();
+        let mut call = Call::new(Op::Renew);
+        call.key(hold.kind.key(&hold.keys).as_ref())
+            .arg(millis(lease))
+            .arg(self.owner_arg(hold.holder));
+        let reply: Vec<i64> = self.invoke(&call).await?;
+        if reply.first() == Some(&1) {
+            hold.renewed(generation, sent_at, lease);
+            Ok(())
+        } else {
+            hold.mark_lost(generation, "extend found the lock gone");
+            Err(lost())
+        }
+    }
+}
+
+/// A release to send again: of which hold generation, from which count and token, kept
+/// until when.
+struct Giveback {
+    generation: u64,
+    count: u32,
+    token: u64,
+    keep_until: Option<Instant>,
+}
+
+/// Applies a release script's answer to the hold.
+fn apply_release(hold: &Hold, generation: u64, reply: i64) -> Result<bool, LockError> {
+    if let Kind::Permits(n) = hold.kind {
+        hold.released(generation, Released::Yes);
+        return Ok(reply == i64::from(n));
+    }
+    match reply {
+        1..=3 => {
+            hold.released(generation, Released::Yes);
+            Ok(true)
+        }
+        0 => {
+            hold.released(generation, Released::NotHeld);
+            Ok(false)
+        }
+        other => Err(LockError::UnexpectedReply(format!(
+            "release script returned {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use redis::Value;
+
+    use super::*;
+    use crate::backend::convert;
+    use crate::hold::Lease;
+    use crate::name::Keys;
+    use crate::util::arbitrary::{config, int, value};
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            Just(Kind::Lock),
+            Just(Kind::Fair),
+            Just(Kind::Write),
+            Just(Kind::Read),
+            prop_oneof![1u32..=4, Just(u32::MAX)].prop_map(Kind::Permits),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// Any reply to a release, as the engine reads it (an `i64`, or a typed error before
+        /// the hold is touched): the documented outcome for 0 to 3 (permits: whether all were
+        /// still held), [`LockError::UnexpectedReply`] for anything else, never a panic.
+        #[test]
+        fn any_release_reply_is_applied_or_an_unexpected_reply(
+            kind in kind(),
+            reply in prop_oneof![int().prop_map(Value::Int), value()],
+        ) {
+            let hold = Hold::new(kind, Keys::new("lock:", "order:42").unwrap(), 1);
+            let generation =
+                hold.acquired(7, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
+            let reply = match convert::<i64>(reply) {
+                Ok(reply) => reply,
+                Err(e) => {
+                    prop_assert!(matches!(e, LockError::UnexpectedReply(_)), "{:?}", e);
+                    return Ok(());
+                }
+            };
+            let result = apply_release(&hold, generation, reply);
+            match (kind, reply) {
+                (Kind::Permits(n), _) => {
+                    prop_assert_eq!(result.ok(), Some(reply == i64::from(n)));
+                    prop_assert!(!hold.is_held(generation));
+                }
+                (_, 1..=3) => {
+                    prop_assert_eq!(result.ok(), Some(true));
+                    prop_assert!(!hold.is_held(generation));
+                }
+                (_, 0) => {
+                    prop_assert_eq!(result.ok(), Some(false));
+                    prop_assert!(!hold.is_held(generation));
+                }
+                _ => prop_assert!(
+                    matches!(result, Err(LockError::UnexpectedReply(_))),
+                    "{:?}",
+                    result
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Sending an acquisition so that it is never left half-done.
+//!
+//! An acquisition claims the owner's turn on each hold it is about ([`Claim`]), sends one
+//! script, and hands the answer back with the turns still claimed, so the caller records the
+//! grant before anyone else of the same owner sends a command. If the caller goes away while
+//! the script is in flight (a dropped future, a timeout), the request is not abandoned: its
+//! future moves to the background, finishes there, and the acquisition is undone after its
+//! reply, which orders the undo after the acquisition on the server. (Sent from the dropped
+//! future on another connection, an undo could overtake the acquisition and leave an orphan;
+//! the randomized cancellation test caught that in a first version.) On the common path
+//! nothing is spawned: the request runs in the caller's future.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::Engine;
+use crate::error::LockError;
+use crate::hold::{Hold, Turn};
+use crate::scripts::Call;
+
+type Request = Pin<Box<dyn Future<Output = Result<(Value, Option<u32>), LockError>> + Send>>;
+
+/// The owner's turn on one hold, and the hold count the acquisition starts from.
+pub(crate) struct Claim {
+    pub(crate) hold: Arc<Hold>,
+    pub(crate) expected: u32,
+    _turn: Turn,
+}
+
+/// The holds one acquisition is about: at least one.
+pub(crate) struct Claims {
+    pub(crate) first: Claim,
+    pub(crate) rest: Vec<Claim>,
+}
+
+impl Claims {
+    pub(crate) fn one(claim: Claim) -> Self {
+        Self {
+            first: claim,
+            rest: Vec::new(),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Claim> {
+        std::iter::once(&self.first).chain(&self.rest)
+    }
+}
+
+impl IntoIterator for Claims {
+    type Item = Claim;
+    type IntoIter = std::iter::Chain<std::iter::Once<Claim>, std::vec::IntoIter<Claim>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        std::iter::once(self.first).chain(self.rest)
+    }
+}
+
+/// An acquisition's answer, with the owner's turns still claimed.
+pub(crate) struct Sent {
+    pub(crate) value: Value,
+    /// When the request was sent: the lease runs from here.
+    pub(crate) sent_at: Instant,
+    pub(crate) claims: Claims,
+}
+
+/// A request in flight and what undoing it needs. Dropped before its answer was taken, it
+/// finishes the request in the background and undoes what may have been applied.
+struct InFlight {
+    engine: Arc<Engine>,
+    request: Request,
+    claims: Option<Claims>,
+    applied: fn(&Value) -> bool,
+    done: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let Some(claims) = self.claims.take() else {
+            return;
+        };
+        let request = std::mem::replace(&mut self.request, Box::pin(std::future::pending()));
+        let (engine, applied) = (self.engine.clone(), self.applied);
+        self.engine.background(async move {
+            let result = request.await;
+            if needs_undo(&result.map(|(value, _)| value), applied) {
+                engine.undo(claims).await;
+            }
+        });
+    }
+}
+
+/// Whether an acquisition's outcome may have left something applied.
+fn needs_undo(result: &Result<Value, LockError>, applied: fn(&Value) -> bool) -> bool {
+    match result {
+        Ok(value) => applied(value),
+        Err(e) => !e.never_sent(),
+    }
+}
+
+impl Engine {
+    /// Claims the owner's turn on `hold` and reads the count an acquisition starts from.
+    pub(crate) async fn claim(&self, hold: Arc<Hold>) -> Result<Claim, LockError> {
+        let turn = hold.turn().await;
+        let expected = hold.expected_count()?;
+        Ok(Claim {
+            hold,
+            expected,
+            _turn: turn,
+        })
+    }
+
+    /// Sends an acquisition call about `claims` (all in the slot of the first one's key),
+    /// whose reply `applied` says took effect. With
+    /// [`min_replicas`](crate::LockClientBuilder::min_replicas) it is followed by `WAIT`, and
+    /// an applied acquisition that too few replicas confirmed is given back before
+    /// [`LockError::NotReplicated`] returns. Dropping the returned future at any point leaves
+    /// nothing applied (see the module docs).
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        claims: Claims,
+        call: Call,
+        applied: fn(&Value) -> bool,
+    ) -> Result<Sent, LockError> {
+        let first = &claims.first.hold;
+        let key = first.kind.key(&first.keys).into_owned();
+        let engine = self.clone();
+        let sent_at = Instant::now();
+        let mut flight = InFlight {
+            engine: self.clone(),
+            request: Box::pin(async move { engine.invoke_acquisition(call, &key).await }),
+            claims: Some(claims),
+            applied,
+            done: false,
+        };
+        let result = (&mut flight.request).await;
+        flight.done = true;
+        let Some(claims) = flight.claims.take() else {
+            unreachable!("only InFlight's Drop takes the claims, and it has not run");
+        };
+        let (value, acked) = match result {
+            Ok(answer) => answer,
+            Err(e) => {
+                if !e.never_sent() {
+                    // It may have been applied: undo it, after its (lost) reply.
+                    self.undo_in_background(claims);
+                }
+                return Err(e);
+            }
+        };
+        if let (Some((required, timeout)), Some(acked)) = (self.config.min_replicas, acked)
+            && applied(&value)
+            && acked < required
+        {
+            let name = claims.first.hold.name().to_owned();
+            tracing::warn!(lock = %name, acked, required,
+                "too few replicas confirmed the acquisition; giving it back");
+            self.undo_before_returning(claims).await;
+            return Err(LockError::NotReplicated {
+                name,
+                acked,
+                required,
+                timeout,
+            });
+        }
+        Ok(Sent {
+            value,
+            sent_at,
+            claims,
+        })
+    }
+
+    /// The call (batched with others where the engine batches), then `WAIT` when replicas
+    /// must confirm.
+    async fn invoke_acquisition(
+        self: &Arc<Self>,
+        call: Call,
+        key: &str,
+    ) -> Result<(Value, Option<u32>), LockError> {
+        match self.config.min_replicas {
+            None => Ok((self.invoke_batched(call).await?, None)),
+            Some((required, timeout)) => {
+                let (value, acked) = self.invoke_acked(&call, key, required, timeout).await?;
+                Ok((value, Some(acked)))
+            }
+        }
+    }
+
+    /// Undoes `claims` in the background (their turns kept until it is done).
+    pub(crate) fn undo_in_background(self: &Arc<Self>, claims: Claims) {
+        let engine = self.clone();
+        self.background(async move { engine.undo(claims).await });
+    }
+
+    /// Undoes `claims` and waits until that is done, so an error returned afterwards means
+    /// "not held". The undo runs in the background: a caller that goes away meanwhile does
+    /// not cut it short.
+    async fn undo_before_returning(self: &Arc<Self>, claims: Claims) {
+        let (done, finished) = oneshot::channel();
+        let engine = self.clone();
+        self.background(async move {
+            engine.undo(claims).await;
+            let _ = done.send(());
+        });
+        let _ = finished.await;
+    }
+
+    /// Records the grant of `claim` (sent at `sent_at`; token 0 for kinds without one) and
+    /// returns the hold's generation. A grant whose answer came after its lease (less the
+    /// drift margin) ran out may already be someone else's: it is given back (after the
+    /// claim's turn ends) and `None` returned.
+    pub(crate) fn grant(
+        self: &Arc<Self>,
+        claim: &Claim,
+        token: u64,
+        sent_at: Instant,
+        lease: Option<Duration>,
+    ) -> Option<u64> {
+        let (kind, len) = self.lease(lease);
+        let hold = &claim.hold;
+        let generation = hold.acquired(token, sent_at, kind, len);
+        if hold.is_held(generation) {
+            return Some(generation);
+        }
+        tracing::debug!(lock = %hold.name(), "granted after its lease ran out; giving it back");
+        hold.guard_added();
+        hold.guard_removed();
+        self.release_in_background(hold.clone(), generation, None);
+        None
+    }
+}

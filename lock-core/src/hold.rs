@@ -1,0 +1,484 @@
+//! [`Hold`]: one owner's hold on one lock, shared by all of the owner's guards for it.
+//!
+//! State and transitions only: what the owner holds (its hold count, fencing token, lease and
+//! validity), whether it is held, releasing or lost, and a generation bumped by every fresh
+//! acquisition so that late news about an earlier hold never touches a newer one. No Redis
+//! I/O and no reference to the client: the engine above sends the commands and reports their
+//! answers here.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::name::Keys;
+use crate::util::{lock, validity};
+
+/// How a hold's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Renewed by the client's watchdog for as long as a guard lives.
+    Watchdog,
+    /// Set once by the acquisition (or by an extension), never renewed.
+    Fixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Not held (before the first acquisition, or after the last release).
+    Idle,
+    Held,
+    /// Every guard is gone; the release is on its way. Not renewed.
+    Releasing,
+    Lost,
+}
+
+/// What a hold holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// A mutex: the lock string `P{N}`.
+    Lock,
+    /// A fair lock: the lock string `P{N}:fair`, with its queue.
+    Fair,
+    /// The write side of a read-write lock: the lock string `P{N}:rw`.
+    Write,
+    /// A read share of a read-write lock, in `P{N}:rw:readers`.
+    Read,
+    /// This many permits of a semaphore, ids `<owner>:1..=n` in `P{N}:permits`.
+    Permits(u32),
+}
+
+impl Kind {
+    /// The key this hold lives in.
+    pub(crate) fn key(self, keys: &Keys) -> Cow<'_, str> {
+        match self {
+            Kind::Lock => Cow::Borrowed(keys.lock()),
+            Kind::Fair => Cow::Owned(keys.fair()),
+            Kind::Write => Cow::Owned(keys.rw_writer()),
+            Kind::Read => Cow::Owned(keys.rw_readers()),
+            Kind::Permits(_) => Cow::Owned(keys.permits()),
+        }
+    }
+
+    /// Whether this kind of hold carries a fencing token.
+    pub(crate) fn fenced(self) -> bool {
+        matches!(self, Kind::Lock | Kind::Fair | Kind::Write)
+    }
+
+    /// A name for logs and spans.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Lock => "mutex",
+            Kind::Fair => "fair lock",
+            Kind::Write => "write lock",
+            Kind::Read => "read share",
+            Kind::Permits(_) => "permits",
+        }
+    }
+}
+
+/// The mutable part of a hold.
+pub(crate) struct State {
+    /// The owner's hold count in Redis, as far as this process knows.
+    pub(crate) count: u32,
+    pub(crate) token: u64,
+    pub(crate) lease: Lease,
+    pub(crate) status: Status,
+    /// The lock is ours until this instant unless a renewal moves it.
+    pub(crate) valid_until: Instant,
+    /// Bumped by every fresh acquisition, so a late answer about an earlier hold is ignored.
+    pub(crate) generation: u64,
+    /// Why the hold of this generation was lost, once it was.
+    pub(crate) lost_reason: Option<&'static str>,
+}
+
+/// One owner's hold on one lock.
+pub(crate) struct Hold {
+    pub(crate) kind: Kind,
+    pub(crate) keys: Keys,
+    /// The owner is `<client id>:<holder>`.
+    pub(crate) holder: u64,
+    state: Mutex<State>,
+    /// Serialises this owner's commands on this lock, so each carries the right hold count.
+    turn: Semaphore,
+    /// Live guards.
+    guards: AtomicUsize,
+    /// Woken when the hold ends: lost, or released for good.
+    ended: Notify,
+}
+
+/// The answer of a release script, as the hold sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Given back (freed, decremented, or a repeat of an applied release).
+    Yes,
+    /// The owner did not hold it any more.
+    NotHeld,
+}
+
+/// What a release that failed should do next.
+pub(crate) enum Retry {
+    /// Send it again.
+    Again,
+    /// Stop: the hold moved on (another release or acquisition changed it).
+    Stop,
+    /// Stop: the lease ran out meanwhile, the lock is gone whatever happened.
+    Expired,
+}
+
+impl Hold {
+    pub(crate) fn new(kind: Kind, keys: Keys, holder: u64) -> Self {
+        Self {
+            kind,
+            keys,
+            holder,
+            state: Mutex::new(State {
+                count: 0,
+                token: 0,
+                lease: Lease::Fixed,
+                status: Status::Idle,
+                valid_until: Instant::now(),
+                generation: 0,
+                lost_reason: None,
+            }),
+            turn: Semaphore::new(1),
+            guards: AtomicUsize::new(0),
+            ended: Notify::new(),
+        }
+    }
+
+    /// The lock's name.
+    pub(crate) fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Takes the owner's turn to send a command about this hold.
+    pub(crate) async fn turn(self: &Arc<Self>) -> Turn {
+        // The semaphore is never closed; if it were, going on unserialised beats hanging.
+        let owned = match self.turn.acquire().await {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        };
+        Turn {
+            hold: self.clone(),
+            owned,
+        }
+    }
+
+    /// The hold count an acquisition starts from (call with the owner's turn). A hold that was
+    /// lost while guards of it still live cannot be re-entered.
+    pub(crate) fn expected_count(&self) -> Result<u32, LockError> {
+        let mut st = self.state();
+        match st.status {
+            Status::Held | Status::Releasing => Ok(st.count),
+            Status::Lost if self.guards() > 0 => Err(LockError::Lost {
+                name: self.name().to_owned(),
+            }),
+            Status::Idle | Status::Lost => {
+                st.count = 0;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Records a successful acquisition sent at `sent_at`; returns the hold's generation.
+    pub(crate) fn acquired(
+        &self,
+        token: u64,
+        sent_at: Instant,
+        lease: Lease,
+        lease_len: Duration,
+    ) -> u64 {
+        let mut st = self.state();
+        let valid_until = sent_at + validity(lease_len);
+        if matches!(st.status, Status::Held | Status::Releasing) {
+            st.valid_until = st.valid_until.max(valid_until);
+            if lease == Lease::Watchdog {
+                st.lease = Lease::Watchdog;
+            }
+            st.count += 1;
+        } else {
+            st.generation += 1;
+            st.valid_until = valid_until;
+            st.lease = lease;
+            st.count = 1;
+            st.lost_reason = None;
+        }
+        st.status = Status::Held;
+        st.token = token;
+        st.generation
+    }
+
+    /// Records a renewal sent at `sent_at` that Redis confirmed: the lease is exactly
+    /// `lease_len` from then on the server (even if an extension had set a longer one).
+    pub(crate) fn renewed(&self, generation: u64, sent_at: Instant, lease_len: Duration) {
+        let mut st = self.state();
+        if st.generation == generation && matches!(st.status, Status::Held | Status::Releasing) {
+            st.valid_until = sent_at + validity(lease_len);
+        }
+    }
+
+    /// Marks the hold of `generation` lost, wakes `lost()` futures and says so in the log.
+    pub(crate) fn mark_lost(&self, generation: u64, why: &'static str) {
+        let mut st = self.state();
+        if st.generation != generation {
+            return;
+        }
+        if matches!(st.status, Status::Held | Status::Releasing) {
+            let was_held = st.status == Status::Held;
+            st.status = Status::Lost;
+            st.lost_reason = Some(why);
+            drop(st);
+            if was_held {
+                tracing::warn!(lock = %self.name(), kind = self.kind.label(), reason = why,
+                    "distributed lock lost");
+            }
+        } else {
+            drop(st);
+        }
+        self.ended.notify_waiters();
+    }
+
+    /// Marks a held hold lost if its validity has passed; returns whether it did.
+    pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
+        let (due, generation) = {
+            let st = self.state();
+            (
+                st.status == Status::Held && now >= st.valid_until,
+                st.generation,
+            )
+        };
+        if due {
+            self.mark_lost(generation, "no renewal succeeded within the lease");
+        }
+        due
+    }
+
+    /// Why the hold of `generation` was lost; `None` while it is not (or was released).
+    pub(crate) fn lost_reason(&self, generation: u64) -> Option<&'static str> {
+        let st = self.state();
+        (st.generation == generation && st.status == Status::Lost)
+            .then_some(st.lost_reason)
+            .flatten()
+    }
+
+    /// Held, of this generation, and within its validity.
+    pub(crate) fn is_held(&self, generation: u64) -> bool {
+        let st = self.state();
+        st.generation == generation && st.status == Status::Held && Instant::now() < st.valid_until
+    }
+
+    /// How much longer it is ours unless a renewal extends it; zero once it is not held.
+    pub(crate) fn remaining(&self, generation: u64) -> Duration {
+        let st = self.state();
+        if st.generation != generation || st.status != Status::Held {
+            return Duration::ZERO;
+        }
+        st.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// The fencing token, for kinds that have one.
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        self.kind.fenced().then(|| self.state().token)
+    }
+
+    /// The hold count and token a release of `generation` starts from; None when there is
+    /// nothing to give back.
+    pub(crate) fn to_release(&self, generation: u64) -> Option<(u32, u64)> {
+        let st = self.state();
+        (st.count > 0 && st.generation == generation).then_some((st.count, st.token))
+    }
+
+    /// Applies a release's answer about `generation`.
+    pub(crate) fn released(&self, generation: u64, answer: Released) {
+        match answer {
+            Released::Yes => {
+                let mut st = self.state();
+                st.count = st.count.saturating_sub(1);
+                if st.count == 0 {
+                    st.status = Status::Idle;
+                    drop(st);
+                    self.ended.notify_waiters();
+                }
+            }
+            Released::NotHeld => {
+                self.mark_lost(generation, "released after the lock was gone");
+                self.state().count = 0;
+            }
+        }
+    }
+
+    /// After a failed release of `count` holds of `generation`: whether to try again.
+    pub(crate) fn retry(&self, generation: u64, count: u32) -> Retry {
+        let st = self.state();
+        if st.generation != generation || st.count != count {
+            return Retry::Stop;
+        }
+        if Instant::now() >= st.valid_until {
+            drop(st);
+            self.mark_lost(generation, "the lease ran out while a release was retried");
+            self.state().count = 0;
+            return Retry::Expired;
+        }
+        Retry::Again
+    }
+
+    /// The number of live guards of this hold.
+    pub(crate) fn guards(&self) -> usize {
+        self.guards.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn guard_added(&self) {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Returns true when this was the last guard: renewal stops at once.
+    pub(crate) fn guard_removed(&self) -> bool {
+        if self.guards.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut st = self.state();
+            if st.status == Status::Held {
+                st.status = Status::Releasing;
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Resolves when the hold of `generation` is known or presumed lost, or released: it
+    /// checks the validity deadline itself, so it fires even if the watchdog is starved.
+    pub(crate) async fn ended(self: Arc<Self>, generation: u64) {
+        loop {
+            let notified = self.ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let deadline = {
+                let st = self.state();
+                if st.status != Status::Held || st.generation != generation {
+                    return;
+                }
+                st.valid_until
+            };
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    self.expire_if_due(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+/// The owner's turn to send a command about a hold; given back when dropped.
+pub(crate) struct Turn {
+    hold: Arc<Hold>,
+    owned: bool,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.owned {
+            self.hold.turn.add_permits(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold() -> Arc<Hold> {
+        Arc::new(Hold::new(
+            Kind::Lock,
+            Keys::new("lock:", "unit").unwrap(),
+            1,
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquisition_starts_a_generation_and_reentry_counts() {
+        let h = hold();
+        let now = Instant::now();
+        let g1 = h.acquired(7, now, Lease::Watchdog, Duration::from_secs(30));
+        assert!(h.is_held(g1));
+        assert_eq!(h.fencing_token(), Some(7));
+        let g2 = h.acquired(7, now, Lease::Fixed, Duration::from_secs(1));
+        assert_eq!(g1, g2, "re-entry keeps the generation");
+        assert_eq!(h.state().count, 2);
+        assert_eq!(h.state().lease, Lease::Watchdog, "a watchdog lease stays");
+        h.released(g1, Released::Yes);
+        h.released(g1, Released::Yes);
+        assert_eq!(h.state().status, Status::Idle);
+        let g3 = h.acquired(8, Instant::now(), Lease::Fixed, Duration::from_secs(1));
+        assert_ne!(g3, g1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn late_news_never_touches_a_newer_generation() {
+        let h = hold();
+        let g1 = h.acquired(1, Instant::now(), Lease::Fixed, Duration::from_secs(1));
+        h.released(g1, Released::Yes);
+        let g2 = h.acquired(2, Instant::now(), Lease::Fixed, Duration::from_secs(1));
+        h.mark_lost(g1, "late");
+        assert!(h.is_held(g2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ended_resolves_at_the_validity_deadline() {
+        let h = hold();
+        let g = h.acquired(1, Instant::now(), Lease::Fixed, Duration::from_secs(1));
+        let started = Instant::now();
+        h.clone().ended(g).await;
+        assert!(started.elapsed() >= validity(Duration::from_secs(1)));
+        assert_eq!(h.state().status, Status::Lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ended_resolves_when_marked_lost() {
+        let h = hold();
+        let g = h.acquired(1, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
+        let ended = tokio::spawn(h.clone().ended(g));
+        tokio::task::yield_now().await;
+        h.mark_lost(g, "test");
+        tokio::time::timeout(Duration::from_millis(10), ended)
+            .await
+            .expect("woken at once")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_owners_commands_take_turns() {
+        let h = hold();
+        let first = h.turn().await;
+        let second = tokio::spawn({
+            let h = h.clone();
+            async move { drop(h.turn().await) }
+        });
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished());
+        drop(first);
+        second.await.unwrap();
+    }
+
+    #[test]
+    fn a_lost_hold_with_guards_cannot_be_reentered() {
+        let h = hold();
+        let g = h.acquired(1, Instant::now(), Lease::Fixed, Duration::from_secs(1));
+        h.guard_added();
+        h.mark_lost(g, "test");
+        assert!(h.expected_count().unwrap_err().is_lost());
+        assert!(h.guard_removed());
+        assert_eq!(h.expected_count().unwrap(), 0);
+    }
+}

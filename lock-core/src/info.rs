@@ -1,0 +1,466 @@
+//! What Redis knows about a lock right now, for operators and tests: [`LockInfo`],
+//! [`FairLockInfo`], [`ReadWriteLockInfo`] and [`SemaphoreInfo`], and the reads behind them.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::backend::convert;
+use crate::engine::Engine;
+use crate::error::LockError;
+use crate::name::Keys;
+use crate::scripts::{Call, Op};
+
+/// What Redis knows about the lock string at `key`.
+pub(crate) async fn lock(engine: &Engine, key: &str) -> Result<LockInfo, LockError> {
+    let (pttl, value): (i64, Option<String>) =
+        engine.invoke(Call::new(Op::Inspect).key(key)).await?;
+    Ok(LockInfo::parse(pttl, value.as_deref()))
+}
+
+/// A lock's state as Redis sees it: made by [`Mutex::info`](crate::Mutex::info) (and, for
+/// their lock strings, by [`FairLock::info`](crate::FairLock::info) and
+/// [`ReadWriteLock::info`](crate::ReadWriteLock::info)).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Whether anyone holds the lock.
+    pub held: bool,
+    /// The holder's owner id as stored (`<client id>:<holder id>`), if held. The engine records
+    /// no host or process: the client id is the random id of the holder's [`LockClient`](crate::LockClient).
+    pub owner: Option<String>,
+    /// The holder's remaining lease, if held with one.
+    pub ttl: Option<Duration>,
+    /// The holder's hold count (re-entries), 0 when free.
+    pub hold_count: u32,
+    /// The holder's fencing token, if held.
+    pub fencing_token: Option<u64>,
+    /// Whether a waiter asked to be told of the release.
+    pub contended: bool,
+}
+
+impl LockInfo {
+    fn parse(pttl: i64, value: Option<&str>) -> Self {
+        let mut fields = value.unwrap_or("").split('|');
+        let owner = fields.next().unwrap_or("");
+        let count = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let token = fields.next().and_then(|t| t.parse().ok());
+        let contended = fields.nth(1) == Some("1");
+        let held = !owner.is_empty();
+        LockInfo {
+            held,
+            owner: held.then(|| owner.to_owned()),
+            ttl: held
+                .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
+                .flatten(),
+            hold_count: if held { count } else { 0 },
+            fencing_token: if held { token } else { None },
+            contended: held && contended,
+        }
+    }
+}
+
+/// What Redis knows about a fair lock and its queue.
+pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
+    let lock = lock(engine, &keys.fair()).await?;
+    let mut call = Call::new(Op::FairInspect);
+    call.key(keys.fair())
+        .key(keys.fair_queue())
+        .key(keys.fair_deadlines())
+        .arg("");
+    let (_, _, queued, _): (i64, Option<String>, u32, i64) = engine.invoke(&call).await?;
+    Ok(FairLockInfo { lock, queued })
+}
+
+/// A fair lock's state as Redis sees it: made by [`FairLock::info`](crate::FairLock::info).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FairLockInfo {
+    /// The lock itself.
+    pub lock: LockInfo,
+    /// Waiters in the queue whose deadline has not passed (the first 1000 are counted).
+    pub queued: u32,
+}
+
+/// What Redis knows about a read-write lock.
+pub(crate) async fn read_write(
+    engine: &Engine,
+    keys: &Keys,
+) -> Result<ReadWriteLockInfo, LockError> {
+    let writer = lock(engine, &keys.rw_writer()).await?;
+    let mut call = Call::new(Op::RwInspect);
+    call.key(keys.rw_writer())
+        .key(keys.rw_readers())
+        .key(keys.rw_mark());
+    let reply: Vec<Value> = engine.invoke(&call).await?;
+    ReadWriteLockInfo::parse(writer, reply)
+}
+
+/// A read-write lock's state as Redis sees it: made by
+/// [`ReadWriteLock::info`](crate::ReadWriteLock::info).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ReadWriteLockInfo {
+    /// The write side.
+    pub writer: LockInfo,
+    /// Owners holding a read share that has not expired.
+    pub readers: u32,
+    /// Read shares held, re-entries included.
+    pub read_shares: u32,
+    /// The longest remaining lease of a read share.
+    pub readers_ttl: Option<Duration>,
+    /// Whether a writer waits (new readers hold back meanwhile).
+    pub writer_waiting: bool,
+    /// The owner ids of the readers counted in `readers`, sorted.
+    pub reader_owners: Vec<String>,
+}
+
+impl ReadWriteLockInfo {
+    /// Reads `rw_inspect.lua`'s reply: writer pttl and value, mark pttl, server ms, then
+    /// reader owner and `count|expiry` pairs.
+    fn parse(writer: LockInfo, reply: Vec<Value>) -> Result<Self, LockError> {
+        let bad = || LockError::UnexpectedReply("rw_inspect returned a malformed reply".to_owned());
+        let mut values = reply.into_iter();
+        let [_writer_pttl, _writer_value, mark_pttl, now] =
+            [values.next(), values.next(), values.next(), values.next()];
+        let mark_pttl: i64 = convert(mark_pttl.ok_or_else(bad)?)?;
+        let now: i64 = convert(now.ok_or_else(bad)?)?;
+        let mut info = ReadWriteLockInfo {
+            writer,
+            writer_waiting: mark_pttl != -2,
+            ..Default::default()
+        };
+        while let (Some(owner), Some(share)) = (values.next(), values.next()) {
+            let share: String = convert(share)?;
+            let (count, expiry) = share.split_once('|').ok_or_else(bad)?;
+            let count: u32 = count.parse().map_err(|_| bad())?;
+            let expiry: i64 = expiry.parse().map_err(|_| bad())?;
+            if expiry > now {
+                info.readers += 1;
+                info.read_shares = info.read_shares.saturating_add(count);
+                info.reader_owners.push(convert(owner)?);
+                let left = Duration::from_millis(expiry.abs_diff(now));
+                info.readers_ttl = Some(info.readers_ttl.map_or(left, |t| t.max(left)));
+            }
+        }
+        info.reader_owners.sort_unstable();
+        Ok(info)
+    }
+}
+
+/// What Redis knows about a semaphore whose handle has `size` permits.
+pub(crate) async fn semaphore(
+    engine: &Engine,
+    keys: &Keys,
+    size: u32,
+) -> Result<SemaphoreInfo, LockError> {
+    let mut call = Call::new(Op::SemInspect);
+    call.key(keys.permits()).key(keys.permits_size());
+    let reply: Vec<Value> = engine.invoke(&call).await?;
+    SemaphoreInfo::parse(size, reply)
+}
+
+/// A semaphore's state as Redis sees it: made by
+/// [`Semaphore::info`](crate::Semaphore::info).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The size recorded at first use (None while no permit is held).
+    pub size: Option<u32>,
+    /// Permits held (leases not run out).
+    pub held: u32,
+    /// Permits free: the recorded size (or this handle's) minus those held.
+    pub free: u32,
+    /// Acquisitions holding permits.
+    pub holders: u32,
+    /// When the first held permit's lease runs out.
+    pub next_expiry: Option<Duration>,
+    /// The owner ids of the acquisitions counted in `holders`, sorted.
+    pub holder_owners: Vec<String>,
+}
+
+impl SemaphoreInfo {
+    /// Reads `sem_inspect.lua`'s reply: server ms, recorded size, then permit id and expiry
+    /// pairs.
+    fn parse(size: u32, reply: Vec<Value>) -> Result<Self, LockError> {
+        let bad =
+            || LockError::UnexpectedReply("sem_inspect returned a malformed reply".to_owned());
+        let mut values = reply.into_iter();
+        let now: i64 = convert(values.next().ok_or_else(bad)?)?;
+        let recorded: Option<u32> = convert(values.next().ok_or_else(bad)?)?;
+        let mut info = SemaphoreInfo {
+            size: recorded,
+            ..Default::default()
+        };
+        let mut owners = HashSet::new();
+        while let (Some(member), Some(expiry)) = (values.next(), values.next()) {
+            let member: String = convert(member)?;
+            let expiry: i64 = convert(expiry)?;
+            if expiry > now {
+                info.held += 1;
+                let owner = member.rsplit_once(':').map_or(member.as_str(), |(o, _)| o);
+                owners.insert(owner.to_owned());
+                let left = Duration::from_millis(expiry.abs_diff(now));
+                info.next_expiry = Some(info.next_expiry.map_or(left, |e| e.min(left)));
+            }
+        }
+        info.holders = u32::try_from(owners.len()).unwrap_or(u32::MAX);
+        info.holder_owners = owners.into_iter().collect();
+        info.holder_owners.sort_unstable();
+        info.free = recorded.unwrap_or(size).saturating_sub(info.held);
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_reply_is_an_error_not_a_panic() {
+        let short = vec![Value::Int(1)];
+        assert!(ReadWriteLockInfo::parse(LockInfo::default(), short.clone()).is_err());
+        assert!(SemaphoreInfo::parse(3, short).is_err());
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let bad_share = vec![
+            Value::Int(-2),
+            Value::Nil,
+            Value::Int(-2),
+            Value::Int(5),
+            text("r"),
+            text("x"),
+        ];
+        assert!(ReadWriteLockInfo::parse(LockInfo::default(), bad_share).is_err());
+        let info = SemaphoreInfo::parse(
+            4,
+            vec![
+                Value::Int(100),
+                Value::Nil,
+                text("c:7:1"),
+                text("150"),
+                text("c:8:1"),
+                text("90"),
+            ],
+        )
+        .unwrap();
+        assert_eq!((info.held, info.free, info.holders), (1, 3, 1));
+        assert_eq!(info.next_expiry, Some(Duration::from_millis(50)));
+        assert_eq!(info.holder_owners, ["c:7"]);
+    }
+
+    /// Found by the properties below: a server clock or an expiry far from each other
+    /// overflowed `expiry - now`, and read shares beyond `u32::MAX` overflowed their sum
+    /// (panics in debug builds, wrong numbers in release ones).
+    #[test]
+    fn extreme_numbers_in_an_inspection_are_not_a_panic() {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let info = SemaphoreInfo::parse(
+            0,
+            vec![Value::Int(i64::MIN), Value::Nil, text(":0:0"), text("0")],
+        )
+        .unwrap();
+        assert_eq!(info.next_expiry, Some(Duration::from_millis(1 << 63)));
+        let rw = |now: i64, shares: &[&str]| {
+            let mut reply = vec![Value::Nil, Value::Nil, Value::Int(-2), Value::Int(now)];
+            for share in shares {
+                reply.extend([text("r"), text(share)]);
+            }
+            ReadWriteLockInfo::parse(LockInfo::default(), reply).unwrap()
+        };
+        let info = rw(-47_259, &["2624872609|9223372036854775807"]);
+        assert_eq!(
+            info.readers_ttl,
+            Some(Duration::from_millis(i64::MAX as u64 + 47_259))
+        );
+        let info = rw(0, &["4294967295|10", "4294967295|10"]);
+        assert_eq!((info.readers, info.read_shares), (2, u32::MAX));
+    }
+
+    #[test]
+    fn info_reads_the_lock_string() {
+        let held = LockInfo::parse(1500, Some("c:1|2|77||1"));
+        assert!(held.held && held.contended);
+        assert_eq!(held.ttl, Some(Duration::from_millis(1500)));
+        assert_eq!((held.hold_count, held.fencing_token), (2, Some(77)));
+        assert_eq!(held.owner.as_deref(), Some("c:1"));
+        let free = LockInfo::parse(3_600_000, Some("|0|77|77|"));
+        assert_eq!(free, LockInfo::default());
+        assert_eq!(LockInfo::parse(-2, None), LockInfo::default());
+    }
+
+    /// Every reply an `info()` decodes, malformed ones included (issue 17 §3): a typed
+    /// [`LockError::UnexpectedReply`] or a consistent value, never a panic.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::util::arbitrary::{array_of, config, int, numberish, scalar, text, value};
+
+        /// What `lock()` does with `inspect.lua`'s reply.
+        fn decode_lock(reply: Value) -> Result<LockInfo, LockError> {
+            let (pttl, value): (i64, Option<String>) = convert(reply)?;
+            Ok(LockInfo::parse(pttl, value.as_deref()))
+        }
+
+        fn check_lock_info(info: &LockInfo) -> Result<(), TestCaseError> {
+            if !info.held {
+                prop_assert_eq!(info, &LockInfo::default());
+            }
+            Ok(())
+        }
+
+        fn typed(error: LockError) -> Result<(), TestCaseError> {
+            prop_assert!(
+                matches!(error, LockError::UnexpectedReply(_)),
+                "not an UnexpectedReply: {:?}",
+                error
+            );
+            Ok(())
+        }
+
+        fn bulk(text: String) -> Value {
+            Value::BulkString(text.into_bytes())
+        }
+
+        /// A lock string: `owner|count|token|released|waiters`, each field any text.
+        fn lock_string() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                3 => ("[a-z0-9:-]{0,8}", int(), int(), int(), "[01]?").prop_map(
+                    |(owner, count, token, released, waiters)| {
+                        bulk(format!("{owner}|{count}|{token}|{released}|{waiters}"))
+                    }
+                ),
+                1 => text().prop_map(Value::BulkString),
+                1 => Just(Value::Nil),
+                1 => scalar(),
+            ]
+        }
+
+        /// `count|expiry`, with counts up to `u32::MAX` and any expiry.
+        fn read_share() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                4 => (prop_oneof![any::<u32>().prop_map(i64::from), int()], int())
+                    .prop_map(|(count, expiry)| bulk(format!("{count}|{expiry}"))),
+                1 => scalar(),
+            ]
+        }
+
+        /// `rw_inspect.lua`'s reply, roughly: writer pttl and value, mark pttl, server ms,
+        /// then owner / share pairs.
+        fn rw_reply() -> impl Strategy<Value = Value> {
+            (
+                scalar(),
+                lock_string(),
+                numberish(),
+                numberish(),
+                prop::collection::vec((scalar(), read_share()), 0..6),
+            )
+                .prop_map(|(pttl, writer, mark, now, shares)| {
+                    let mut reply = vec![pttl, writer, mark, now];
+                    for (owner, share) in shares {
+                        reply.extend([owner, share]);
+                    }
+                    Value::Array(reply)
+                })
+        }
+
+        /// `sem_inspect.lua`'s reply, roughly: server ms, recorded size, then permit id /
+        /// expiry pairs.
+        fn sem_reply() -> impl Strategy<Value = Value> {
+            (
+                numberish(),
+                prop_oneof![Just(Value::Nil), numberish()],
+                prop::collection::vec(
+                    (
+                        prop_oneof![
+                            "[a-z0-9-]{0,6}:[0-9]{1,3}:[0-9]{1,2}".prop_map(bulk),
+                            scalar()
+                        ],
+                        numberish(),
+                    ),
+                    0..6,
+                ),
+            )
+                .prop_map(|(now, size, permits)| {
+                    let mut reply = vec![now, size];
+                    for (member, expiry) in permits {
+                        reply.extend([member, expiry]);
+                    }
+                    Value::Array(reply)
+                })
+        }
+
+        proptest! {
+            #![proptest_config(config(500))]
+
+            #[test]
+            fn a_lock_inspection_reply_decodes_or_is_a_typed_error(
+                reply in prop_oneof![
+                    value(),
+                    array_of(prop_oneof![numberish(), lock_string()], 0..4),
+                    (numberish(), lock_string()).prop_map(|(a, b)| Value::Array(vec![a, b])),
+                ]
+            ) {
+                match decode_lock(reply) {
+                    Ok(info) => check_lock_info(&info)?,
+                    Err(e) => typed(e)?,
+                }
+            }
+
+            #[test]
+            fn a_fair_inspection_reply_decodes_or_is_a_typed_error(
+                reply in prop_oneof![
+                    value(),
+                    (numberish(), lock_string(), numberish(), numberish())
+                        .prop_map(|(a, b, c, d)| Value::Array(vec![a, b, c, d])),
+                ]
+            ) {
+                // What `fair()` reads from `fair_inspect.lua`.
+                let decoded: Result<(i64, Option<String>, u32, i64), _> = convert(reply);
+                if let Err(e) = decoded {
+                    typed(e)?;
+                }
+            }
+
+            #[test]
+            fn a_read_write_inspection_reply_decodes_or_is_a_typed_error(
+                reply in prop_oneof![1 => value(), 4 => rw_reply()]
+            ) {
+                let pairs = match &reply {
+                    Value::Array(items) => items.len().saturating_sub(4) / 2,
+                    _ => 0,
+                };
+                let decoded = convert::<Vec<Value>>(reply)
+                    .and_then(|reply| ReadWriteLockInfo::parse(LockInfo::default(), reply));
+                match decoded {
+                    Ok(info) => {
+                        prop_assert!(info.readers as usize <= pairs);
+                        prop_assert_eq!(info.readers_ttl.is_some(), info.readers > 0);
+                    }
+                    Err(e) => typed(e)?,
+                }
+            }
+
+            #[test]
+            fn a_semaphore_inspection_reply_decodes_or_is_a_typed_error(
+                size in any::<u32>(),
+                reply in prop_oneof![1 => value(), 4 => sem_reply()],
+            ) {
+                let pairs = match &reply {
+                    Value::Array(items) => items.len().saturating_sub(2) / 2,
+                    _ => 0,
+                };
+                match convert::<Vec<Value>>(reply).and_then(|reply| SemaphoreInfo::parse(size, reply)) {
+                    Ok(info) => {
+                        prop_assert!(info.held as usize <= pairs);
+                        prop_assert!(info.holders <= info.held);
+                        prop_assert_eq!(info.next_expiry.is_some(), info.held > 0);
+                        prop_assert_eq!(info.free, info.size.unwrap_or(size).saturating_sub(info.held));
+                    }
+                    Err(e) => typed(e)?,
+                }
+            }
+        }
+    }
+}

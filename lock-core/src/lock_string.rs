@@ -1,0 +1,107 @@
+//! The lock string (`owner|count|token|released|waiters`) that a mutex, a fair lock and a
+//! read-write lock's writer each live in: one attempt or re-entry on it, and the guard methods
+//! every lock-string guard has (fencing token, hold count, re-entry, extension).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::driver::{Attempt, attempt_one};
+use crate::engine::Engine;
+use crate::error::LockError;
+use crate::guard::GuardCore;
+use crate::hold::{Hold, Kind, Lease};
+use crate::scripts::{Call, Op};
+use crate::util::millis;
+
+/// One attempt (or re-entry) on a lock string hold (mutex, fair lock re-entry, write lock
+/// re-entry) with `acquire.lua`.
+pub(crate) async fn attempt_lock_string(
+    engine: &Arc<Engine>,
+    hold: &Arc<Hold>,
+    lease: Option<Duration>,
+    will_wait: bool,
+) -> Result<Attempt<u64>, LockError> {
+    let (_, lease_len) = engine.lease(lease);
+    let channel = || match hold.kind {
+        Kind::Write => hold.keys.rw_released(),
+        _ => hold.keys.released(),
+    };
+    attempt_one(engine, hold, lease, channel, |expected| {
+        let mut call = Call::new(Op::Acquire);
+        call.key(hold.kind.key(&hold.keys).as_ref())
+            .arg(engine.owner_arg(hold.holder))
+            .arg(millis(lease_len))
+            .arg(expected)
+            .arg(if will_wait { "1" } else { "0" });
+        call
+    })
+    .await
+}
+
+/// Re-enters the hold behind `core` with the same owner: a new guard core sharing its hold,
+/// fencing token and (what is left of) its lease.
+pub(crate) async fn reenter(core: &GuardCore) -> Result<GuardCore, LockError> {
+    let lost = || LockError::Lost {
+        name: core.name().to_owned(),
+    };
+    if !core.is_held() {
+        return Err(lost());
+    }
+    let lease = match core.hold.state().lease {
+        Lease::Watchdog => None,
+        Lease::Fixed => Some(core.remaining().max(crate::util::MIN_LEASE)),
+    };
+    match attempt_lock_string(&core.engine, &core.hold, lease, false).await? {
+        Attempt::Acquired(generation) => Ok(GuardCore::new(
+            core.hold.clone(),
+            core.engine.clone(),
+            generation,
+        )),
+        Attempt::Busy { .. } | Attempt::Late => Err(lost()),
+    }
+}
+
+/// The methods of guards on a lock string (a mutex or fair lock's [`LockGuard`], a
+/// [`WriteGuard`](crate::WriteGuard)): the fencing token as a number, the hold count,
+/// re-entry and extension.
+macro_rules! lock_string_guard {
+    ($guard:ident) => {
+        impl $guard {
+            /// The fencing token of this hold: strictly greater than the token of every
+            /// earlier holder of this name (re-entries of one hold share its token).
+            pub fn fencing_token(&self) -> u64 {
+                self.core.hold.state().token
+            }
+
+            /// The owner's hold count: how many guards (re-entries) share this hold.
+            pub fn hold_count(&self) -> u32 {
+                self.core.hold.state().count
+            }
+
+            /// Re-enters the lock with the same owner: a second guard that shares this hold
+            /// (and its fencing token), raising the hold count by one. The lock is released
+            /// when the count returns to zero. [`LockError::Lost`](crate::LockError::Lost) if
+            /// it is no longer held.
+            pub async fn reenter(&self) -> Result<$guard, $crate::error::LockError> {
+                Ok($guard {
+                    core: $crate::lock_string::reenter(&self.core).await?,
+                })
+            }
+
+            /// Sets the lease to `lease` (10 ms to 30 days) from now, if the lock is still
+            /// ours. For a watchdog lease the watchdog goes on renewing it afterwards (to its
+            /// own lease).
+            pub async fn extend(
+                &self,
+                lease: ::std::time::Duration,
+            ) -> Result<(), $crate::error::LockError> {
+                self.core
+                    .engine
+                    .extend(&self.core.hold, self.core.generation, lease)
+                    .await
+            }
+        }
+    };
+}
+
+pub(crate) use lock_string_guard;

@@ -1,0 +1,54 @@
+//! [`Named`]: what a handle locks: a name under the client's prefix, on one engine.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::engine::Engine;
+use crate::error::LockError;
+use crate::hold::{Hold, Kind};
+use crate::name::Keys;
+
+/// A lock name on an engine, checked once when the handle is made: an invalid name is
+/// reported by every request and `info()` of the handle, before anything is sent.
+#[derive(Clone)]
+pub(crate) struct Named {
+    pub(crate) engine: Arc<Engine>,
+    name: String,
+    /// None when the name is invalid.
+    keys: Option<Keys>,
+}
+
+impl Named {
+    pub(crate) fn new(engine: Arc<Engine>, name: String) -> Self {
+        let keys = engine.keys(&name).ok();
+        Self { engine, name, keys }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The keys of the name, or why the name cannot be used.
+    pub(crate) fn keys(&self) -> Result<Keys, LockError> {
+        match &self.keys {
+            Some(keys) => Ok(keys.clone()),
+            None => self.engine.keys(&self.name),
+        }
+    }
+
+    /// The hold of `holder` on this name (of `kind`).
+    pub(crate) fn hold(&self, kind: Kind, holder: u64) -> Result<Arc<Hold>, LockError> {
+        Ok(self.engine.hold(kind, &self.keys()?, holder))
+    }
+
+    /// The hold of the current task (its reentrant scope's holder, or a new one).
+    pub(crate) fn hold_for_current_task(&self, kind: Kind) -> Result<Arc<Hold>, LockError> {
+        self.hold(kind, self.engine.holder_for_current_task())
+    }
+}
+
+impl fmt::Debug for Named {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.name, f)
+    }
+}

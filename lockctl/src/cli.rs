@@ -1,0 +1,233 @@
+//! The command line: the connection options, the subcommands and their options (clap derive).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::keys::Kind;
+
+/// The exit codes, as `--help` shows them (the crate docs say the same).
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  0  done: status found NAME held; list or watch ran; force-unlock freed something
+  1  nothing held: status found NAME free or absent; force-unlock found nothing to free
+  2  usage: a bad option, URL, file, name, prefix or pattern
+  3  connection: refused, unreachable or not answering, a user or password refused, TLS
+     failed, no primary known to the sentinels
+  4  failed: Redis refused or failed a command (an ACL permission, a value lock-core did
+     not write), watch cannot watch this deployment, or the output could not be written
+  5  force-unlock was not confirmed: nothing was changed";
+
+/// `lockctl`: look at and operate lock-core's distributed locks on Redis.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockctl",
+    version,
+    about = "Look at and operate lock-core's distributed locks on Redis",
+    after_help = EXIT_CODES
+)]
+pub(crate) struct Cli {
+    /// Where the locks live.
+    #[command(flatten)]
+    pub(crate) connection: ConnectionArgs,
+
+    /// The key prefix of the applications' lock clients (their `key_prefix`).
+    #[arg(
+        long,
+        short = 'p',
+        global = true,
+        default_value = "lock:",
+        env = "LOCKCTL_PREFIX"
+    )]
+    pub(crate) prefix: String,
+
+    /// Print JSON: one document (watch: one object per line).
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// How to reach the deployment.
+#[derive(Debug, Args)]
+pub(crate) struct ConnectionArgs {
+    /// Redis URL: redis://host:port, with user:password@ before the host and /db after it
+    /// when needed; rediss:// for TLS. Give several (repeated or comma-separated) for the seed
+    /// nodes of a Cluster, or the sentinels with --sentinel-master.
+    #[arg(
+        long,
+        short = 'u',
+        global = true,
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6379",
+        env = "LOCKCTL_URL",
+        hide_env_values = true
+    )]
+    pub(crate) url: Vec<String>,
+
+    /// The URLs are Redis Cluster nodes. Detected without it when one URL is given (INFO
+    /// cluster); several URLs without --sentinel-master are always Cluster seeds.
+    #[arg(long, global = true, conflicts_with = "sentinel_master")]
+    pub(crate) cluster: bool,
+
+    /// The URLs are sentinels: use the primary they name for this service (master name).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub(crate) sentinel_master: Option<String>,
+
+    /// With --sentinel-master: the primary's user, password, database and scheme, as a URL
+    /// whose host and port are replaced by the address the sentinels name.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        requires = "sentinel_master",
+        default_value = "redis://primary/"
+    )]
+    pub(crate) sentinel_primary_url: String,
+
+    /// Trust this CA (PEM) for rediss:// instead of the platform's trust store.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) tls_ca: Option<PathBuf>,
+
+    /// Present this client certificate (PEM) on rediss:// connections (mutual TLS).
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+
+    /// Accept any server certificate on rediss:// (development only).
+    #[arg(long, global = true)]
+    pub(crate) tls_insecure: bool,
+
+    /// How long to wait for a connection, and for each answer.
+    #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Every kind of lock under NAME: held or free, owner, holds, remaining lease, fencing
+    /// token, waiters. Exit 0 when held, 1 when not.
+    #[command(after_help = EXIT_CODES)]
+    Status(StatusArgs),
+    /// Held locks under the prefix, sorted by remaining lease (SCAN on every primary).
+    #[command(after_help = EXIT_CODES)]
+    List(ListArgs),
+    /// Free NAME whoever holds it, the way lock-core's force_unlock() does: fencing counters
+    /// stay, waiters are woken. Asks first unless --yes.
+    #[command(after_help = EXIT_CODES)]
+    ForceUnlock(ForceUnlockArgs),
+    /// Print acquisitions and releases as they happen, through keyspace notifications when
+    /// the server sends them, else through the release channels.
+    #[command(after_help = EXIT_CODES)]
+    Watch(WatchArgs),
+}
+
+/// `status NAME`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The lock's name, as the application gives it (without the prefix).
+    pub(crate) name: String,
+    /// Only this kind of lock.
+    #[arg(long, value_enum)]
+    pub(crate) kind: Option<Kind>,
+}
+
+/// `list [PATTERN]`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// A Redis glob over lock names (`*`, `?`, `[ab]`, `\` escapes).
+    #[arg(default_value = "*")]
+    pub(crate) pattern: String,
+    /// Show at most this many held locks (the first found); says so when there are more.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) limit: u64,
+    /// Only this kind of lock.
+    #[arg(long, value_enum)]
+    pub(crate) kind: Option<Kind>,
+}
+
+/// `force-unlock NAME`.
+#[derive(Debug, Args)]
+pub(crate) struct ForceUnlockArgs {
+    /// The lock's name, as the application gives it (without the prefix).
+    pub(crate) name: String,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// Only this kind of lock (default: every kind held under NAME).
+    #[arg(long, value_enum)]
+    pub(crate) kind: Option<Kind>,
+    /// How long a freed lock keeps its fencing counter (lock-core's fence_ttl; give at least
+    /// the applications' own).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub(crate) fence_ttl: Duration,
+}
+
+/// `watch [PATTERN]`.
+#[derive(Debug, Args)]
+pub(crate) struct WatchArgs {
+    /// A Redis glob over lock names.
+    #[arg(default_value = "*")]
+    pub(crate) pattern: String,
+    /// Stop after this many events.
+    #[arg(long)]
+    pub(crate) count: Option<u64>,
+    /// Stop after this long (e.g. 30s, 5m).
+    #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Option<Duration>,
+    /// What to listen to.
+    #[arg(long, value_enum, default_value_t = Source::Auto)]
+    pub(crate) source: Source,
+}
+
+/// What `watch` listens to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Source {
+    /// Keyspace notifications if the server's notify-keyspace-events has what is needed,
+    /// else the release channels.
+    Auto,
+    /// Keyspace notifications, without checking the server's setting (when CONFIG is
+    /// refused but you know they are on).
+    Keyspace,
+    /// The release channels lock-core publishes on.
+    Channels,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn several_urls_by_repetition_or_commas() {
+        let cli = Cli::try_parse_from([
+            "lockctl",
+            "--url",
+            "redis://a:1,redis://b:2",
+            "-u",
+            "redis://c:3",
+            "list",
+        ])
+        .unwrap();
+        assert_eq!(cli.connection.url.len(), 3);
+        let cli =
+            Cli::try_parse_from(["lockctl", "watch", "--for", "1m 30s", "--count", "2"]).unwrap();
+        let Command::Watch(watch) = cli.command else {
+            panic!("not watch")
+        };
+        assert_eq!(watch.duration, Some(Duration::from_secs(90)));
+    }
+}

@@ -1,0 +1,93 @@
+//! Finding locks with `SCAN` (never `KEYS`): every primary in turn, page by page, each lock
+//! name and kind reported once.
+
+use std::collections::HashSet;
+
+use lock_core::redis::{self, aio::MultiplexedConnection};
+
+use crate::connect::Target;
+use crate::exit::Failure;
+use crate::keys::{self, Kind};
+
+/// Keys asked for per `SCAN` call.
+const PAGE: usize = 1000;
+
+/// A scan of the locks whose names match a glob, over every primary of a deployment.
+pub(crate) struct Scan<'a> {
+    target: &'a Target,
+    glob: String,
+    kind: Option<Kind>,
+    /// The primary being scanned, its connection and cursor.
+    node: usize,
+    conn: Option<MultiplexedConnection>,
+    cursor: u64,
+    seen: HashSet<(String, Kind)>,
+}
+
+impl std::fmt::Debug for Scan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scan")
+            .field("glob", &self.glob)
+            .field("node", &self.node)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Scan<'a> {
+    /// A scan of the locks (of `kind`, or every kind) whose names match `pattern` (checked
+    /// with [`keys::check_pattern`]).
+    pub(crate) fn new(target: &'a Target, pattern: &str, kind: Option<Kind>) -> Scan<'a> {
+        Scan {
+            target,
+            glob: keys::key_glob(&target.prefix, pattern),
+            kind,
+            node: 0,
+            conn: None,
+            cursor: 0,
+            seen: HashSet::new(),
+        }
+    }
+
+    /// The locks first seen on the next page (maybe none), or None once every primary has
+    /// been scanned to its end.
+    pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<(String, Kind)>>, Failure> {
+        let Some(node) = self.target.nodes.get(self.node) else {
+            return Ok(None);
+        };
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => self.conn.insert(self.target.connection(node).await?),
+        };
+        let (cursor, found): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(self.cursor)
+            .arg("MATCH")
+            .arg(&self.glob)
+            .arg("COUNT")
+            .arg(PAGE)
+            .query_async(conn)
+            .await
+            .map_err(|e| Failure::from_redis(e, &node.label))?;
+        if cursor == 0 {
+            self.node += 1;
+            self.conn = None;
+        }
+        self.cursor = cursor;
+        let mut page = Vec::new();
+        for key in found {
+            let Ok(key) = String::from_utf8(key) else {
+                continue; // lock-core's keys are UTF-8: not one of them
+            };
+            let Some((name, kind, _)) = keys::parse_key(&self.target.prefix, &key) else {
+                continue;
+            };
+            if self.kind.is_some_and(|k| k != kind) {
+                continue;
+            }
+            if self.seen.insert((name.to_owned(), kind)) {
+                page.push((name.to_owned(), kind));
+            }
+        }
+        Ok(Some(page))
+    }
+}

@@ -1,0 +1,161 @@
+//! One lock's state as lock-core's `info()` reads it, in one shape for every kind: what
+//! `status`, `list`, `force-unlock` and `watch` show.
+
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError, LockInfo, Semaphore};
+use serde::Serialize;
+
+use crate::keys::Kind;
+
+/// What Redis knows about one lock of one kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct LockState {
+    /// The lock's name.
+    pub(crate) name: String,
+    /// Its kind.
+    pub(crate) kind: Kind,
+    /// Whether anyone holds it (for a read-write lock, the writer or a reader; for a
+    /// semaphore, any permit).
+    pub(crate) held: bool,
+    /// A read-write lock's side: `write`, `read` or `write+read` (a writer that also reads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<&'static str>,
+    /// The owner ids as stored (`<client id>:<holder id>`); the engine records no host or
+    /// process. Sorted, except that a read-write lock's writer comes first.
+    pub(crate) owners: Vec<String>,
+    /// Holds: the holder's hold count (re-entries), a reader side's read shares, or a
+    /// semaphore's permits held.
+    pub(crate) hold_count: u32,
+    /// The remaining lease in milliseconds: the holder's; for readers the longest; for a
+    /// semaphore the first permit's to run out.
+    pub(crate) remaining_ms: Option<u64>,
+    /// The holder's fencing token (mutex, fair lock, writer).
+    pub(crate) fencing_token: Option<u64>,
+    /// Whether someone waits: a mutex waiter asked to be told of the release, a fair lock's
+    /// queue is not empty, a writer waits. None for a semaphore (lock-core does not record
+    /// its waiters).
+    pub(crate) waiting: Option<bool>,
+    /// A fair lock's live waiters in its queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) queued: Option<u32>,
+    /// A read-write lock's readers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) readers: Option<u32>,
+    /// A semaphore's size as recorded at first use (while any permit is held).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) size: Option<u32>,
+}
+
+fn millis(d: Option<Duration>) -> Option<u64> {
+    d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl LockState {
+    fn empty(name: &str, kind: Kind) -> LockState {
+        LockState {
+            name: name.to_owned(),
+            kind,
+            held: false,
+            mode: None,
+            owners: Vec::new(),
+            hold_count: 0,
+            remaining_ms: None,
+            fencing_token: None,
+            waiting: None,
+            queued: None,
+            readers: None,
+            size: None,
+        }
+    }
+
+    /// A lock string's state (mutex, fair lock).
+    fn lock_string(name: &str, kind: Kind, info: LockInfo) -> LockState {
+        LockState {
+            held: info.held,
+            owners: info.owner.into_iter().collect(),
+            hold_count: info.hold_count,
+            remaining_ms: millis(info.ttl),
+            fencing_token: info.fencing_token,
+            waiting: Some(info.contended),
+            ..LockState::empty(name, kind)
+        }
+    }
+
+    /// The state of the lock `name` of `kind`, through lock-core's `info()`.
+    pub(crate) async fn read(
+        client: &LockClient,
+        name: &str,
+        kind: Kind,
+    ) -> Result<LockState, LockError> {
+        Ok(match kind {
+            Kind::Mutex => Self::lock_string(name, kind, client.mutex(name).info().await?),
+            Kind::Fair => {
+                let info = client.fair_lock(name).info().await?;
+                LockState {
+                    queued: Some(info.queued),
+                    waiting: Some(info.queued > 0),
+                    ..Self::lock_string(name, kind, info.lock)
+                }
+            }
+            Kind::Rw => {
+                let info = client.read_write_lock(name).info().await?;
+                let (writer, reading) = (info.writer, info.readers > 0);
+                let mut owners: Vec<String> = writer.owner.into_iter().collect();
+                for reader in info.reader_owners {
+                    if !owners.contains(&reader) {
+                        owners.push(reader);
+                    }
+                }
+                LockState {
+                    held: writer.held || reading,
+                    mode: match (writer.held, reading) {
+                        (true, true) => Some("write+read"),
+                        (true, false) => Some("write"),
+                        (false, true) => Some("read"),
+                        (false, false) => None,
+                    },
+                    owners,
+                    hold_count: if writer.held {
+                        writer.hold_count
+                    } else {
+                        info.read_shares
+                    },
+                    remaining_ms: millis(writer.ttl.or(info.readers_ttl)),
+                    fencing_token: writer.fencing_token,
+                    waiting: Some(info.writer_waiting || writer.contended),
+                    readers: Some(info.readers),
+                    ..LockState::empty(name, kind)
+                }
+            }
+            Kind::Semaphore => {
+                // The size only fills in `free`, which lockctl does not show: any valid one.
+                let info = client.semaphore(name, Semaphore::MAX_SIZE).info().await?;
+                LockState {
+                    held: info.held > 0,
+                    owners: info.holder_owners,
+                    hold_count: info.held,
+                    remaining_ms: millis(info.next_expiry),
+                    size: info.size,
+                    ..LockState::empty(name, kind)
+                }
+            }
+        })
+    }
+}
+
+/// How many `info()` calls are in flight at once when reading many locks.
+const CONCURRENT_READS: usize = 16;
+
+/// The states of `locks`, read a few at a time, in no particular order.
+pub(crate) async fn read_many(
+    client: &LockClient,
+    locks: Vec<(String, Kind)>,
+) -> Result<Vec<LockState>, LockError> {
+    use futures_util::{StreamExt, TryStreamExt};
+    futures_util::stream::iter(locks)
+        .map(|(name, kind)| async move { LockState::read(client, &name, kind).await })
+        .buffer_unordered(CONCURRENT_READS)
+        .try_collect()
+        .await
+}

@@ -1,0 +1,102 @@
+//! `lockctl status NAME`: every kind of lock that exists under NAME, held or free.
+
+use futures_util::future::try_join_all;
+use serde::Serialize;
+
+use crate::cli::StatusArgs;
+use crate::connect::Target;
+use crate::exit::{Code, Failure};
+use crate::keys::{self, Kind};
+use crate::output::Output;
+use crate::state::LockState;
+
+/// The JSON document of `status`.
+#[derive(Debug, Serialize)]
+struct Status<'a> {
+    name: &'a str,
+    prefix: &'a str,
+    /// Whether any key of the name exists (a free mutex keeps its key for its fencing
+    /// counter's time to live).
+    found: bool,
+    held: bool,
+    locks: &'a [LockState],
+}
+
+/// The kinds of lock (of `only`, or every kind) whose keys exist under `name`.
+pub(crate) async fn kinds_present(
+    target: &Target,
+    name: &str,
+    only: Option<Kind>,
+) -> Result<Vec<Kind>, Failure> {
+    lock_core::validate_name(name).map_err(|e| Failure::Usage(e.to_string()))?;
+    let kinds: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|k| only.is_none_or(|o| o == *k))
+        .collect();
+    let keys: Vec<(Kind, String)> = kinds
+        .iter()
+        .flat_map(|k| {
+            keys::keys_of(&target.prefix, name, *k)
+                .into_iter()
+                .map(move |key| (*k, key))
+        })
+        .collect();
+    let names: Vec<String> = keys.iter().map(|(_, key)| key.clone()).collect();
+    let exists = target.exists(&names).await?;
+    Ok(kinds
+        .into_iter()
+        .filter(|kind| {
+            keys.iter()
+                .zip(&exists)
+                .any(|((k, _), exists)| k == kind && *exists)
+        })
+        .collect())
+}
+
+/// The states of the kinds of lock present under `name`.
+pub(crate) async fn read(
+    target: &Target,
+    name: &str,
+    only: Option<Kind>,
+) -> Result<Vec<LockState>, Failure> {
+    let kinds = kinds_present(target, name, only).await?;
+    try_join_all(
+        kinds
+            .into_iter()
+            .map(|kind| LockState::read(&target.client, name, kind)),
+    )
+    .await
+    .map_err(|e| Failure::from_lock(e, &target.label))
+}
+
+/// Runs `status`: 0 when something under NAME is held, 1 when not.
+pub(crate) async fn run(
+    target: &Target,
+    args: &StatusArgs,
+    out: &mut Output,
+) -> Result<Code, Failure> {
+    let states = read(target, &args.name, args.kind).await?;
+    let held = states.iter().any(|s| s.held);
+    let written = if out.is_json() {
+        out.json_line(&Status {
+            name: &args.name,
+            prefix: &target.prefix,
+            found: !states.is_empty(),
+            held,
+            locks: &states,
+        })
+    } else if states.is_empty() {
+        out.line(&format!(
+            "no lock named {:?} under prefix {:?}{}",
+            args.name,
+            target.prefix,
+            args.kind
+                .map(|k| format!(" (kind {k})"))
+                .unwrap_or_default()
+        ))
+    } else {
+        out.table(&states)
+    };
+    written.map_err(Failure::Output)?;
+    Ok(if held { Code::Done } else { Code::NotHeld })
+}

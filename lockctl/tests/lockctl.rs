@@ -1,0 +1,796 @@
+//! The lockctl binary against private redis-servers started by the harness (`lock_tests`):
+//! status of every kind held and free, list (sorted, bounded, filtered, paged through SCAN) on
+//! a server and on a Cluster, force-unlock (refused, confirmed, per kind; the waiter woken and
+//! fenced), watch (keyspace notifications, the release channels when they are off or CONFIG
+//! is refused, a Cluster), JSON parsed back, and the exit code and message of each failure.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use lock_core::{LockClient, LockGuard};
+use lock_tests::fixtures::{blocking, client, eventually, woken};
+use lock_tests::{ClientAuth, RedisCluster, RedisServer, SentinelGroup, TlsFiles};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+const LOCKCTL: &str = env!("CARGO_BIN_EXE_lockctl");
+/// The longest a lockctl run may take before the test fails.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a test waits for one line of watch's output.
+const LINE_TIMEOUT: Duration = Duration::from_secs(15);
+const LONG: Duration = Duration::from_secs(60);
+
+/// lock-core's crate docs, where the ACL line of a lock client is written.
+const DOCS: &str = include_str!("../../lock-core/src/lib.rs");
+
+/// What one run of lockctl did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Standard output as one JSON document.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+
+    /// The names of the locks of a `status` or `list` document, in order.
+    fn names(&self) -> Vec<String> {
+        self.json()["locks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no locks: {self:?}"))
+            .iter()
+            .map(|l| l["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+/// A lockctl command with its output piped, without the environment's LOCKCTL_* settings.
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(LOCKCTL);
+    command
+        .args(args)
+        .env_remove("LOCKCTL_URL")
+        .env_remove("LOCKCTL_PREFIX")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs lockctl with `input` on its standard input.
+async fn lockctl_with_input(args: &[&str], input: &str) -> Run {
+    let mut child = command(args).spawn().expect("lockctl starts");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("lockctl {args:?} did not finish"))
+        .unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs lockctl with nothing on its standard input.
+async fn lockctl(args: &[&str]) -> Run {
+    lockctl_with_input(args, "").await
+}
+
+/// A running `lockctl watch`, once it said it is watching.
+struct Watch {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    /// What it said on standard error before it was watching.
+    notices: String,
+    rest: JoinHandle<String>,
+}
+
+impl Watch {
+    /// Starts `lockctl <args>` and waits until it says it is watching.
+    async fn start(args: &[&str]) -> Watch {
+        let mut child = command(args).spawn().expect("lockctl starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr is piped")).lines();
+        let mut notices = String::new();
+        let until = Instant::now() + RUN_TIMEOUT;
+        loop {
+            let line = tokio::time::timeout_at(until, stderr.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("watch never started: {notices}"))
+                .unwrap();
+            let Some(line) = line else {
+                let status = child.wait().await.unwrap();
+                panic!("watch ended before watching ({status}): {notices}");
+            };
+            notices.push_str(&line);
+            notices.push('\n');
+            if line.starts_with("lockctl: watching") {
+                break;
+            }
+        }
+        let rest = tokio::spawn(async move {
+            let mut rest = String::new();
+            while let Ok(Some(line)) = stderr.next_line().await {
+                rest.push_str(&line);
+                rest.push('\n');
+            }
+            rest
+        });
+        Watch {
+            child,
+            lines: BufReader::new(stdout).lines(),
+            notices,
+            rest,
+        }
+    }
+
+    /// The next event, as JSON.
+    async fn event(&mut self) -> Value {
+        let line = tokio::time::timeout(LINE_TIMEOUT, self.lines.next_line())
+            .await
+            .expect("an event within the timeout")
+            .unwrap()
+            .expect("watch printed an event before it ended");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Waits for the end (it was given --count or --for): its exit code, the rest of its
+    /// standard output and error.
+    async fn finish(mut self) -> Run {
+        let status = tokio::time::timeout(RUN_TIMEOUT, self.child.wait())
+            .await
+            .expect("watch ends")
+            .unwrap();
+        let mut stdout = String::new();
+        while let Ok(Some(line)) = self.lines.next_line().await {
+            stdout.push_str(&line);
+            stdout.push('\n');
+        }
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout,
+            stderr: self.notices + &self.rest.await.unwrap(),
+        }
+    }
+}
+
+/// The client id of an owner id (`<client id>:<holder id>`).
+fn client_id(owner: &Value) -> String {
+    let owner = owner.as_str().expect("an owner id");
+    owner.split_once(':').expect("client:holder").0.to_owned()
+}
+
+/// The first lock of a `status` document.
+fn first_lock(run: &Run) -> Value {
+    run.json()["locks"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_every_kind_held_then_free() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let status = |name: &'static str| {
+        let url = url.clone();
+        async move { lockctl(&["--url", &url, "--json", "status", name]).await }
+    };
+
+    // A mutex re-entered once, a fair lock with a waiter queued, two readers, two permits.
+    let (outer, inner) = lock_core::reentrant(async {
+        let outer = a.lock("m").await?;
+        let inner = a.lock("m").await?;
+        Ok::<_, lock_core::LockError>((outer, inner))
+    })
+    .await
+    .unwrap();
+    let fair = a.fair_lock("f").lock().await.unwrap();
+    let queued = tokio::spawn({
+        let lock = b.fair_lock("f");
+        async move { lock.lock().wait(Duration::from_secs(30)).await }
+    });
+    eventually("the fair waiter is queued", || {
+        server.cmd(&["ZCARD", "lock:{f}:fair:queue"]) == "1"
+    })
+    .await;
+    let readers = [
+        a.read_write_lock("r").read().await.unwrap(),
+        b.read_write_lock("r").read().await.unwrap(),
+    ];
+    let permits = a.semaphore("s", 5).acquire(2).await.unwrap();
+
+    let run = status("m").await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json()["held"], true);
+    let m = first_lock(&run);
+    assert_eq!(m["kind"], "mutex");
+    assert_eq!(m["hold_count"], 2);
+    assert_eq!(m["fencing_token"], outer.fencing_token());
+    assert_eq!(m["waiting"], false);
+    let lease = m["remaining_ms"].as_u64().unwrap();
+    assert!(lease > 0 && lease <= 30_000, "{lease}");
+    let client_a = client_id(&m["owners"][0]);
+
+    let f = first_lock(&status("f").await);
+    assert_eq!(
+        (f["kind"].as_str(), f["queued"].as_u64()),
+        (Some("fair"), Some(1))
+    );
+    assert_eq!(f["waiting"], true);
+    assert_eq!(f["fencing_token"], fair.fencing_token());
+    assert_eq!(client_id(&f["owners"][0]), client_a);
+
+    let r = first_lock(&status("r").await);
+    assert_eq!(
+        (r["kind"].as_str(), r["mode"].as_str()),
+        (Some("rw"), Some("read"))
+    );
+    assert_eq!(
+        (r["readers"].as_u64(), r["hold_count"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert!(r["fencing_token"].is_null(), "readers have no token");
+    let owners: Vec<String> = r["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(client_id)
+        .collect();
+    assert!(owners.contains(&client_a) && owners.iter().any(|o| *o != client_a));
+
+    let s = first_lock(&status("s").await);
+    assert_eq!(
+        (s["kind"].as_str(), s["hold_count"].as_u64()),
+        (Some("semaphore"), Some(2))
+    );
+    assert_eq!(s["size"], 5);
+    assert!(
+        s["waiting"].is_null(),
+        "lock-core does not record a semaphore's waiters"
+    );
+
+    // The table says the same.
+    let table = lockctl(&["--url", &url, "status", "m"]).await;
+    assert_eq!(table.code, 0);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("KIND") && lines[0].contains("OWNER"),
+        "{table:?}"
+    );
+    assert!(
+        lines[1].starts_with("mutex") && lines[1].contains("held"),
+        "{table:?}"
+    );
+    assert!(
+        lines[1].contains(&outer.fencing_token().to_string()),
+        "{table:?}"
+    );
+    // Another kind under the same name: none.
+    let other = lockctl(&["--url", &url, "--json", "status", "m", "--kind", "fair"]).await;
+    assert_eq!(
+        (other.code, other.json()["found"].as_bool()),
+        (1, Some(false))
+    );
+
+    // Everything given back: the mutex and fair lock keep their keys (free), the others go.
+    assert!(inner.unlock().await.unwrap() && outer.unlock().await.unwrap());
+    assert!(fair.unlock().await.unwrap());
+    let next = woken(queued, Instant::now()).await;
+    assert!(next.unlock().await.unwrap());
+    for r in readers {
+        assert!(r.unlock().await.unwrap());
+    }
+    assert!(permits.unlock().await.unwrap());
+    for name in ["m", "f"] {
+        let run = status(name).await;
+        assert_eq!(run.code, 1, "{run:?}");
+        let doc = run.json();
+        assert_eq!(
+            (doc["found"].as_bool(), doc["held"].as_bool()),
+            (Some(true), Some(false))
+        );
+        assert_eq!(doc["locks"][0]["held"], false);
+    }
+    for name in ["r", "s"] {
+        let run = status(name).await;
+        assert_eq!(
+            (run.code, run.json()["found"].as_bool()),
+            (1, Some(false)),
+            "{run:?}"
+        );
+    }
+    let absent = lockctl(&["--url", &url, "status", "never-used"]).await;
+    assert_eq!(absent.code, 1);
+    assert!(
+        absent.stdout.contains("no lock named \"never-used\""),
+        "{absent:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_is_sorted_by_remaining_lease_bounded_and_filtered() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    let lease = |s| Duration::from_secs(s);
+    let mut guards: Vec<LockGuard> = Vec::new();
+    for (name, secs) in [("job:a", 40), ("job:b", 10), ("job:c", 20), ("other:x", 5)] {
+        guards.push(c.lock(name).lease(lease(secs)).await.unwrap());
+    }
+    let permit = c
+        .semaphore("job:s", 3)
+        .acquire(1)
+        .lease(lease(30))
+        .await
+        .unwrap();
+    // A free lock keeps its key (its fencing counter): never listed.
+    assert!(c.lock("job:free").await.unwrap().unlock().await.unwrap());
+
+    let all = lockctl(&["--url", &url, "--json", "list"]).await;
+    assert_eq!(all.code, 0, "{all:?}");
+    assert_eq!(all.names(), ["other:x", "job:b", "job:c", "job:s", "job:a"]);
+    assert_eq!(all.json()["truncated"], false);
+    let remaining: Vec<u64> = all.json()["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["remaining_ms"].as_u64().unwrap())
+        .collect();
+    assert!(remaining.is_sorted(), "{remaining:?}");
+
+    let jobs = lockctl(&["--url", &url, "--json", "list", "job:*"]).await;
+    assert_eq!(jobs.names(), ["job:b", "job:c", "job:s", "job:a"]);
+    let sems = lockctl(&[
+        "--url",
+        &url,
+        "--json",
+        "list",
+        "job:*",
+        "--kind",
+        "semaphore",
+    ])
+    .await;
+    assert_eq!(sems.names(), ["job:s"]);
+
+    let two = lockctl(&["--url", &url, "--json", "list", "--limit", "2"]).await;
+    assert_eq!(
+        (two.code, two.json()["truncated"].as_bool()),
+        (0, Some(true))
+    );
+    assert_eq!(two.names().len(), 2);
+    let table = lockctl(&["--url", &url, "list", "--limit", "2"]).await;
+    assert_eq!(table.stdout.lines().count(), 3, "{table:?}");
+    assert!(table.stderr.contains("truncated"), "{table:?}");
+
+    let none = lockctl(&["--url", &url, "list", "nothing:*"]).await;
+    assert_eq!(none.code, 0);
+    assert!(none.stdout.contains("no held lock matches"), "{none:?}");
+
+    // More keys than one SCAN page.
+    let bulk: Vec<LockGuard> = join_all((0..1100).map(|i| {
+        let c = c.clone();
+        async move { c.lock(format!("bulk:{i}")).lease(LONG).await.unwrap() }
+    }))
+    .await;
+    let listed = lockctl(&["--url", &url, "--json", "list", "bulk:*", "--limit", "5000"]).await;
+    assert_eq!(listed.names().len(), 1100);
+    assert_eq!(listed.json()["truncated"], false);
+    let capped = lockctl(&["--url", &url, "--json", "list", "bulk:*"]).await;
+    assert_eq!(capped.names().len(), 1000);
+    assert_eq!(capped.json()["truncated"], true);
+
+    drop((guards, permit, bulk));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_asks_first_then_frees_wakes_and_fences() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    // A long fixed lease: only the release message can wake the waiter in time.
+    let forced = a.lock("stuck").lease(LONG).await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("stuck").wait(Duration::from_secs(30)).await }
+    });
+    eventually("the waiter subscribed", || {
+        !server.pubsub_channels().is_empty()
+    })
+    .await;
+
+    let refused = lockctl_with_input(&["--url", &url, "force-unlock", "stuck"], "n\n").await;
+    assert_eq!(refused.code, 5, "{refused:?}");
+    assert!(
+        refused.stderr.contains("force-unlock? [y/N]"),
+        "{refused:?}"
+    );
+    assert!(refused.stderr.contains("not confirmed"), "{refused:?}");
+    assert!(a.mutex("stuck").info().await.unwrap().held);
+    let no_answer = lockctl(&["--url", &url, "force-unlock", "stuck"]).await;
+    assert_eq!(no_answer.code, 5, "the end of the input is a no");
+
+    let done = lockctl_with_input(&["--url", &url, "--json", "force-unlock", "stuck"], "y\n").await;
+    assert_eq!(done.code, 0, "{done:?}");
+    let freed = &done.json()["locks"][0];
+    assert_eq!(
+        (freed["kind"].as_str(), freed["freed"].as_bool()),
+        (Some("mutex"), Some(true))
+    );
+    assert_eq!(freed["fencing_token"], forced.fencing_token());
+    assert_eq!(freed["owners"].as_array().map(Vec::len), Some(1));
+    let next = woken(waiter, Instant::now()).await;
+    assert!(next.fencing_token() > forced.fencing_token());
+    assert!(
+        !forced.unlock().await.unwrap(),
+        "the forced holder's release: not held"
+    );
+
+    // Two kinds under one name: --kind frees one, then the rest.
+    let permit = a.semaphore("stuck", 2).acquire(1).await.unwrap();
+    let one = lockctl(&[
+        "--url",
+        &url,
+        "--json",
+        "force-unlock",
+        "stuck",
+        "--kind",
+        "sem",
+        "--yes",
+    ])
+    .await;
+    assert_eq!(one.code, 0, "{one:?}");
+    assert_eq!(one.json()["locks"].as_array().map(Vec::len), Some(1));
+    assert_eq!(one.json()["locks"][0]["kind"], "semaphore");
+    assert!(
+        a.mutex("stuck").info().await.unwrap().held,
+        "the mutex is still held"
+    );
+    let rest = lockctl(&["--url", &url, "force-unlock", "stuck", "-y"]).await;
+    assert_eq!(rest.code, 0, "{rest:?}");
+    assert!(rest.stdout.starts_with("freed mutex \"stuck\""), "{rest:?}");
+    let nothing = lockctl(&["--url", &url, "force-unlock", "stuck", "--yes"]).await;
+    assert_eq!(nothing.code, 1, "{nothing:?}");
+    assert!(nothing.stdout.contains("nothing to free"), "{nothing:?}");
+    assert!(!next.unlock().await.unwrap() && !permit.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sees_acquisitions_and_releases_through_keyspace_notifications() {
+    let server = RedisServer::start();
+    server.cmd(&["CONFIG", "SET", "notify-keyspace-events", "K$hzxg"]);
+    let url = server.url();
+    let c = client(&url).await;
+    // Held before watch starts: read first, so its release is a release, not news.
+    let old = c.lock("w:old").lease(LONG).await.unwrap();
+    let mut watch = Watch::start(&[
+        "--url", &url, "--json", "watch", "w:*", "--count", "4", "--for", "40s",
+    ])
+    .await;
+    assert!(!watch.notices.contains("not seen"), "{}", watch.notices);
+    assert!(
+        watch.notices.contains("keyspace notifications"),
+        "{}",
+        watch.notices
+    );
+
+    let g = c.lock("w:new").await.unwrap();
+    let acquired = watch.event().await;
+    assert_eq!(
+        (acquired["event"].as_str(), acquired["name"].as_str()),
+        (Some("acquired"), Some("w:new"))
+    );
+    assert_eq!(acquired["fencing_token"], g.fencing_token());
+    assert_eq!(acquired["source"], "keyspace");
+    let owner = acquired["owner"].clone();
+    assert!(g.unlock().await.unwrap());
+    let released = watch.event().await;
+    assert_eq!(released["event"], "released");
+    assert_eq!(
+        (&released["owner"], &released["fencing_token"]),
+        (&owner, &acquired["fencing_token"])
+    );
+
+    assert!(old.unlock().await.unwrap());
+    let released = watch.event().await;
+    assert_eq!(
+        (released["event"].as_str(), released["name"].as_str()),
+        (Some("released"), Some("w:old"))
+    );
+    let permit = c.semaphore("w:sem", 2).acquire(1).await.unwrap();
+    let acquired = watch.event().await;
+    assert_eq!(
+        (acquired["event"].as_str(), acquired["kind"].as_str()),
+        (Some("acquired"), Some("semaphore"))
+    );
+    let run = watch.finish().await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(permit.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_uses_the_release_channels_when_notifications_are_off_or_config_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let mut watch = Watch::start(&["--url", &url, "watch", "--count", "1", "--for", "40s"]).await;
+    assert!(
+        watch.notices.contains("keyspace notifications are off"),
+        "{}",
+        watch.notices
+    );
+    assert!(
+        watch
+            .notices
+            .contains("CONFIG SET notify-keyspace-events K$hzxg"),
+        "{}",
+        watch.notices
+    );
+    assert!(watch.notices.contains("are not seen"), "{}", watch.notices);
+
+    // A release that someone waits for is published: the only kind of mutex release seen.
+    let holder = a.lock("busy").lease(LONG).await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("busy").wait(Duration::from_secs(30)).await }
+    });
+    eventually("the waiter subscribed", || {
+        server
+            .pubsub_channels()
+            .contains(&"lock:{busy}:released".to_owned())
+    })
+    .await;
+    let token = holder.fencing_token();
+    assert!(holder.unlock().await.unwrap());
+    let line = tokio::time::timeout(LINE_TIMEOUT, watch.lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        line.contains("released") && line.contains("mutex") && line.contains("busy"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("token={token}")), "{line}");
+    let run = watch.finish().await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(waiter.await.unwrap().unwrap().unlock().await.unwrap());
+
+    // An ACL user with a lock client's permissions and lockctl's own, but no CONFIG (as on
+    // managed services): watch says it cannot read the setting and listens to the channels.
+    let line = DOCS
+        .lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .find(|l| l.starts_with("ACL SETUSER locks reset on >CHANGE-ME ~"))
+        .expect("lock-core documents a lock client's ACL line");
+    let mut acl: Vec<&str> = line
+        .split_whitespace()
+        .map(|a| if a == ">CHANGE-ME" { ">ops-secret" } else { a })
+        .collect();
+    acl.extend(["+scan", "+exists", "+psubscribe", "+punsubscribe"]);
+    assert_eq!(server.cmd(&acl), "OK");
+    let ops = url.replacen("://", "://locks:ops-secret@", 1);
+    let watch = Watch::start(&["--url", &ops, "watch", "--count", "0"]).await;
+    assert!(
+        watch.notices.contains("CONFIG GET was refused"),
+        "{}",
+        watch.notices
+    );
+    assert!(
+        watch.notices.contains("through the release channels"),
+        "{}",
+        watch.notices
+    );
+    assert_eq!(watch.finish().await.code, 0);
+    let status = lockctl(&["--url", &ops, "status", "busy"]).await;
+    assert_eq!(status.code, 1, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_status_force_unlock_and_watch_on_a_cluster() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let urls = cluster.urls();
+    let c = LockClient::builder_cluster(urls.clone())
+        .build()
+        .await
+        .unwrap();
+    // Names on every primary, each with its own fixed lease.
+    let mut names: Vec<String> = Vec::new();
+    let mut nodes = std::collections::BTreeSet::new();
+    for i in 0.. {
+        let name = format!("c:{i}");
+        nodes.insert(cluster.node_for_key(&format!("lock:{{{name}}}")));
+        names.push(name);
+        if nodes.len() == 3 && names.len() >= 6 {
+            break;
+        }
+    }
+    let mut guards = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let lease = Duration::from_secs(30 + 2 * i as u64);
+        guards.push(c.lock(name.clone()).lease(lease).await.unwrap());
+    }
+    // One URL: the Cluster is detected, and every primary scanned.
+    let listed = lockctl(&["--url", &urls[0], "--json", "list"]).await;
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert_eq!(
+        listed.names(),
+        names,
+        "sorted by remaining lease, from every primary"
+    );
+    let capped = lockctl(&[
+        "--cluster",
+        "--url",
+        &urls[1],
+        "--json",
+        "list",
+        "c:*",
+        "--limit",
+        "2",
+    ])
+    .await;
+    assert_eq!(
+        (capped.names().len(), capped.json()["truncated"].as_bool()),
+        (2, Some(true))
+    );
+
+    // A name whose slot is on another node than the first URL's.
+    let first_node = cluster.node_for_key(&format!("lock:{{{}}}", names[0]));
+    let (i, far) = names
+        .iter()
+        .enumerate()
+        .find(|(_, n)| cluster.node_for_key(&format!("lock:{{{n}}}")) != first_node)
+        .expect("names on several nodes");
+    let status = lockctl(&["--url", &urls[0], "--json", "status", far]).await;
+    assert_eq!(status.code, 0, "{status:?}");
+    assert_eq!(
+        first_lock(&status)["fencing_token"],
+        guards[i].fencing_token()
+    );
+    let forced = lockctl(&["--url", &urls[0], "force-unlock", far, "--yes"]).await;
+    assert_eq!(forced.code, 0, "{forced:?}");
+    let next = c
+        .try_lock(far.clone())
+        .await
+        .unwrap()
+        .expect("free after force-unlock");
+    assert!(next.fencing_token() > guards[i].fencing_token());
+    assert!(next.unlock().await.unwrap());
+
+    // Without keyspace notifications watch cannot see a Cluster's sharded channels.
+    let refused = lockctl(&["--url", &urls[0], "watch", "--count", "1"]).await;
+    assert_eq!(refused.code, 4, "{refused:?}");
+    assert!(refused.stderr.contains("sharded"), "{refused:?}");
+    for node in cluster.nodes() {
+        node.cmd(&["CONFIG", "SET", "notify-keyspace-events", "K$hzxg"]);
+    }
+    let mut watch = Watch::start(&[
+        "--url", &urls[0], "--json", "watch", "new:*", "--count", "2", "--for", "40s",
+    ])
+    .await;
+    assert!(watch.notices.contains("on 3 node(s)"), "{}", watch.notices);
+    // On the primary the first URL is not.
+    let new = (0..)
+        .map(|i| format!("new:{i}"))
+        .find(|n| cluster.node_for_key(&format!("lock:{{{n}}}")) != first_node)
+        .unwrap_or_default();
+    let g = c.lock(new.clone()).await.unwrap();
+    assert_eq!(watch.event().await["event"], "acquired");
+    assert!(g.unlock().await.unwrap());
+    let released = watch.event().await;
+    assert_eq!(
+        (released["event"].as_str(), released["name"].as_str()),
+        (Some("released"), Some(new.as_str()))
+    );
+    assert_eq!(watch.finish().await.code, 0);
+    drop(guards);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_is_found_through_the_sentinels() {
+    let group = blocking(SentinelGroup::start);
+    let sentinels = group.sentinel_urls().join(",");
+    let c = LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("s:1").await.unwrap();
+    let master = group.master_name();
+    let args = |more: &[&'static str]| {
+        let mut args = vec![
+            "--sentinel-master",
+            master,
+            "--url",
+            sentinels.as_str(),
+            "--json",
+        ];
+        args.extend_from_slice(more);
+        args
+    };
+    let listed = lockctl(&args(&["list"])).await;
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert_eq!(listed.names(), ["s:1"]);
+    let status = lockctl(&args(&["status", "s:1"])).await;
+    assert_eq!(first_lock(&status)["fencing_token"], g.fencing_token());
+    // The primary's own URL works too, while it is the primary.
+    let direct = lockctl(&["--url", &group.primary().url(), "status", "s:1"]).await;
+    assert_eq!(direct.code, 0, "{direct:?}");
+    assert!(g.unlock().await.unwrap());
+
+    let unknown = lockctl(&["--sentinel-master", "no-such", "--url", &sentinels, "list"]).await;
+    assert_eq!(unknown.code, 3, "{unknown:?}");
+    assert!(unknown.stderr.contains("no primary"), "{unknown:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_exit_with_their_code_and_name_the_cause() {
+    // Nothing listens: 3, connection refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = lockctl(&["--url", &format!("redis://127.0.0.1:{port}"), "status", "x"]).await;
+    assert_eq!(refused.code, 3, "{refused:?}");
+    assert!(refused.stderr.contains("connection refused"), "{refused:?}");
+
+    // A wrong password: 3, authentication, and the password is not shown.
+    let server = RedisServer::start();
+    server.cmd(&["CONFIG", "SET", "requirepass", "right-one"]);
+    let wrong = format!("redis://:wrong-one@127.0.0.1:{}", server.port());
+    let auth = lockctl(&["--url", &wrong, "list"]).await;
+    assert_eq!(auth.code, 3, "{auth:?}");
+    assert!(auth.stderr.contains("authentication failed"), "{auth:?}");
+    assert!(!auth.stderr.contains("wrong-one"), "{auth:?}");
+
+    // TLS with a certificate nobody trusts: 3, TLS; with its CA: it works.
+    let files = blocking(TlsFiles::generate);
+    let tls = RedisServer::start_tls(&files, ClientAuth::No, None, &[]);
+    let untrusted = lockctl(&["--url", &tls.tls_url(), "status", "x"]).await;
+    assert_eq!(untrusted.code, 3, "{untrusted:?}");
+    assert!(untrusted.stderr.contains("TLS"), "{untrusted:?}");
+    let ca = files.ca_cert_file();
+    let ca = ca.to_str().unwrap();
+    let trusted = lockctl(&["--url", &tls.tls_url(), "--tls-ca", ca, "status", "x"]).await;
+    assert_eq!(trusted.code, 1, "{trusted:?}");
+
+    // Usage: 2, before or without touching Redis (a bad name or pattern needs no server).
+    let nowhere = format!("redis://127.0.0.1:{port}");
+    for args in [
+        vec!["--url", &nowhere, "status", "a b"],
+        vec!["--url", &nowhere, "force-unlock", "{x}", "--yes"],
+        vec!["--url", &nowhere, "list", "a{b"],
+        vec!["--url", &nowhere, "watch", ""],
+    ] {
+        let run = lockctl(&args).await;
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+    }
+    let plain = RedisServer::start();
+    let url = plain.url();
+    for args in [
+        vec!["--url", &url, "--prefix", "a b", "list"],
+        vec!["--url", &url, "watch", "x", "--for", "soon"],
+        vec!["--url", &url, "--tls-ca", "/nonexistent/ca.pem", "list"],
+        vec!["--url", "nonsense://x", "list"],
+        vec!["--url", &url, "frobnicate"],
+    ] {
+        let run = lockctl(&args).await;
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+    }
+    assert_eq!(plain.dbsize(), 0);
+    let help = lockctl(&["--help"]).await;
+    assert_eq!(help.code, 0);
+    assert!(help.stdout.contains("Exit codes:") && help.stdout.contains("5  force-unlock"));
+    let help = lockctl(&["status", "--help"]).await;
+    assert!(help.stdout.contains("Exit codes:"), "{help:?}");
+}
