@@ -125,6 +125,15 @@ impl LockClient {
     pub fn key_prefix(&self) -> &str {
         &self.engine.config.prefix
     }
+
+    /// This client's id: 32 lowercase hex digits, random per client, the part before the `:`
+    /// of every owner id it writes to Redis (`LockInfo::owner` is `<client id>:<holder>`).
+    ///
+    /// Log it at start-up (or publish it with the instance's name) so that an operator who
+    /// sees an owner in `lockctl status` can tell which instance holds the lock.
+    pub fn client_id(&self) -> &str {
+        self.engine.client_id()
+    }
 }
 
 impl fmt::Debug for LockClient {

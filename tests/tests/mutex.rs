@@ -85,6 +85,10 @@ async fn a_non_owner_cannot_release_or_extend() {
     let info = b.mutex("res").info().await.unwrap();
     assert!(info.held);
     assert_eq!(info.fencing_token, Some(fresh.fencing_token()));
+    // The owner names the holding client by the id it reports.
+    assert_ne!(a.client_id(), b.client_id());
+    let owner = info.owner.as_deref().unwrap();
+    assert_eq!(owner.split_once(':').unwrap().0, b.client_id(), "{owner}");
     assert!(info.ttl.unwrap() > Duration::from_secs(20), "{info:?}");
     assert!(fresh.is_held());
     assert!(fresh.unlock().await.unwrap());

@@ -123,6 +123,11 @@ impl Engine {
         })
     }
 
+    /// This client's id, the first part of every owner id.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
     /// The owner id of `holder` in Redis.
     pub(crate) fn owner(&self, holder: u64) -> String {
         self.owner_arg(holder).to_string()
