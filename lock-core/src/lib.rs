@@ -117,6 +117,11 @@
 //! ACL SETUSER locks reset on >CHANGE-ME &+switch-master +sentinel|get-master-addr-by-name +subscribe
 //! ```
 //!
+//! [`fenced`] writes to your resource's keys, not to lock keys: a user that calls it needs
+//! `~<resource keys>` with `+evalsha +script|load` (it is a script, loaded on first use), the
+//! commands the script calls (`+hget +hset`, already in the line above), and `+hmget` for
+//! [`fenced::get`].
+//!
 //! A refused command, key or channel is [`LockError::NoPermission`], which names what is
 //! missing (Redis 7.0 does not name a command refused inside a script; its `ACL LOG` does).
 //! It is not an outage ([`LockError::is_unavailable`] is false): nothing retries it. One
