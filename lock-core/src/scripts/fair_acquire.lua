@@ -14,11 +14,7 @@
 -- head of the queue only.
 local t = redis.call('TIME')
 local now = ms(t)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-for _, waiter in ipairs(dead) do
-  redis.call('ZREM', KEYS[2], waiter)
-  redis.call('ZREM', KEYS[3], waiter)
-end
+drop_dead_waiters(KEYS[2], KEYS[3], now)
 local lease = tonumber(ARGV[2])
 local answer, value, owner, token, released, waiters =
   start_acquire(KEYS[1], ARGV[1], tonumber(ARGV[3]), lease)

@@ -14,15 +14,6 @@ if result == false then
   return foreign()
 end
 if result == 1 then
-  local now = ms(redis.call('TIME'))
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  for _, waiter in ipairs(dead) do
-    redis.call('ZREM', KEYS[2], waiter)
-    redis.call('ZREM', KEYS[3], waiter)
-  end
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if head then
-    redis.call('PUBLISH', ARGV[4] .. head, ARGV[3])
-  end
+  wake_head(KEYS[2], KEYS[3], ARGV[4], ARGV[3])
 end
 return result

@@ -5,13 +5,11 @@
 -- ARGV[2]: how long a free lock keeps its fencing counter, in milliseconds
 --
 -- Returns 1 if a held lock was freed, 0 if it was free
-local value, owner, count, token, released = read_lock(KEYS[1])
-if value == false then
+local freed = free_lock(KEYS[1], ARGV[2])
+if freed == false then
   return foreign()
 end
-if owner == '' then
-  return 0
+if freed == 1 then
+  redis.call('PUBLISH', ARGV[1], '0')
 end
-redis.call('SET', KEYS[1], lock_string('', 0, token, released, ''), 'PX', ARGV[2])
-redis.call('PUBLISH', ARGV[1], '0')
-return 1
+return freed

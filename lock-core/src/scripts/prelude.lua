@@ -144,6 +144,41 @@ local function give_back(key, owner, expected, token, fence_ttl)
 end
 
 
+-- Frees the lock string at `key` whoever holds it, keeping its counter for `fence_ttl` ms.
+-- Returns 1 if a held lock was freed, 0 if it was free, false for a foreign value.
+local function free_lock(key, fence_ttl)
+  local value, owner, _, token, released = read_lock(key)
+  if value == false then
+    return false
+  end
+  if owner == '' then
+    return 0
+  end
+  redis.call('SET', key, lock_string('', 0, token, released, ''), 'PX', fence_ttl)
+  return 1
+end
+
+-- Drops the fair waiters whose deadline (in `deadlines`, server ms) is before `now` from
+-- `queue` and `deadlines`.
+local function drop_dead_waiters(queue, deadlines, now)
+  local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now)
+  for _, waiter in ipairs(dead) do
+    redis.call('ZREM', queue, waiter)
+    redis.call('ZREM', deadlines, waiter)
+  end
+end
+
+-- Wakes the head of a fair queue, if any, with `message` on `prefix .. <its owner id>`,
+-- after dropping the waiters that stopped calling.
+local function wake_head(queue, deadlines, prefix, message)
+  drop_dead_waiters(queue, deadlines, ms(redis.call('TIME')))
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if head then
+    redis.call('PUBLISH', prefix .. head, message)
+  end
+end
+
+
 -- acquire: take a mutex (a lock string), or re-enter it. `t`: a TIME reply to seed a new
 -- counter from (nil: read it when needed). Returns as acquire.lua.
 local function acquire_lock(key, caller, lease, expected, will_wait, t)
