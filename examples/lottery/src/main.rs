@@ -71,6 +71,9 @@ struct DrawArgs {
     /// Tests: see `--stall-period`.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..), hide = true)]
     stall_lease_ms: u64,
+    /// Tests: take the lock without the minimum hold (the control run).
+    #[arg(long, hide = true)]
+    no_min_hold: bool,
 }
 
 #[derive(Debug, Args)]
@@ -146,6 +149,7 @@ fn main() -> ExitCode {
                     wait: Duration::from_millis(args.stall_ms),
                     lease: Duration::from_millis(args.stall_lease_ms),
                 }),
+                no_min_hold: args.no_min_hold,
             };
             runtime().and_then(|rt| rt.block_on(draw::run(options)).map(|_| true))
         }

@@ -2,6 +2,9 @@
 //! test on one private redis-server (the harness's), frozen with `SIGSTOP`, resumed and
 //! killed, judged from the lines they print and from what Redis holds.
 
+// The measured delays are printed (`--nocapture`) for the record.
+#![allow(clippy::print_stdout)]
+
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -40,17 +43,16 @@ fn num(line: &Line, key: &str) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // draw
 
-/// Three instances, 20 periods of 1 s, attempts skewed by up to 300 ms: every period is run
-/// by exactly one instance (the others report SKIPPED), and each period's stored draw is its
-/// winner's, with its token.
-#[test]
-fn three_instances_each_period_is_drawn_exactly_once() {
-    const PERIODS: u32 = 20;
-    let server = RedisServer::start();
+/// Per period: how many instances reported it (RAN or SKIPPED), and the RAN lines.
+type Periods = BTreeMap<u64, (usize, Vec<Line>)>;
+
+/// Runs 3 `draw` instances (period 1 s, skew up to 300 ms) for `periods` periods, with
+/// `extra` arguments, until they exit; returns what they reported per period.
+fn draw_three(server: &RedisServer, periods: u32, extra: &[&str]) -> Periods {
     just_after_a_second_boundary();
     let mut instances = Instances::new();
     for name in ["a", "b", "c"] {
-        let command = lottery(&[
+        let mut command = lottery(&[
             "draw",
             "--url",
             &server.url(),
@@ -59,14 +61,15 @@ fn three_instances_each_period_is_drawn_exactly_once() {
             "--skew-ms",
             "300",
             "--periods",
-            &PERIODS.to_string(),
+            &periods.to_string(),
             "--instance",
             name,
         ]);
+        command.args(extra);
         instances.spawn(name, command).unwrap();
     }
     assert!(
-        instances.wait_all_closed(Duration::from_secs(u64::from(PERIODS) + 20)),
+        instances.wait_all_closed(Duration::from_secs(u64::from(periods) + 20)),
         "the instances did not finish: {:?}",
         instances.history()
     );
@@ -74,14 +77,12 @@ fn three_instances_each_period_is_drawn_exactly_once() {
         let status = instances.wait_exit(i, SOON).expect("exited");
         assert!(status.success(), "instance {i}: {status}");
     }
-
-    // period -> (reports, RAN lines)
-    let mut periods: BTreeMap<u64, (usize, Vec<Line>)> = BTreeMap::new();
+    let mut reported = Periods::new();
     for event in instances.history() {
         let line = &event.line;
         match line.kind.as_str() {
             "RAN" | "SKIPPED" => {
-                let entry = periods.entry(num(line, "period")).or_default();
+                let entry = reported.entry(num(line, "period")).or_default();
                 entry.0 += 1;
                 if line.kind == "RAN" {
                     entry.1.push(line.clone());
@@ -91,6 +92,17 @@ fn three_instances_each_period_is_drawn_exactly_once() {
             _ => {}
         }
     }
+    reported
+}
+
+/// Three instances, 20 periods of 1 s, attempts skewed by up to 300 ms: every period is run
+/// by exactly one instance (the others report SKIPPED), and each period's stored draw is its
+/// winner's, with its token.
+#[test]
+fn three_instances_each_period_is_drawn_exactly_once() {
+    const PERIODS: u32 = 20;
+    let server = RedisServer::start();
+    let periods = draw_three(&server, PERIODS, &[]);
     for (period, (reports, ran)) in &periods {
         assert_eq!(
             ran.len(),
@@ -127,8 +139,17 @@ fn three_instances_each_period_is_drawn_exactly_once() {
         all_three >= PERIODS as usize - 1,
         "only {all_three} periods had all 3 instances: {periods:?}"
     );
-    let ran: usize = periods.values().map(|(_, ran)| ran.len()).sum();
-    assert_eq!(ran, periods.len());
+}
+
+/// The control run: the same without the minimum hold. The winner's job takes milliseconds
+/// and releases the lock, so instances that fire later in the period find it free and draw
+/// again — what `hold_at_least` prevents, and what the test above would catch.
+#[test]
+fn without_the_minimum_hold_periods_are_drawn_again() {
+    let server = RedisServer::start();
+    let periods = draw_three(&server, 4, &["--no-min-hold"]);
+    let again = periods.values().filter(|(_, ran)| ran.len() > 1).count();
+    assert!(again >= 1, "no period was drawn twice: {periods:?}");
 }
 
 /// A period's winner is frozen (SIGSTOP) between its last check of the lock and its write,
@@ -306,6 +327,7 @@ fn leaders_frozen_or_killed_are_replaced_and_never_overlap() {
     // Another is elected within the lease and one renewal period of the freeze.
     let (second, second_term, second_at) = elected(&mut instances, first, first_term);
     let waited = second_at.saturating_sub(stopped_ms);
+    println!("a new leader {waited} ms after the freeze");
     assert!(
         waited <= LEASE_MS + LEASE_MS / 3,
         "a new leader only {waited} ms after the freeze"
@@ -338,6 +360,7 @@ fn leaders_frozen_or_killed_are_replaced_and_never_overlap() {
     instances.kill(second);
     let (_, third_term, third_at) = elected(&mut instances, second, second_term);
     let waited = third_at.saturating_sub(killed_ms);
+    println!("a new leader {waited} ms after the kill");
     assert!(
         (LEASE_MS * 2 / 3 - 100..=LEASE_MS + 500).contains(&waited),
         "a new leader {waited} ms after the kill (the lease is {LEASE_MS} ms, renewed every third)"
