@@ -343,6 +343,7 @@ fn leaders_frozen_or_killed_are_replaced_and_never_overlap() {
         })
         .expect("the resumed leader reports the loss");
     assert!(lost.line.get("reason").is_some(), "{lost:?}");
+    println!("the resumed leader: {:?}", lost.line);
     for event in instances.history() {
         let line = &event.line;
         if line.kind == "UNIT" && line.num("term") == Some(first_term) {
