@@ -9,7 +9,7 @@
 //! * [`lead`]: leader election with [`lock_core::LockClient::leader`]; units of work, each
 //!   checked with [`lock_core::Term::is_leader`] and written fenced by the term.
 //! * [`demo`]: a private redis-server and 3 `draw` processes; how many ran each period.
-//! * [`line`] and [`procs`]: the lines, and child processes whose lines arrive as events
+//! * [`line`](mod@line) and [`procs`]: the lines, and child processes whose lines arrive as events
 //!   (shared by the demo and the tests).
 
 pub mod demo;
