@@ -10,9 +10,10 @@
 //! [`fenced::set`] and its fencing token, so a winner that was frozen past its lease (and
 //! replaced) cannot overwrite the newer winner's draw.
 //!
-//! Lines (see [`crate::line`]): `READY`, then per period `DRAWING` and `RAN ... written=true`
-//! (or `written=false stored=<token>` when the fence refused the write, or `LOST` when the
-//! lock was gone before the write), or `SKIPPED`, or `ERROR`; `DONE` at the end.
+//! Lines (see [`crate::line`]): `READY`, then one per period: `RAN ... written=true` (or
+//! `written=false stored=<token>` when the fence refused the write), `SKIPPED`, `LOST` (the
+//! lock was gone before the write) or `ERROR`; `DONE` at the end. In a test's stall period,
+//! `STALLING` comes before the winner's `RAN`.
 
 use std::time::{Duration, SystemTime};
 
@@ -166,20 +167,21 @@ async fn job(
         emit("LOST", &with(base, [("token", token.to_string())]));
         return;
     }
-    let stall_ms = stall.map_or(0, |s| u64::try_from(s.wait.as_millis()).unwrap_or(u64::MAX));
-    emit(
-        "DRAWING",
-        &with(
-            base,
-            [
-                ("token", token.to_string()),
-                ("stall_ms", stall_ms.to_string()),
-            ],
-        ),
-    );
     if let Some(stall) = stall {
         // A pause between the last check and the write (a GC pause, a frozen VM): no check
-        // can close this window; the fence at the resource does.
+        // can close this window; the fence at the resource does. Said first, so a test can
+        // freeze the process in it.
+        let stall_ms = u64::try_from(stall.wait.as_millis()).unwrap_or(u64::MAX);
+        emit(
+            "STALLING",
+            &with(
+                base,
+                [
+                    ("token", token.to_string()),
+                    ("stall_ms", stall_ms.to_string()),
+                ],
+            ),
+        );
         tokio::time::sleep(stall.wait).await;
     }
     let key = result_key(&base[2].1);

@@ -205,10 +205,8 @@ fn a_winner_frozen_past_its_lease_is_refused_by_the_fence() {
         .unwrap();
 
     let drawing = instances
-        .wait_for(SOON, |e| {
-            is(e, "DRAWING", a) && e.line.num("stall_ms").is_some_and(|ms| ms > 0)
-        })
-        .expect("a draws in its stall period");
+        .wait_for(SOON, |e| is(e, "STALLING", a))
+        .expect("a wins its stall period");
     instances.signal(a, "-STOP").unwrap();
     let period = num(&drawing.line, "period");
     let stale_token = num(&drawing.line, "token");
