@@ -283,6 +283,38 @@
 //! request's `.await`, `info()`), before anything is sent. The tower layer and the macro
 //! follow the same rule (the macro checks literals at compile time).
 //!
+//! # Operating it: metrics, tracing, eviction
+//!
+//! **Metrics.** With the `metrics` cargo feature (off by default; off, the calls compile to
+//! nothing), lock-core records acquisitions by kind and outcome, their durations, waits, hold
+//! times, the holds currently held, losses by reason, renewals and batch sizes through the
+//! [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder the application
+//! installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
+//! [`metrics`] module; [`LockClientBuilder::metric_label`] adds a bounded `family` label.
+//!
+//! **Tracing.** Every acquisition runs in a `debug` span `lock` (`kind`, `name`). Events:
+//! `warn` once per held lock that is lost (`lock`, `kind`, `fencing_token`, `reason`
+//! (`deleted`, `expired`, `unreachable`: see [`metrics`]), `held_for`, `why`), and for renewals
+//! that fail, a pub/sub connection that drops, a release that cannot be sent; `warn` once at
+//! build when the server can evict lock keys; `debug` for every acquisition (`lock acquired`:
+//! `lock`, `kind`, `token`, `count`) and full release (`lock released`: `held_for`). Nothing
+//! above `debug` on the uncontended path. A setup that shows the warnings of every crate and
+//! lock-core's acquisitions and releases:
+//!
+//! ```no_run
+//! // tracing-subscriber with its `env-filter` feature; RUST_LOG overrides the default.
+//! tracing_subscriber::fmt()
+//!     .with_env_filter(
+//!         tracing_subscriber::EnvFilter::try_from_default_env()
+//!             .unwrap_or_else(|_| "info,lock_core=debug".into()),
+//!     )
+//!     .init();
+//! ```
+//!
+//! **Eviction.** `build()` reads `maxmemory-policy` once ([`LockClient::eviction_risk`],
+//! [`EvictionRisk`]): any policy but `noeviction` can evict lock keys, silently losing locks
+//! under memory pressure; it is logged as a `warn`, never an error.
+//!
 //! # Types from other crates
 //!
 //! [`LockError`] carries [`redis::RedisError`]s and [`LockClientBuilder::pool`] takes a
