@@ -4,8 +4,8 @@
 //! The feature is off by default, and then every recording call compiles to nothing. With it
 //! on, lock-core records into whatever recorder the application installed (a Prometheus
 //! exporter such as `metrics-exporter-prometheus`, an OpenTelemetry bridge, ...); without an
-//! installed recorder the calls do nothing. The metrics are described (unit and help text) when
-//! a client is built. The names follow the Prometheus and OpenTelemetry conventions: units in
+//! installed recorder the calls do nothing. The metrics are described (unit and help text) once,
+//! when the first client is built: install the recorder before. The names follow the Prometheus and OpenTelemetry conventions: units in
 //! the name, `_total` for counters, seconds for durations.
 //!
 //! ```toml
@@ -172,10 +172,13 @@ pub(crate) enum RenewalOutcome {
     Late,
 }
 
-/// Describes every metric (unit and help text) to the installed recorder.
+/// Describes every metric (unit and help text) to the installed recorder, once per process
+/// (at the first client's build; install the recorder before it).
 pub(crate) fn describe() {
     #[cfg(feature = "metrics")]
-    {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    #[cfg(feature = "metrics")]
+    DESCRIBED.call_once(|| {
         use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
         describe_counter!(
             ACQUISITIONS,
@@ -234,7 +237,7 @@ pub(crate) fn describe() {
             "Reconnections of the waiters' pub/sub connection"
         );
         describe_gauge!(HELD, Unit::Count, "Holds this process currently has");
-    }
+    });
 }
 
 /// An acquisition request ended with `outcome` after `took`.

@@ -21,6 +21,8 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 struct Recorded {
     values: HashMap<String, f64>,
     histograms: HashMap<String, Vec<f64>>,
+    /// Names seen with a description.
+    described: std::collections::HashSet<String>,
 }
 
 fn snapshotter() -> &'static (Snapshotter, Mutex<Recorded>) {
@@ -46,8 +48,11 @@ fn id(name: &str, labels: &[(&str, &str)]) -> String {
 fn read<T>(read: impl FnOnce(&Recorded) -> T) -> T {
     let (snapshotter, recorded) = snapshotter();
     let mut recorded = recorded.lock().unwrap_or_else(|e| e.into_inner());
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+    for (key, _, description, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
+        if description.is_some() {
+            recorded.described.insert(key.name().to_owned());
+        }
         let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
         let id = id(key.name(), &labels);
         match value {
@@ -323,4 +328,23 @@ async fn renewals_failing_while_the_server_is_down_lose_the_lock_as_unreachable(
         "the renewals failed"
     );
     drop(guard);
+}
+
+#[tokio::test]
+async fn the_metrics_are_described() {
+    let server = RedisServer::start();
+    let f = family("described");
+    let a = client(&server, f, 30 * SECOND).await;
+    a.lock("order:1").await.unwrap().unlock().await.unwrap();
+    for name in [
+        names::ACQUISITIONS,
+        names::ACQUIRE_DURATION,
+        names::HOLD_DURATION,
+        names::HELD,
+    ] {
+        assert!(
+            read(|r| r.described.contains(name)),
+            "{name} has a description"
+        );
+    }
 }
