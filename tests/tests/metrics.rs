@@ -8,6 +8,7 @@
 //! are compared as deltas of counters that only grow.
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -347,4 +348,54 @@ async fn the_metrics_are_described() {
             "{name} has a description"
         );
     }
+}
+
+#[tokio::test]
+async fn requests_that_queue_go_out_as_counted_batches() {
+    let server = RedisServer::start();
+    let f = family("batch");
+    let a = client(&server, f, 30 * SECOND).await;
+    // 64 requests at once: two go out alone, the rest queue behind them and go out together.
+    let lock_names: Vec<String> = (0..64).map(|i| format!("order:{i}")).collect();
+    let guards =
+        futures_util::future::join_all(lock_names.iter().map(|n| a.lock(n.as_str()).into_future()))
+            .await;
+    assert!(guards.iter().all(Result::is_ok));
+    assert_eq!(
+        value(names::HELD, &[("kind", "mutex"), ("family", f)]),
+        64.0
+    );
+    assert!(
+        observed(names::BATCH_SIZE, &[]).iter().any(|n| *n >= 2.0),
+        "a batch of more than one request"
+    );
+    drop(guards);
+    lock_tests::fixtures::eventually("every lock released", || {
+        value(names::HELD, &[("kind", "mutex"), ("family", f)]) == 0.0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_pubsub_connection_is_a_reconnect() {
+    let server = RedisServer::start();
+    let f = family("reconnect");
+    let (a, b) = (
+        client(&server, f, 30 * SECOND).await,
+        client(&server, f, 30 * SECOND).await,
+    );
+    let before = value(names::PUBSUB_RECONNECTS, &[]);
+    let guard = a.lock("order:1").await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("order:1").wait(20 * SECOND).await }
+    });
+    lock_tests::fixtures::eventually("subscribed", || !server.pubsub_channels().is_empty()).await;
+    server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    lock_tests::fixtures::eventually("the reconnect counted", || {
+        value(names::PUBSUB_RECONNECTS, &[]) > before
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    waiter.await.unwrap().unwrap().unlock().await.unwrap();
 }
