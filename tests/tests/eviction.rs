@@ -45,3 +45,21 @@ async fn a_user_without_config_builds_with_the_risk_unknown() {
     let guard = client.lock("order:1").await.unwrap();
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_primary_is_asked() {
+    let cluster = lock_tests::fixtures::blocking(|| lock_tests::RedisCluster::start_with(3, 0));
+    for node in cluster.nodes() {
+        node.cmd(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    }
+    let client = LockClient::builder_cluster(cluster.urls())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        client.eviction_risk(),
+        &EvictionRisk::Evicts {
+            policy: "volatile-lru".to_owned()
+        }
+    );
+}
