@@ -110,8 +110,10 @@
 //! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
-//! (sharded pub/sub, the slot map, the version check at connect). On the sentinels, when they
-//! require a login (the sentinel URLs carry it):
+//! (sharded pub/sub, the slot map, the version check at connect). Optionally `+config|get`:
+//! `build()` reads `maxmemory-policy` once to warn when the server can evict lock keys
+//! ([`LockClient::eviction_risk`]); without it the risk is reported as unknown, nothing
+//! fails, and the server's `ACL LOG` shows that one refusal per client built. On the sentinels, when they require a login (the sentinel URLs carry it):
 //!
 //! ```text
 //! ACL SETUSER locks reset on >CHANGE-ME &+switch-master +sentinel|get-master-addr-by-name +subscribe
@@ -132,9 +134,11 @@
 //! commands above: functions (`FUNCTION LOAD`, `FCALL`) or scripts (`SCRIPT LOAD`,
 //! `EVALSHA`), `PING`,
 //! (sharded) pub/sub, `WAIT`, `ROLE` and `SENTINEL GET-MASTER-ADDR-BY-NAME`, `INFO server` and
-//! `CLUSTER SLOTS`. It never sends `DEBUG`, `CONFIG`, `KEYS`, `FLUSHALL` or `MONITOR`, which
-//! managed services often forbid; only the test harness (`tests/`, its own throwaway
-//! `redis-server`s) uses `DEBUG` and `CONFIG`. A Cluster must run Redis 7.0 or later (sharded
+//! `CLUSTER SLOTS`, and one `CONFIG GET maxmemory-policy` at connect, whose refusal (a
+//! managed service that forbids or renames `CONFIG`) is not an error. It never sends `DEBUG`,
+//! `CONFIG SET`, `KEYS`, `FLUSHALL` or `MONITOR`, which managed services often forbid; only
+//! the test harness (`tests/`, its own throwaway `redis-server`s) uses `DEBUG` and
+//! `CONFIG SET`. A Cluster must run Redis 7.0 or later (sharded
 //! pub/sub), checked at connect.
 //!
 //! # The primitives
@@ -284,6 +288,38 @@
 //! request's `.await`, `info()`), before anything is sent. The tower layer and the macro
 //! follow the same rule (the macro checks literals at compile time).
 //!
+//! # Operating it: metrics, tracing, eviction
+//!
+//! **Metrics.** With the `metrics` cargo feature (off by default; off, the calls compile to
+//! nothing), lock-core records acquisitions by kind and outcome, their durations, waits, hold
+//! times, the holds currently held, losses by reason, renewals and batch sizes through the
+//! [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder the application
+//! installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
+//! [`metrics`] module; [`LockClientBuilder::metric_label`] adds a bounded `family` label.
+//!
+//! **Tracing.** Every acquisition runs in a `debug` span `lock` (`kind`, `name`). Events:
+//! `warn` once per held lock that is lost (`lock`, `kind`, `fencing_token`, `reason`
+//! (`deleted`, `expired`, `unreachable`: see [`metrics`]), `held_for`, `why`), and for renewals
+//! that fail, a pub/sub connection that drops, a release that cannot be sent; `warn` once at
+//! build when the server can evict lock keys; `debug` for every acquisition (`lock acquired`:
+//! `lock`, `kind`, `token`, `count`) and full release (`lock released`: `held_for`). Nothing
+//! above `debug` on the uncontended path. A setup that shows the warnings of every crate and
+//! lock-core's acquisitions and releases:
+//!
+//! ```no_run
+//! // tracing-subscriber with its `env-filter` feature; RUST_LOG overrides the default.
+//! tracing_subscriber::fmt()
+//!     .with_env_filter(
+//!         tracing_subscriber::EnvFilter::try_from_default_env()
+//!             .unwrap_or_else(|_| "info,lock_core=debug".into()),
+//!     )
+//!     .init();
+//! ```
+//!
+//! **Eviction.** `build()` reads `maxmemory-policy` once ([`LockClient::eviction_risk`],
+//! [`EvictionRisk`]): any policy but `noeviction` can evict lock keys, silently losing locks
+//! under memory pressure; it is logged as a `warn`, never an error.
+//!
 //! # Types from other crates
 //!
 //! [`LockError`] carries [`redis::RedisError`]s and [`LockClientBuilder::pool`] takes a
@@ -306,6 +342,7 @@ mod client;
 mod driver;
 mod engine;
 mod error;
+mod eviction;
 mod fair;
 pub mod fenced;
 mod global;
@@ -315,6 +352,7 @@ mod hold;
 mod info;
 mod leader;
 mod lock_string;
+pub mod metrics;
 mod multi;
 mod mutex;
 mod name;
@@ -334,6 +372,7 @@ pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use driver::{LockRequest, TryLockRequest};
 pub use error::LockError;
+pub use eviction::EvictionRisk;
 pub use fair::FairLock;
 pub use global::{global_client, install_global};
 pub use guard::Guard;

@@ -227,6 +227,10 @@ impl Report {
 }
 
 fn main() {
+    // With the `metrics` feature, lock-core records into a recorder that keeps nothing, so a
+    // run measures what the calls cost (every process: W3x and W5 children too).
+    #[cfg(feature = "metrics")]
+    metrics::set_global_recorder(metrics::NoopRecorder).expect("the first recorder of the process");
     let argv: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -295,8 +299,13 @@ async fn bench(args: Args) -> bool {
     let mut report = Report::default();
     let mut failures = Vec::new();
     eprintln!(
-        "lock-bench: redis {redis_version} at {url}, {} run, run id {run}",
-        if args.quick { "quick" } else { "full" }
+        "lock-bench: redis {redis_version} at {url}, {} run, run id {run}, lock-core metrics {}",
+        if args.quick { "quick" } else { "full" },
+        if cfg!(feature = "metrics") {
+            "on (no-op recorder)"
+        } else {
+            "off"
+        }
     );
 
     macro_rules! scenario {
@@ -432,6 +441,7 @@ async fn bench(args: Args) -> bool {
             "run".into(),
             serde_json::json!({
                 "quick": args.quick,
+                "metrics": cfg!(feature = "metrics"),
                 "seconds": total,
                 "redis_version": redis_version,
                 "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
