@@ -9,6 +9,8 @@ use lock_core::LockClient;
 use tokio::sync::watch;
 
 use crate::db::Db;
+use crate::model::now_ms;
+use crate::panel::{Me, Panel};
 use crate::shop::{Shop, ShopOptions, StallHook};
 
 /// Any error of the commands, for `main` to print.
@@ -37,12 +39,17 @@ pub struct ServeOptions {
     pub supervised: bool,
     /// Database connections of this instance.
     pub db_connections: u32,
+    /// This instance's name on the lock panel (default `flash-sale@ADDR`).
+    pub name: Option<String>,
 }
 
-/// Connects, migrates (under a Redis lock, so instances starting together take turns), prints
-/// `LISTENING http://ADDR` on stdout and serves until Ctrl-C, SIGTERM or (supervised) the end
-/// of stdin.
+/// Installs the metrics recorder, connects, migrates (under a Redis lock, so instances
+/// starting together take turns), records this instance (name and lock client id) in the
+/// database, prints `LISTENING http://ADDR` on stdout and serves until Ctrl-C, SIGTERM or
+/// (supervised) the end of stdin.
 pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
+    // First, so that the lock client's metrics, if lock-core records any, are recorded.
+    let metrics = crate::telemetry::install();
     let db = Db::connect(&options.database_url, options.db_connections)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
@@ -76,6 +83,19 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", options.host, options.port))?;
     let addr = listener.local_addr()?;
+    let me = Me {
+        name: options
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("flash-sale@{addr}")),
+        client_id: shop.locks().client_id().to_owned(),
+        url: format!("http://{addr}"),
+    };
+    db.register_instance(&me.client_id, &me.name, &me.url, now_ms())
+        .await
+        .map_err(|e| format!("cannot record this instance in the database: {e}"))?;
+    tracing::info!(name = %me.name, client_id = %me.client_id, "instance recorded");
+    let panel = Arc::new(Panel::new(shop.clone(), me, metrics));
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "LISTENING http://{addr}")?;
@@ -101,7 +121,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, crate::api::router(shop))
+    axum::serve(listener, crate::api::router(shop, panel))
         .with_graceful_shutdown(shutdown)
         .await?;
     db.close().await;
