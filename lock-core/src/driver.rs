@@ -29,6 +29,7 @@ use crate::backend::convert;
 use crate::engine::{Claims, Engine};
 use crate::error::LockError;
 use crate::hold::Hold;
+use crate::metrics::{self, LossReason, Outcome};
 use crate::scripts::Call;
 use crate::util::{check_lease, shorten};
 use crate::waiters::Waiter;
@@ -102,7 +103,11 @@ pub(crate) async fn attempt_one(
         }
         0 => {
             let generation = hold.state().generation;
-            hold.mark_lost(generation, "re-entry found the hold gone");
+            hold.mark_lost(
+                generation,
+                "re-entry found the hold gone",
+                LossReason::Deleted,
+            );
             Err(LockError::Lost {
                 name: hold.name().to_owned(),
             })
@@ -134,6 +139,10 @@ pub(crate) trait Primitive: Send + Sync + 'static {
 
     /// The name of the acquisition's tracing span.
     const SPAN: &'static str;
+
+    /// The `kind` label of the acquisition's metrics (`mutex`, `fair`, `read`, `write`,
+    /// `semaphore`, `multi`).
+    const KIND: &'static str;
 
     /// Whether local waiters for one name queue in this process, so only one at a time
     /// contends in Redis (exclusive kinds).
@@ -224,14 +233,41 @@ impl<P: Primitive> Drop for Driving<P> {
     }
 }
 
-/// Takes the lock, waiting up to `wait` (None: forever; zero: one attempt).
+/// Takes the lock, waiting up to `wait` (None: forever; zero: one attempt), and records how
+/// the request ended in the metrics.
 async fn acquire<P: Primitive>(primitive: P, options: Options) -> Result<P::Guard, LockError> {
+    let start = Instant::now();
+    let labels = primitive.engine().labels(P::KIND, primitive.name());
+    let mut waiting_since = None;
+    let result = drive(primitive, options, start, labels, &mut waiting_since).await;
+    let outcome = match &result {
+        Ok(_) => Outcome::Acquired,
+        Err(LockError::Timeout { .. }) if options.wait == Some(Duration::ZERO) => Outcome::Busy,
+        Err(LockError::Timeout { .. }) => Outcome::Timeout,
+        Err(e) if e.is_lost() => Outcome::Lost,
+        Err(e) if e.is_unavailable() => Outcome::Unavailable,
+        Err(_) => Outcome::Invalid,
+    };
+    metrics::acquisition(labels, outcome, start.elapsed());
+    if let Some(since) = waiting_since {
+        metrics::waited(labels, Instant::now().saturating_duration_since(since));
+    }
+    result
+}
+
+/// The acquisition itself. Sets `waiting_since` when the request starts to wait.
+async fn drive<P: Primitive>(
+    primitive: P,
+    options: Options,
+    start: Instant,
+    labels: metrics::Labels,
+    waiting_since: &mut Option<Instant>,
+) -> Result<P::Guard, LockError> {
     let Options {
         wait,
         lease,
         hold_at_least,
     } = options;
-    let start = Instant::now();
     if let Some(lease) = lease {
         check_lease("lease", lease)?;
     }
@@ -273,6 +309,7 @@ async fn acquire<P: Primitive>(primitive: P, options: Options) -> Result<P::Guar
         && let Some(channel) = run.primitive.queue_channel()
         && engine.waiters.is_contended(&channel)
     {
+        *waiting_since = Some(Instant::now());
         waiter.subscribe(&engine.waiters, &channel).await;
         match waiter.local_turn().await {
             Some(t) => turn = t,
@@ -281,6 +318,9 @@ async fn acquire<P: Primitive>(primitive: P, options: Options) -> Result<P::Guar
     }
     loop {
         let first = waiter.mark_seen();
+        if !first {
+            metrics::retried(labels);
+        }
         let (retry_in, channel) = match run.primitive.attempt().await {
             Ok(Attempt::Acquired(guard)) => {
                 run.armed = false;
@@ -301,6 +341,9 @@ async fn acquire<P: Primitive>(primitive: P, options: Options) -> Result<P::Guar
         if !will_wait || waiter.expired() {
             return Err(timeout(run.primitive.busy_name(), retry_in));
         }
+        if waiting_since.is_none() {
+            *waiting_since = Some(Instant::now());
+        }
         // Subscribe first, then (exclusive kinds) take this process's turn, then try again.
         if waiter.subscribe(&engine.waiters, &channel).await {
             if P::LOCAL_QUEUE && turn.is_none() {
@@ -316,6 +359,7 @@ async fn acquire<P: Primitive>(primitive: P, options: Options) -> Result<P::Guar
             (r, m) => r.or(m),
         };
         waiter.sleep(retry_in).await;
+        metrics::wakeup(labels);
     }
 }
 

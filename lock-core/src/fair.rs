@@ -140,6 +140,7 @@ impl Take {
 impl Primitive for Take {
     type Guard = LockGuard;
     const SPAN: &'static str = "fair_lock";
+    const KIND: &'static str = "fair";
 
     fn engine(&self) -> &Arc<Engine> {
         &self.named.engine

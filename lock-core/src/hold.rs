@@ -15,6 +15,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::LockError;
+use crate::metrics::{self, Labels, LossReason};
 use crate::name::Keys;
 use crate::util::{lock, validity};
 
@@ -69,6 +70,17 @@ impl Kind {
         matches!(self, Kind::Lock | Kind::Fair | Kind::Write)
     }
 
+    /// The `kind` label of this hold's metrics.
+    pub(crate) const fn metric(self) -> &'static str {
+        match self {
+            Kind::Lock => "mutex",
+            Kind::Fair => "fair",
+            Kind::Write => "write",
+            Kind::Read => "read",
+            Kind::Permits(_) => "semaphore",
+        }
+    }
+
     /// A name for logs and spans.
     pub(crate) fn label(self) -> &'static str {
         match self {
@@ -94,11 +106,23 @@ pub(crate) struct State {
     pub(crate) generation: u64,
     /// Why the hold of this generation was lost, once it was.
     pub(crate) lost_reason: Option<&'static str>,
+    /// When this generation was granted (its first acquisition's answer).
+    pub(crate) granted_at: Instant,
+}
+
+impl State {
+    /// Whether the hold counts as held in Redis (the `lock_held` gauge): granted and neither
+    /// released nor lost.
+    fn counted(&self) -> bool {
+        matches!(self.status, Status::Held | Status::Releasing)
+    }
 }
 
 /// One owner's hold on one lock.
 pub(crate) struct Hold {
     pub(crate) kind: Kind,
+    /// The labels of its metrics.
+    pub(crate) labels: Labels,
     pub(crate) keys: Keys,
     /// The owner is `<client id>:<holder>`.
     pub(crate) holder: u64,
@@ -131,9 +155,10 @@ pub(crate) enum Retry {
 }
 
 impl Hold {
-    pub(crate) fn new(kind: Kind, keys: Keys, holder: u64) -> Self {
+    pub(crate) fn new(kind: Kind, keys: Keys, holder: u64, labels: Labels) -> Self {
         Self {
             kind,
+            labels,
             keys,
             holder,
             state: Mutex::new(State {
@@ -144,6 +169,7 @@ impl Hold {
                 valid_until: Instant::now(),
                 generation: 0,
                 lost_reason: None,
+                granted_at: Instant::now(),
             }),
             turn: Semaphore::new(1),
             guards: AtomicUsize::new(0),
@@ -202,47 +228,85 @@ impl Hold {
     ) -> u64 {
         let mut st = self.state();
         let valid_until = sent_at + validity(lease_len);
-        if matches!(st.status, Status::Held | Status::Releasing) {
-            st.valid_until = st.valid_until.max(valid_until);
-            if lease == Lease::Watchdog {
-                st.lease = Lease::Watchdog;
-            }
-            st.count += 1;
-        } else {
+        let fresh = !st.counted();
+        if fresh {
             st.generation += 1;
             st.valid_until = valid_until;
             st.lease = lease;
             st.count = 1;
             st.lost_reason = None;
+            st.granted_at = Instant::now();
+        } else {
+            st.valid_until = st.valid_until.max(valid_until);
+            if lease == Lease::Watchdog {
+                st.lease = Lease::Watchdog;
+            }
+            st.count += 1;
         }
         st.status = Status::Held;
         st.token = token;
-        st.generation
+        let (generation, count) = (st.generation, st.count);
+        drop(st);
+        if fresh {
+            metrics::hold_started(self.labels);
+        }
+        tracing::debug!(lock = %self.name(), kind = self.kind.label(), token, count,
+            "lock acquired");
+        generation
+    }
+
+    /// Records the end of a counted hold (released or lost): the gauge and the hold's
+    /// duration. Returns how long it was held.
+    fn hold_ended(&self, granted_at: Instant) -> Duration {
+        let held = granted_at.elapsed();
+        metrics::hold_ended(self.labels, held);
+        held
     }
 
     /// Records a renewal sent at `sent_at` that Redis confirmed: the lease is exactly
     /// `lease_len` from then on the server (even if an extension had set a longer one).
-    pub(crate) fn renewed(&self, generation: u64, sent_at: Instant, lease_len: Duration) {
+    /// Returns whether it came late: after the hold's validity had already passed here.
+    pub(crate) fn renewed(&self, generation: u64, sent_at: Instant, lease_len: Duration) -> bool {
         let mut st = self.state();
-        if st.generation == generation && matches!(st.status, Status::Held | Status::Releasing) {
+        let late = Instant::now() >= st.valid_until;
+        if st.generation == generation && st.counted() {
             st.valid_until = sent_at + validity(lease_len);
         }
+        late
     }
 
-    /// Marks the hold of `generation` lost, wakes `lost()` futures and says so in the log.
-    pub(crate) fn mark_lost(&self, generation: u64, why: &'static str) {
+    /// Marks the hold of `generation` lost, wakes `lost()` futures and says so in the log
+    /// (one `warn` per loss of a lock whose guard still lives). `cause` is what Redis or the
+    /// clock said; a "gone" from Redis after the lease had already run out here counts as
+    /// [`LossReason::Expired`].
+    pub(crate) fn mark_lost(&self, generation: u64, why: &'static str, cause: LossReason) {
         let mut st = self.state();
         if st.generation != generation {
             return;
         }
-        if matches!(st.status, Status::Held | Status::Releasing) {
+        if st.counted() {
             let was_held = st.status == Status::Held;
             st.status = Status::Lost;
             st.lost_reason = Some(why);
+            let reason = if cause == LossReason::Deleted && Instant::now() >= st.valid_until {
+                LossReason::Expired
+            } else {
+                cause
+            };
+            let (granted_at, token) = (st.granted_at, st.token);
             drop(st);
+            let held = self.hold_ended(granted_at);
             if was_held {
-                tracing::warn!(lock = %self.name(), kind = self.kind.label(), reason = why,
-                    "distributed lock lost");
+                metrics::lost(self.labels, reason);
+                tracing::warn!(
+                    lock = %self.name(),
+                    kind = self.kind.label(),
+                    fencing_token = self.kind.fenced().then_some(token),
+                    reason = reason.as_str(),
+                    held_for = ?held,
+                    why,
+                    "distributed lock lost"
+                );
             }
         } else {
             drop(st);
@@ -252,15 +316,27 @@ impl Hold {
 
     /// Marks a held hold lost if its validity has passed; returns whether it did.
     pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
-        let (due, generation) = {
+        let (due, generation, lease) = {
             let st = self.state();
             (
                 st.status == Status::Held && now >= st.valid_until,
                 st.generation,
+                st.lease,
             )
         };
         if due {
-            self.mark_lost(generation, "no renewal succeeded within the lease");
+            match lease {
+                Lease::Fixed => self.mark_lost(
+                    generation,
+                    "the fixed lease ran out while the lock was held",
+                    LossReason::Expired,
+                ),
+                Lease::Watchdog => self.mark_lost(
+                    generation,
+                    "no renewal succeeded within the lease",
+                    LossReason::Unreachable,
+                ),
+            }
         }
         due
     }
@@ -307,13 +383,24 @@ impl Hold {
                 let mut st = self.state();
                 st.count = st.count.saturating_sub(1);
                 if st.count == 0 {
+                    let counted = st.counted();
                     st.status = Status::Idle;
+                    let granted_at = st.granted_at;
                     drop(st);
+                    if counted {
+                        let held = self.hold_ended(granted_at);
+                        tracing::debug!(lock = %self.name(), kind = self.kind.label(),
+                            held_for = ?held, "lock released");
+                    }
                     self.ended.notify_waiters();
                 }
             }
             Released::NotHeld => {
-                self.mark_lost(generation, "released after the lock was gone");
+                self.mark_lost(
+                    generation,
+                    "released after the lock was gone",
+                    LossReason::Deleted,
+                );
                 self.state().count = 0;
             }
         }
@@ -327,7 +414,11 @@ impl Hold {
         }
         if Instant::now() >= st.valid_until {
             drop(st);
-            self.mark_lost(generation, "the lease ran out while a release was retried");
+            self.mark_lost(
+                generation,
+                "the lease ran out while a release was retried",
+                LossReason::Unreachable,
+            );
             self.state().count = 0;
             return Retry::Expired;
         }
@@ -380,6 +471,21 @@ impl Hold {
     }
 }
 
+impl Drop for Hold {
+    // A hold that goes away still counted (its release never ran: the runtime is gone) leaves
+    // the gauge, so `lock_held` never leaks.
+    fn drop(&mut self) {
+        let st = match self.state.get_mut() {
+            Ok(st) => st,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if st.counted() {
+            let granted_at = st.granted_at;
+            self.hold_ended(granted_at);
+        }
+    }
+}
+
 /// The owner's turn to send a command about a hold; given back when dropped.
 pub(crate) struct Turn {
     hold: Arc<Hold>,
@@ -403,6 +509,7 @@ mod tests {
             Kind::Lock,
             Keys::new("lock:", "unit").unwrap(),
             1,
+            Labels::new("mutex", None, "unit"),
         ))
     }
 
@@ -430,7 +537,7 @@ mod tests {
         let g1 = h.acquired(1, Instant::now(), Lease::Fixed, Duration::from_secs(1));
         h.released(g1, Released::Yes);
         let g2 = h.acquired(2, Instant::now(), Lease::Fixed, Duration::from_secs(1));
-        h.mark_lost(g1, "late");
+        h.mark_lost(g1, "late", LossReason::Deleted);
         assert!(h.is_held(g2));
     }
 
@@ -450,7 +557,7 @@ mod tests {
         let g = h.acquired(1, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
         let ended = tokio::spawn(h.clone().ended(g));
         tokio::task::yield_now().await;
-        h.mark_lost(g, "test");
+        h.mark_lost(g, "test", LossReason::Deleted);
         tokio::time::timeout(Duration::from_millis(10), ended)
             .await
             .expect("woken at once")
@@ -476,7 +583,7 @@ mod tests {
         let h = hold();
         let g = h.acquired(1, Instant::now(), Lease::Fixed, Duration::from_secs(1));
         h.guard_added();
-        h.mark_lost(g, "test");
+        h.mark_lost(g, "test", LossReason::Deleted);
         assert!(h.expected_count().unwrap_err().is_lost());
         assert!(h.guard_removed());
         assert_eq!(h.expected_count().unwrap(), 0);

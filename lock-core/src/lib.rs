@@ -310,6 +310,7 @@ mod hold;
 mod info;
 mod leader;
 mod lock_string;
+pub mod metrics;
 mod multi;
 mod mutex;
 mod name;

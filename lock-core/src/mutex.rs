@@ -110,6 +110,7 @@ struct Take {
 impl Primitive for Take {
     type Guard = LockGuard;
     const SPAN: &'static str = "mutex";
+    const KIND: &'static str = "mutex";
     const LOCAL_QUEUE: bool = true;
 
     fn engine(&self) -> &Arc<Engine> {

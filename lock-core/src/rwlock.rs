@@ -138,6 +138,7 @@ struct Side<G> {
 impl<G: SideGuard> Primitive for Side<G> {
     type Guard = G;
     const SPAN: &'static str = G::SPAN;
+    const KIND: &'static str = G::KIND.metric();
 
     fn engine(&self) -> &Arc<Engine> {
         &self.named.engine

@@ -150,6 +150,7 @@ struct Take {
 impl Primitive for Take {
     type Guard = SemaphoreGuard;
     const SPAN: &'static str = "semaphore";
+    const KIND: &'static str = "semaphore";
 
     fn engine(&self) -> &Arc<Engine> {
         &self.named.engine

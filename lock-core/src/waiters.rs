@@ -22,6 +22,7 @@ use crate::backend::cluster::Seeds;
 use crate::backend::refusal;
 use crate::backend::sentinel::Discovery;
 use crate::error::{LockError, is_connection_error};
+use crate::metrics;
 use crate::util::lock;
 
 /// Where the pub/sub connection goes.
@@ -331,6 +332,7 @@ async fn run(
             }
         };
         if disconnected {
+            metrics::pubsub_reconnect();
             tracing::warn!("lock pub/sub connection lost; reconnecting");
             if let Some(s) = shared.upgrade() {
                 for (_, state) in s.all() {
@@ -488,6 +490,7 @@ async fn run_sharded(
                         }
                     }
                     PushKind::Disconnection => {
+                        metrics::pubsub_reconnect();
                         tracing::warn!("a lock pub/sub node connection dropped; subscribing again");
                         for (channel, state) in s.all() {
                             state.subscribed.send_replace(Sub::Pending);

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::hold::{Hold, Kind};
+use crate::metrics::{self, LossReason, RenewalOutcome};
 use crate::scripts::{Call, Op};
 use crate::util::millis;
 
@@ -134,20 +135,35 @@ async fn renew(
     limit: Duration,
 ) -> bool {
     let call = renew_call(engine, kind, batch, lease);
+    metrics::renewal_batch(batch.len());
     let sent_at = Instant::now();
     let reply = tokio::time::timeout(limit, engine.invoke::<Vec<i64>>(&call)).await;
     match reply {
         Ok(Ok(replies)) if replies.len() == batch.len() => {
+            let (mut ok, mut late, mut failed) = (0, 0, 0);
             for ((hold, generation), held) in batch.iter().zip(replies) {
                 if held == 1 {
-                    hold.renewed(*generation, sent_at, lease);
+                    if hold.renewed(*generation, sent_at, lease) {
+                        late += 1;
+                    } else {
+                        ok += 1;
+                    }
                 } else {
-                    hold.mark_lost(*generation, "the watchdog found the lock gone");
+                    failed += 1;
+                    hold.mark_lost(
+                        *generation,
+                        "the watchdog found the lock gone",
+                        LossReason::Deleted,
+                    );
                 }
             }
+            metrics::renewals(RenewalOutcome::Ok, ok);
+            metrics::renewals(RenewalOutcome::Late, late);
+            metrics::renewals(RenewalOutcome::Failed, failed);
             true
         }
         Ok(Ok(replies)) => {
+            metrics::renewals(RenewalOutcome::Failed, batch.len());
             tracing::warn!(
                 sent = batch.len(),
                 got = replies.len(),
@@ -156,10 +172,12 @@ async fn renew(
             false
         }
         Ok(Err(e)) => {
+            metrics::renewals(RenewalOutcome::Failed, batch.len());
             tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed");
             false
         }
         Err(_) => {
+            metrics::renewals(RenewalOutcome::Failed, batch.len());
             tracing::warn!(locks = batch.len(), "lock renewal timed out");
             false
         }

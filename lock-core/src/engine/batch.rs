@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 
 use super::Engine;
 use crate::error::LockError;
+use crate::metrics;
 use crate::scripts::{Call, Op};
 use crate::util::lock;
 
@@ -122,6 +123,7 @@ impl Engine {
 
     /// Sends `batch` as one call (a single request as itself) and answers each request.
     async fn send_batch(&self, batch: Vec<Queued>) {
+        metrics::batch(batch.len());
         if let [_] = batch.as_slice() {
             let Some(Queued { call, reply }) = batch.into_iter().next() else {
                 return;

@@ -25,6 +25,7 @@ use crate::backend::convert;
 use crate::backend::{Backend, Invocation};
 use crate::error::LockError;
 use crate::hold::{Hold, Kind, Lease, Status};
+use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
 use crate::scope;
 use crate::scripts::{Call, Mode, Scripts};
@@ -64,6 +65,8 @@ pub(crate) struct Config {
     pub(crate) fence_ttl: Duration,
     /// Replicas that must confirm an acquisition, and how long to wait for them.
     pub(crate) min_replicas: Option<(u32, Duration)>,
+    /// Maps a lock's name to its metrics' `family` label.
+    pub(crate) metric_label: Option<Labeler>,
 }
 
 /// The state shared by a client's handles, guards and background tasks.
@@ -160,6 +163,12 @@ impl Engine {
         Keys::new(&self.config.prefix, name)
     }
 
+    /// The metric labels of a lock of `kind` (a metric kind: `mutex`, `multi`, ...) named
+    /// `name`.
+    pub(crate) fn labels(&self, kind: &'static str, name: &str) -> Labels {
+        Labels::new(kind, self.config.metric_label.as_ref(), name)
+    }
+
     /// The hold of `holder` on `keys` (of `kind`), created if there is none.
     pub(crate) fn hold(&self, kind: Kind, keys: &Keys, holder: u64) -> Arc<Hold> {
         let id = HoldId {
@@ -175,7 +184,8 @@ impl Engine {
             registry.holds.retain(|_, hold| hold.strong_count() > 0);
             registry.sweep_at = (registry.holds.len() * 2).max(64);
         }
-        let hold = Arc::new(Hold::new(kind, keys.clone(), holder));
+        let labels = self.labels(kind.metric(), keys.name());
+        let hold = Arc::new(Hold::new(kind, keys.clone(), holder, labels));
         registry.holds.insert(id, Arc::downgrade(&hold));
         hold
     }

@@ -10,6 +10,7 @@ use super::{Claim, Engine};
 use crate::backend::convert;
 use crate::error::LockError;
 use crate::hold::{Hold, Kind, Released, Retry, Turn};
+use crate::metrics::{self, LossReason};
 use crate::name::{RELEASED, RW_RELEASED};
 use crate::scripts::{Call, Op};
 use crate::util::millis;
@@ -92,6 +93,7 @@ impl Engine {
                 Retry::Stop | Retry::Expired => return,
             }
             let call = self.give_back_call(&hold, count, token, keep_until);
+            metrics::release_retry();
             match self.invoke::<i64>(&call).await {
                 Ok(reply) => {
                     if let Err(e) = apply_release(&hold, generation, reply) {
@@ -235,7 +237,11 @@ impl Engine {
             hold.renewed(generation, sent_at, lease);
             Ok(())
         } else {
-            hold.mark_lost(generation, "extend found the lock gone");
+            hold.mark_lost(
+                generation,
+                "extend found the lock gone",
+                LossReason::Deleted,
+            );
             Err(lost())
         }
     }
@@ -279,6 +285,7 @@ mod tests {
     use super::*;
     use crate::backend::convert;
     use crate::hold::Lease;
+    use crate::metrics::Labels;
     use crate::name::Keys;
     use crate::util::arbitrary::{config, int, value};
 
@@ -303,7 +310,12 @@ mod tests {
             kind in kind(),
             reply in prop_oneof![int().prop_map(Value::Int), value()],
         ) {
-            let hold = Hold::new(kind, Keys::new("lock:", "order:42").unwrap(), 1);
+            let hold = Hold::new(
+                kind,
+                Keys::new("lock:", "order:42").unwrap(),
+                1,
+                Labels::new(kind.metric(), None, "order:42"),
+            );
             let generation =
                 hold.acquired(7, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
             let reply = match convert::<i64>(reply) {

@@ -14,6 +14,7 @@ use crate::driver::{Attempt, Primitive, Request};
 use crate::engine::{Claims, Engine};
 use crate::error::LockError;
 use crate::hold::{Hold, Kind};
+use crate::metrics::LossReason;
 use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
 use crate::scripts::{Call, Op};
@@ -59,6 +60,7 @@ impl Take {
 impl Primitive for Take {
     type Guard = MultiLockGuard;
     const SPAN: &'static str = "multi_lock";
+    const KIND: &'static str = "multi";
 
     fn engine(&self) -> &Arc<Engine> {
         &self.engine
@@ -196,7 +198,11 @@ impl Primitive for Take {
             }
             [-1, i] => {
                 let hold = &self.holds[index(*i).ok_or_else(bad)?];
-                hold.mark_lost(hold.state().generation, "re-entry found the lock gone");
+                hold.mark_lost(
+                    hold.state().generation,
+                    "re-entry found the lock gone",
+                    LossReason::Deleted,
+                );
                 Err(LockError::Lost {
                     name: hold.name().to_owned(),
                 })

@@ -1,0 +1,357 @@
+//! Metrics: what lock-core reports through the [`metrics`](https://docs.rs/metrics) facade
+//! (0.24) when its `metrics` cargo feature is on.
+//!
+//! The feature is off by default, and then every recording call compiles to nothing. With it
+//! on, lock-core records into whatever recorder the application installed (a Prometheus
+//! exporter such as `metrics-exporter-prometheus`, an OpenTelemetry bridge, ...); without an
+//! installed recorder the calls do nothing. The metrics are described (unit and help text) when
+//! a client is built. The names follow the Prometheus and OpenTelemetry conventions: units in
+//! the name, `_total` for counters, seconds for durations.
+//!
+//! ```toml
+//! [dependencies]
+//! lock-core = { version = "0.1", features = ["metrics"] }
+//! ```
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquisition requests, by how they ended |
+//! | `lock_acquire_duration_seconds` | histogram | `kind`, `outcome` | from the request's start to its result |
+//! | `lock_wait_duration_seconds` | histogram | `kind` | time spent waiting for a release, only for requests that waited |
+//! | `lock_hold_duration_seconds` | histogram | `kind` | from the grant to the release or the loss |
+//! | `lock_waiter_wakeups_total` | counter | `kind` | times a waiting request woke up to try again (a release message, the holder's lease running out, a reconnect) |
+//! | `lock_attempts_retried_total` | counter | `kind` | attempts after a request's first (contention) |
+//! | `lock_renewals_total` | counter | `outcome` | holds the watchdog renewed (`ok`), could not renew (`failed`: Redis said the lock was gone, or the call failed or timed out) or renewed after the hold had already run out locally (`late`) |
+//! | `lock_renewal_batch_size` | histogram | | holds per renewal call of the watchdog |
+//! | `lock_batch_size` | histogram | | mutex acquisitions and releases per batched call (requests that queued behind calls in flight) |
+//! | `lock_lost_total` | counter | `kind`, `reason` | held locks lost while a guard still lived |
+//! | `lock_release_retries_total` | counter | | releases sent again after their answer was lost |
+//! | `lock_pubsub_reconnects_total` | counter | | reconnections of the waiters' pub/sub connection |
+//! | `lock_held` | gauge | `kind` | holds this process currently has (granted, not yet released or lost) |
+//!
+//! Label values:
+//!
+//! - `kind`: `mutex`, `fair`, `read`, `write`, `semaphore`, `multi`. `multi` appears only on the
+//!   request metrics (acquisitions, their durations, wake-ups, retries); each name a multi-lock
+//!   holds counts as a `mutex` hold in `lock_held`, `lock_hold_duration_seconds` and
+//!   `lock_lost_total`. A [`RedLock`](crate::RedLock) is seen through its per-node clients: each
+//!   node's fixed-lease `mutex`.
+//! - `outcome` of an acquisition: `acquired`; `busy` (a single try found the lock held);
+//!   `timeout` (a wait ended without the lock); `unavailable` (Redis could not be reached or
+//!   did not answer: [`LockError::is_unavailable`](crate::LockError::is_unavailable));
+//!   `lost` (the grant came back after its lease had run out and was given back, or a
+//!   re-entry found the hold gone); `invalid` (any other error: a bad name or option, a size
+//!   mismatch, a cross-slot multi-lock, a refused permission, an unexpected reply). A request
+//!   whose caller goes away before its result is not counted.
+//! - `reason` of a loss: `deleted` (Redis said the owner no longer holds the lock while its
+//!   lease should still run: a force-unlock, a `DEL`/`FLUSHALL`, an eviction, a failover to a
+//!   replica without it — found by a renewal, an extension, a re-entry or a release);
+//!   `expired` (a fixed lease ran out while a guard still lived, or Redis said the lock was
+//!   gone after its lease had already run out); `unreachable` (no renewal was confirmed within a
+//!   watchdog lease: Redis down, paused, too slow or cut off).
+//! - `family`: only with [`LockClientBuilder::metric_label`](crate::LockClientBuilder::metric_label),
+//!   the label that function gives the lock's name (on every metric with a `kind`). Lock names
+//!   themselves never become labels: they are unbounded.
+//!
+//! The same names are the constants of this module.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Counter `{kind, outcome}`: acquisition requests, by how they ended.
+pub const ACQUISITIONS: &str = "lock_acquisitions_total";
+/// Histogram `{kind, outcome}`, seconds: from a request's start to its result.
+pub const ACQUIRE_DURATION: &str = "lock_acquire_duration_seconds";
+/// Histogram `{kind}`, seconds: time spent waiting for a release (requests that waited).
+pub const WAIT_DURATION: &str = "lock_wait_duration_seconds";
+/// Histogram `{kind}`, seconds: from the grant to the release or the loss.
+pub const HOLD_DURATION: &str = "lock_hold_duration_seconds";
+/// Counter `{kind}`: times a waiting request woke up to try again.
+pub const WAITER_WAKEUPS: &str = "lock_waiter_wakeups_total";
+/// Counter `{kind}`: attempts after a request's first.
+pub const ATTEMPTS_RETRIED: &str = "lock_attempts_retried_total";
+/// Counter `{outcome}` (`ok`, `failed`, `late`): holds the watchdog tried to renew.
+pub const RENEWALS: &str = "lock_renewals_total";
+/// Histogram: holds per renewal call of the watchdog.
+pub const RENEWAL_BATCH_SIZE: &str = "lock_renewal_batch_size";
+/// Histogram: requests per batched call (mutex acquisitions and releases that queued).
+pub const BATCH_SIZE: &str = "lock_batch_size";
+/// Counter `{kind, reason}` (`expired`, `deleted`, `unreachable`): held locks lost.
+pub const LOST: &str = "lock_lost_total";
+/// Counter: releases sent again after their answer was lost.
+pub const RELEASE_RETRIES: &str = "lock_release_retries_total";
+/// Counter: reconnections of the waiters' pub/sub connection.
+pub const PUBSUB_RECONNECTS: &str = "lock_pubsub_reconnects_total";
+/// Gauge `{kind}`: holds this process currently has.
+pub const HELD: &str = "lock_held";
+
+/// The function of [`LockClientBuilder::metric_label`](crate::LockClientBuilder::metric_label).
+pub(crate) type Labeler = Arc<dyn Fn(&str) -> Option<&'static str> + Send + Sync>;
+
+/// The labels of one lock: its kind, and its family when the client maps names to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Labels {
+    pub(crate) kind: &'static str,
+    pub(crate) family: Option<&'static str>,
+}
+
+impl Labels {
+    /// The labels of a lock of `kind` named `name`, under the client's `labeler`. Without the
+    /// feature the labeler is never called.
+    #[inline]
+    pub(crate) fn new(kind: &'static str, labeler: Option<&Labeler>, name: &str) -> Self {
+        #[cfg(feature = "metrics")]
+        let family = labeler.and_then(|f| f(name));
+        #[cfg(not(feature = "metrics"))]
+        let (family, _) = (None, (labeler, name));
+        Labels { kind, family }
+    }
+
+    #[cfg(feature = "metrics")]
+    fn with(self, extra: Option<(&'static str, &'static str)>) -> Vec<::metrics::Label> {
+        let mut labels = Vec::with_capacity(3);
+        labels.push(::metrics::Label::from_static_parts("kind", self.kind));
+        if let Some((key, value)) = extra {
+            labels.push(::metrics::Label::from_static_parts(key, value));
+        }
+        if let Some(family) = self.family {
+            labels.push(::metrics::Label::from_static_parts("family", family));
+        }
+        labels
+    }
+}
+
+/// How an acquisition request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acquired,
+    Busy,
+    Timeout,
+    Unavailable,
+    Lost,
+    Invalid,
+}
+
+impl Outcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Busy => "busy",
+            Outcome::Timeout => "timeout",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Lost => "lost",
+            Outcome::Invalid => "invalid",
+        }
+    }
+}
+
+/// Why a held lock was lost (the `reason` label; see the module docs for the mapping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LossReason {
+    Expired,
+    Deleted,
+    Unreachable,
+}
+
+impl LossReason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LossReason::Expired => "expired",
+            LossReason::Deleted => "deleted",
+            LossReason::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// How the watchdog's renewal of one hold went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewalOutcome {
+    Ok,
+    Failed,
+    Late,
+}
+
+/// Describes every metric (unit and help text) to the installed recorder.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+        describe_counter!(
+            ACQUISITIONS,
+            Unit::Count,
+            "Lock acquisition requests, by kind and outcome"
+        );
+        describe_histogram!(
+            ACQUIRE_DURATION,
+            Unit::Seconds,
+            "Time from an acquisition request's start to its result"
+        );
+        describe_histogram!(
+            WAIT_DURATION,
+            Unit::Seconds,
+            "Time acquisition requests spent waiting for a release"
+        );
+        describe_histogram!(
+            HOLD_DURATION,
+            Unit::Seconds,
+            "Time from a lock's grant to its release or loss"
+        );
+        describe_counter!(
+            WAITER_WAKEUPS,
+            Unit::Count,
+            "Times a waiting request woke up to try again"
+        );
+        describe_counter!(
+            ATTEMPTS_RETRIED,
+            Unit::Count,
+            "Acquisition attempts after a request's first"
+        );
+        describe_counter!(
+            RENEWALS,
+            Unit::Count,
+            "Holds the watchdog renewed (ok), could not renew (failed) or renewed too late (late)"
+        );
+        describe_histogram!(
+            RENEWAL_BATCH_SIZE,
+            Unit::Count,
+            "Holds per renewal call of the watchdog"
+        );
+        describe_histogram!(BATCH_SIZE, Unit::Count, "Requests per batched call");
+        describe_counter!(
+            LOST,
+            Unit::Count,
+            "Held locks lost while a guard still lived, by reason"
+        );
+        describe_counter!(
+            RELEASE_RETRIES,
+            Unit::Count,
+            "Releases sent again after their answer was lost"
+        );
+        describe_counter!(
+            PUBSUB_RECONNECTS,
+            Unit::Count,
+            "Reconnections of the waiters' pub/sub connection"
+        );
+        describe_gauge!(HELD, Unit::Count, "Holds this process currently has");
+    }
+}
+
+/// An acquisition request ended with `outcome` after `took`.
+#[inline]
+pub(crate) fn acquisition(labels: Labels, outcome: Outcome, took: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let with = labels.with(Some(("outcome", outcome.as_str())));
+        ::metrics::counter!(ACQUISITIONS, with.clone()).increment(1);
+        ::metrics::histogram!(ACQUIRE_DURATION, with).record(took.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (labels, outcome, took);
+}
+
+/// A request that waited spent `waited` waiting.
+#[inline]
+pub(crate) fn waited(labels: Labels, waited: Duration) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!(WAIT_DURATION, labels.with(None)).record(waited.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (labels, waited);
+}
+
+/// A waiting request woke up to try again.
+#[inline]
+pub(crate) fn wakeup(labels: Labels) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(WAITER_WAKEUPS, labels.with(None)).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = labels;
+}
+
+/// An attempt after a request's first.
+#[inline]
+pub(crate) fn retried(labels: Labels) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(ATTEMPTS_RETRIED, labels.with(None)).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = labels;
+}
+
+/// A hold was granted (a fresh acquisition, not a re-entry).
+#[inline]
+pub(crate) fn hold_started(labels: Labels) {
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!(HELD, labels.with(None)).increment(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = labels;
+}
+
+/// A hold granted `held` ago ended (released, lost, or dropped).
+#[inline]
+pub(crate) fn hold_ended(labels: Labels, held: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let with = labels.with(None);
+        ::metrics::gauge!(HELD, with.clone()).decrement(1.0);
+        ::metrics::histogram!(HOLD_DURATION, with).record(held.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (labels, held);
+}
+
+/// A held lock was lost.
+#[inline]
+pub(crate) fn lost(labels: Labels, reason: LossReason) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(LOST, labels.with(Some(("reason", reason.as_str())))).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (labels, reason);
+}
+
+/// The watchdog's renewal of `holds` holds went `how`.
+#[inline]
+pub(crate) fn renewals(how: RenewalOutcome, holds: usize) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = match how {
+            RenewalOutcome::Ok => "ok",
+            RenewalOutcome::Failed => "failed",
+            RenewalOutcome::Late => "late",
+        };
+        ::metrics::counter!(RENEWALS, "outcome" => outcome).increment(holds as u64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (how, holds);
+}
+
+/// The watchdog sent one renewal call for `holds` holds.
+#[inline]
+pub(crate) fn renewal_batch(holds: usize) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!(RENEWAL_BATCH_SIZE).record(holds as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = holds;
+}
+
+/// A batched call carried `requests` requests.
+#[inline]
+pub(crate) fn batch(requests: usize) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!(BATCH_SIZE).record(requests as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = requests;
+}
+
+/// A release was sent again.
+#[inline]
+pub(crate) fn release_retry() {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(RELEASE_RETRIES).increment(1);
+}
+
+/// The pub/sub connection is being made again.
+#[inline]
+pub(crate) fn pubsub_reconnect() {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(PUBSUB_RECONNECTS).increment(1);
+}
