@@ -442,7 +442,7 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
         rows.push((
             "contention",
             format!(
-                "{} busy (no wait, or not free in time); {} acquisitions waited for a held lock \
+                "{} busy (a single try found the lock held); {} acquisitions waited for a held lock \
                  (p99 wait {wait_p99}); {} waiter wake-ups, {} attempts retried",
                 count(by_outcome.get("busy").copied().unwrap_or(0.0)),
                 count(waits),
@@ -450,23 +450,49 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
                 count(scrape.sum("lock_attempts_retried_total", &[])),
             ),
         ));
-        let latency = |q| {
+        let latency = |q, filter: &[(&str, &str)]| {
+            let mut filter = filter.to_vec();
+            filter.push(("outcome", "acquired"));
             scrape
-                .quantile(
-                    q,
-                    "lock_acquire_duration_seconds",
-                    &[("outcome", "acquired")],
-                )
+                .quantile(q, "lock_acquire_duration_seconds", &filter)
                 .map_or_else(|| "-".to_owned(), ms)
         };
         rows.push((
             "acquire time",
             format!(
                 "p99 {} (p50 {}) from request to lock, for the acquisitions that got it",
-                latency(0.99),
-                latency(0.5)
+                latency(0.99, &[]),
+                latency(0.5, &[])
             ),
         ));
+        let mut families = Vec::new();
+        for (family, what) in [
+            ("stock", "the purchases"),
+            ("buyer", "double clicks"),
+            ("order", "payment callbacks"),
+        ] {
+            let only = [("family", family)];
+            let outcome = |o| {
+                count(scrape.sum(
+                    "lock_acquisitions_total",
+                    &[("family", family), ("outcome", o)],
+                ))
+            };
+            if scrape.sum("lock_acquisitions_total", &only) <= 0.0 {
+                continue;
+            }
+            families.push(format!(
+                "{family} ({what}): {} acquired, {} busy, {} timed out, {} waited, p99 acquire {}",
+                outcome("acquired"),
+                outcome("busy"),
+                outcome("timeout"),
+                count(scrape.sum("lock_wait_duration_seconds_count", &only)),
+                latency(0.99, &only),
+            ));
+        }
+        if !families.is_empty() {
+            rows.push(("by lock", families.join("; ")));
+        }
     } else {
         rows.push((
             "locks",
@@ -612,16 +638,21 @@ flash_sale_orders_total 2
 flash_sale_units_sold_total 2
 flash_sale_payments_total{applied=\"true\"} 2
 flash_sale_rejections_total{route=\"orders\",status=\"409\",code=\"lock_busy\"} 3
-lock_acquisitions_total{kind=\"mutex\",outcome=\"acquired\"} 10
-lock_acquisitions_total{kind=\"mutex\",outcome=\"busy\"} 4
-lock_wait_duration_seconds_count{kind=\"mutex\"} 6
-lock_acquire_duration_seconds_bucket{kind=\"mutex\",outcome=\"acquired\",le=\"0.001\"} 5
-lock_acquire_duration_seconds_bucket{kind=\"mutex\",outcome=\"acquired\",le=\"0.01\"} 10
-lock_acquire_duration_seconds_bucket{kind=\"mutex\",outcome=\"acquired\",le=\"+Inf\"} 10
+lock_acquisitions_total{kind=\"mutex\",family=\"stock\",outcome=\"acquired\"} 10
+lock_acquisitions_total{kind=\"mutex\",family=\"buyer\",outcome=\"busy\"} 4
+lock_wait_duration_seconds_count{kind=\"mutex\",family=\"stock\"} 6
+lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"0.001\"} 5
+lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"0.01\"} 10
+lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"+Inf\"} 10
 ";
         let mut scrape = Scrape::parse(page);
         scrape.add(Scrape::parse(page));
-        let text = metrics_report(&scrape, 2, 3).join("\n");
+        // One line, spaces collapsed: the report wraps its rows.
+        let text = metrics_report(&scrape, 2, 3)
+            .join(" ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(text.contains("2 of 3 instances"), "{text}");
         assert!(
             text.contains("28: acquired 20, busy 8, timeout 0"),
@@ -630,6 +661,16 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",outcome=\"acquired\",le=\"+I
         assert!(text.contains("12 acquisitions waited"), "{text}");
         assert!(text.contains("p99 9.8 ms"), "{text}");
         assert!(
+            text.contains("stock (the purchases): 20 acquired, 0 busy"),
+            "{text}"
+        );
+        assert!(text.contains("12 waited, p99 acquire 9.8 ms"), "{text}");
+        assert!(
+            text.contains("buyer (double clicks): 0 acquired, 8 busy"),
+            "{text}"
+        );
+        assert!(!text.contains("order ("), "{text}");
+        assert!(
             text.contains("4 orders, 4 units sold, 4 payments applied"),
             "{text}"
         );
@@ -637,6 +678,7 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",outcome=\"acquired\",le=\"+I
         let text = metrics_report(&Scrape::parse("flash_sale_orders_total 1\n"), 1, 1).join("\n");
         assert!(text.contains("figures unavailable"), "{text}");
         assert!(text.contains("rejections   none"), "{text}");
+        assert!(!text.contains("by lock"), "{text}");
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .map_err(|e| format!("cannot open the database: {e}"))?;
     let locks = LockClient::builder(&options.redis_url)
         .watchdog_lease(options.lease)
+        .metric_label(lock_family)
         .pool_size(32)
         .build()
         .await
@@ -126,6 +127,22 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .await?;
     db.close().await;
     Ok(())
+}
+
+/// The `family` label of a lock's metrics: which of the app's locks it is (the names
+/// themselves are unbounded).
+pub fn lock_family(name: &str) -> Option<&'static str> {
+    if name.starts_with("sale:") && name.ends_with(":stock") {
+        Some("stock")
+    } else if name.starts_with("buyer:") {
+        Some("buyer")
+    } else if name.starts_with("order:") {
+        Some("order")
+    } else if name == "flash-sale:migrate" {
+        Some("migrate")
+    } else {
+        None
+    }
 }
 
 /// Reads stdin on a thread of its own (so it never holds up the runtime's shutdown): each

@@ -433,5 +433,31 @@ async fn the_lock_panel_and_metrics() {
         ("code", "invalid_sale_id"),
     ];
     assert_eq!(scrape.sum(telemetry::REJECTIONS, &bad_id), 1.0, "{text}");
+    // And the locks' own (lock-core's `metrics` feature), by family: three purchases took the
+    // stock lock, bob's after waiting for the test's holder; each took its buyer lock.
+    let acquired = |family| {
+        scrape.sum(
+            "lock_acquisitions_total",
+            &[("family", family), ("outcome", "acquired")],
+        )
+    };
+    assert_eq!(acquired("stock"), 3.0, "{text}");
+    assert_eq!(acquired("buyer"), 3.0, "{text}");
+    let waited = [("family", "stock")];
+    assert_eq!(
+        scrape.sum("lock_wait_duration_seconds_count", &waited),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        scrape
+            .quantile(
+                0.99,
+                "lock_acquire_duration_seconds",
+                &[("family", "stock")]
+            )
+            .is_some(),
+        "acquire times as a histogram: {text}"
+    );
     env.finish().await;
 }
