@@ -465,6 +465,24 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
                 latency(0.5, &[])
             ),
         ));
+        let lost = scrape.sum_by("lock_lost_total", "reason");
+        let lost_total: f64 = lost.values().sum();
+        rows.push((
+            "losses",
+            if lost_total > 0.0 {
+                let reasons: Vec<String> = lost
+                    .iter()
+                    .map(|(reason, n)| format!("{reason} {}", count(*n)))
+                    .collect();
+                format!(
+                    "{} held locks lost while their guard lived ({})",
+                    count(lost_total),
+                    reasons.join(", ")
+                )
+            } else {
+                "no held lock was lost".to_owned()
+            },
+        ));
         let mut families = Vec::new();
         for (family, what) in [
             ("stock", "the purchases"),
@@ -641,6 +659,7 @@ flash_sale_rejections_total{route=\"orders\",status=\"409\",code=\"lock_busy\"} 
 lock_acquisitions_total{kind=\"mutex\",family=\"stock\",outcome=\"acquired\"} 10
 lock_acquisitions_total{kind=\"mutex\",family=\"buyer\",outcome=\"busy\"} 4
 lock_wait_duration_seconds_count{kind=\"mutex\",family=\"stock\"} 6
+lock_lost_total{kind=\"mutex\",family=\"stock\",reason=\"expired\"} 1
 lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"0.001\"} 5
 lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"0.01\"} 10
 lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"+Inf\"} 10
@@ -659,6 +678,10 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"a
             "{text}"
         );
         assert!(text.contains("12 acquisitions waited"), "{text}");
+        assert!(
+            text.contains("2 held locks lost while their guard lived (expired 2)"),
+            "{text}"
+        );
         assert!(text.contains("p99 9.8 ms"), "{text}");
         assert!(
             text.contains("stock (the purchases): 20 acquired, 0 busy"),
