@@ -461,3 +461,62 @@ async fn the_lock_panel_and_metrics() {
     );
     env.finish().await;
 }
+
+/// Two instances: while instance 0's purchase holds the stock lock (stopped at its stall
+/// point), both panels name instance 0 as the holder, each from its own side (itself, or the
+/// `instances` table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_panels_name_the_instance_that_holds_the_lock() {
+    let mut env = Env::start(Setup {
+        instances: 2,
+        stall_first: true,
+        ..Setup::default()
+    })
+    .await;
+    let (base0, base1) = (env.url(0), env.url(1));
+    let c = http();
+    let sale = create_sale(&base0, 5).await;
+    let buying = tokio::spawn({
+        let (base0, sale) = (base0.clone(), sale.clone());
+        async move { buy(&base0, &sale, "alice").await }
+    });
+    let line = env.instances[0]
+        .next_stall(Duration::from_secs(30))
+        .await
+        .expect("instance 0 reaches its stall point holding the stock lock");
+    let token: u64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {line:?}"));
+    for base in [&base0, &base1] {
+        let (status, panel) = read(
+            c.get(format!("{base}/api/sales/{sale}/lock"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{panel}");
+        assert_eq!(panel["held"], true, "{base}: {panel}");
+        assert_eq!(panel["holder"]["instance"], "instance-0", "{base}: {panel}");
+        assert_eq!(panel["fencing_token"].as_u64(), Some(token), "{panel}");
+    }
+    let (_, panel) = read(
+        c.get(format!("{base1}/api/sales/{sale}/lock"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(panel["served_by"]["name"], "instance-1");
+    assert_eq!(
+        panel["queued_here"], 0,
+        "instance 1 runs no purchase: {panel}"
+    );
+    env.instances[0].release_stall().unwrap();
+    let (status, order) = buying.await.unwrap();
+    assert_eq!(status, 201, "{order}");
+    assert_eq!(order["fence"].as_u64(), Some(token));
+    env.finish().await;
+}
