@@ -14,6 +14,7 @@ use crate::backend::{Backend, Cluster, Sentinel, Standalone, sentinel};
 use crate::client::LockClient;
 use crate::engine::{Config, Engine};
 use crate::error::LockError;
+use crate::eviction::EvictionRisk;
 use crate::metrics::{self, Labeler};
 use crate::name::validate_prefix;
 use crate::scripts::Scripts;
@@ -329,6 +330,7 @@ impl LockClientBuilder {
         let (backend, source) = self.connect().await?;
         let scripts = Scripts::get(backend.is_sharded());
         let mode = backend.load_scripts(scripts).await?;
+        let eviction = eviction_risk(&backend).await;
         let waiters = Waiters::start(source, self.connect_timeout);
         let engine = Engine::start(
             backend,
@@ -339,12 +341,34 @@ impl LockClientBuilder {
                 fence_ttl: self.fence_ttl,
                 min_replicas: self.min_replicas,
                 metric_label: self.metric_label,
+                eviction,
             },
             waiters,
         );
         tokio::spawn(watchdog::run(Arc::downgrade(&engine), self.watchdog_lease));
         Ok(LockClient::from_engine(engine))
     }
+}
+
+/// Reads the server's `maxmemory-policy` and says once if it can evict lock keys. Never fails:
+/// a refused or unanswered `CONFIG GET` is [`EvictionRisk::Unknown`].
+async fn eviction_risk(backend: &Backend) -> EvictionRisk {
+    let risk = match backend.max_memory_policy().await {
+        Ok(policy) => EvictionRisk::of(Some(&policy)),
+        Err(error) => {
+            tracing::info!(%error, "could not read maxmemory-policy (CONFIG GET); \
+                eviction risk unknown: make sure the server uses noeviction");
+            EvictionRisk::Unknown
+        }
+    };
+    if let EvictionRisk::Evicts { policy } = &risk {
+        tracing::warn!(
+            policy = %policy,
+            "Redis maxmemory-policy can evict lock keys: under memory pressure locks may be \
+             silently lost (use maxmemory-policy noeviction for the lock server)"
+        );
+    }
+    risk
 }
 
 impl LockClientBuilder {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::driver::{LockRequest, TryLockRequest};
 use crate::engine::Engine;
+use crate::eviction::EvictionRisk;
 use crate::fair::FairLock;
 use crate::leader::Leader;
 use crate::multi::MultiLock;
@@ -53,6 +54,21 @@ pub struct LockClient {
 }
 
 impl LockClient {
+    /// Whether the server's `maxmemory-policy` can evict lock keys (silently losing locks
+    /// under memory pressure), as read once when the client was built; see [`EvictionRisk`].
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), lock_core::LockError> {
+    /// let client = lock_core::LockClient::connect("redis://127.0.0.1:6379").await?;
+    /// if client.eviction_risk().evicts() {
+    ///     eprintln!("{}", client.eviction_risk());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn eviction_risk(&self) -> &EvictionRisk {
+        &self.engine.config.eviction
+    }
+
     /// The shortest lease accepted: 10 ms.
     pub const MIN_LEASE: Duration = crate::util::MIN_LEASE;
 

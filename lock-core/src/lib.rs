@@ -110,8 +110,10 @@
 //! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
-//! (sharded pub/sub, the slot map, the version check at connect). On the sentinels, when they
-//! require a login (the sentinel URLs carry it):
+//! (sharded pub/sub, the slot map, the version check at connect). Optionally `+config|get`:
+//! `build()` reads `maxmemory-policy` once to warn when the server can evict lock keys
+//! ([`LockClient::eviction_risk`]); without it the risk is reported as unknown, nothing
+//! fails, and the server's `ACL LOG` shows that one refusal per client built. On the sentinels, when they require a login (the sentinel URLs carry it):
 //!
 //! ```text
 //! ACL SETUSER locks reset on >CHANGE-ME &+switch-master +sentinel|get-master-addr-by-name +subscribe
@@ -127,9 +129,11 @@
 //! commands above: functions (`FUNCTION LOAD`, `FCALL`) or scripts (`SCRIPT LOAD`,
 //! `EVALSHA`), `PING`,
 //! (sharded) pub/sub, `WAIT`, `ROLE` and `SENTINEL GET-MASTER-ADDR-BY-NAME`, `INFO server` and
-//! `CLUSTER SLOTS`. It never sends `DEBUG`, `CONFIG`, `KEYS`, `FLUSHALL` or `MONITOR`, which
-//! managed services often forbid; only the test harness (`tests/`, its own throwaway
-//! `redis-server`s) uses `DEBUG` and `CONFIG`. A Cluster must run Redis 7.0 or later (sharded
+//! `CLUSTER SLOTS`, and one `CONFIG GET maxmemory-policy` at connect, whose refusal (a
+//! managed service that forbids or renames `CONFIG`) is not an error. It never sends `DEBUG`,
+//! `CONFIG SET`, `KEYS`, `FLUSHALL` or `MONITOR`, which managed services often forbid; only
+//! the test harness (`tests/`, its own throwaway `redis-server`s) uses `DEBUG` and
+//! `CONFIG SET`. A Cluster must run Redis 7.0 or later (sharded
 //! pub/sub), checked at connect.
 //!
 //! # The primitives
@@ -301,6 +305,7 @@ mod client;
 mod driver;
 mod engine;
 mod error;
+mod eviction;
 mod fair;
 pub mod fenced;
 mod global;
@@ -330,6 +335,7 @@ pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use driver::{LockRequest, TryLockRequest};
 pub use error::LockError;
+pub use eviction::EvictionRisk;
 pub use fair::FairLock;
 pub use global::{global_client, install_global};
 pub use guard::Guard;

@@ -172,6 +172,7 @@ where
                     let rejection = rejection
                         .take()
                         .expect("ResponseFuture polled after completion");
+                    rejection.log();
                     Step::Ready(Ok(this.on_rejection.on_rejection(rejection)))
                 }
                 StateProj::Acquiring { acquire } => {

@@ -178,10 +178,22 @@
 //! shortened to 64 characters), `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`,
 //! `missing_key`, `invalid_key`, `no_key` for a pass-through, `error`), `wait_ms` (time spent
 //! taking the lock), `held_ms` (time it was held) and `lost` (set when it was lost while
-//! held). The handler runs inside it, so its own events carry the key. Events: `info` for
-//! every rejected request (busy, missing or invalid key), `warn` when Redis is unavailable
-//! or a lock is lost, `error` for a misconfigured layer, `debug` for acquisitions and
-//! releases.
+//! held). The handler runs inside it, so its own events carry the key.
+//!
+//! Events: exactly one `info` per rejected request, `request rejected by the lock layer`
+//! (409 busy, 503 unavailable or lost, 400 missing or invalid key, 500 misconfigured), with
+//! `status`, `code` (see [`RejectionKind::code`]), `lock` (the lock's name when the error
+//! names it), `holder_lease_ms` (for a busy lock, the holder's remaining lease from Redis's
+//! busy answer — free to know, since the attempt reads it — absent when the lock has no
+//! expiry or the layer's own acquire timeout cut the wait), `retry_after_ms`, `detail` and
+//! `error`; the key is on its span. Also: `warn` when a request runs without the lock
+//! (failing open) or a lock is lost while its handler runs, `error` for a misconfigured layer
+//! (besides its 500's `info`), `debug` for acquisitions and releases. A default
+//! `tracing_subscriber::fmt()` prints the `info` events:
+//!
+//! ```text
+//! INFO distributed_lock{key=order:42 outcome="busy" wait_ms=0}: lock_tower::response: request rejected by the lock layer status=409 code="lock_busy" lock="order:42" holder_lease_ms=29873 retry_after_ms=1000 ...
+//! ```
 //!
 //! # Layer order
 //!

@@ -61,9 +61,9 @@ pub(crate) enum Decision {
 }
 
 /// Decides from an acquisition's outcome (`None`: cut off by the layer's acquire timeout),
-/// records it on the request's span and logs it: `debug` for an acquisition, `info` for a busy
-/// lock, `warn` when Redis is unavailable (rejected or run without the lock), `error` for a
-/// misconfiguration.
+/// records it on the request's span and logs it: `debug` for an acquisition, `warn` for a
+/// request run without the lock (failing open), `error` for a misconfiguration. A rejection's
+/// own `info` event is [`Rejection::log`]'s, when it becomes the response.
 pub(crate) fn decide(
     outcome: Option<Result<Guarded, LockError>>,
     settings: &Settings,
@@ -95,20 +95,9 @@ pub(crate) fn decide(
         }
         RejectionKind::Busy => {
             span.record("outcome", "busy");
-            tracing::info!(
-                status = rejection.status().as_u16(),
-                retry_after_ms = rejection.retry_after().map(|d| d.as_millis() as u64),
-                "lock busy; request rejected"
-            );
         }
         RejectionKind::Unavailable => {
             span.record("outcome", "unavailable");
-            tracing::warn!(
-                status = rejection.status().as_u16(),
-                error,
-                detail = rejection.detail(),
-                "lock service unavailable; request rejected"
-            );
         }
         _ => {
             span.record("outcome", "error");
@@ -230,6 +219,32 @@ impl Rejection {
             "the lock was lost while the request was running",
         )
         .with_retry_after(settings.unavailable_retry_after)
+    }
+
+    /// The one `info` event of a rejected request (every rejection, whatever its status),
+    /// emitted inside the request's `distributed_lock` span (which carries the `key`):
+    /// `status`, `code`, `lock` (the lock's name, when the error names it), `holder_lease_ms`
+    /// (a busy lock: the holder's remaining lease as Redis answered it, when it has one),
+    /// `retry_after_ms`, `detail` and the `error`, if any.
+    pub(crate) fn log(&self) {
+        let (lock, holder_lease) = match &self.error {
+            Some(LockError::Timeout {
+                name, holder_ttl, ..
+            }) => (Some(name.as_str()), *holder_ttl),
+            Some(LockError::Lost { name }) => (Some(name.as_str()), None),
+            _ => (None, None),
+        };
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(
+            status = self.status.as_u16(),
+            code = self.kind.code(),
+            lock,
+            holder_lease_ms = holder_lease.map(ms),
+            retry_after_ms = self.retry_after.map(ms),
+            detail = %self.detail,
+            error = self.error.as_ref().map(tracing::field::display),
+            "request rejected by the lock layer"
+        );
     }
 
     pub(crate) fn with_retry_after(mut self, retry_after: Duration) -> Self {

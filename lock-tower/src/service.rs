@@ -111,14 +111,13 @@ where
                 let future = span.in_scope(|| self.inner.call(request));
                 return ResponseFuture::unlocked(future, settings, on_rejection, span);
             }
-            tracing::info!(parent: &span, status = 400, "request without a lock key rejected");
             return reject(Rejection::missing_key(), "missing_key");
         };
         let name = match lock_name(&settings.keys, &key) {
             Ok(name) => name,
             Err(reason) => {
-                tracing::info!(parent: &span, status = 400, key = %shorten(&key), reason,
-                    "request with an invalid lock key rejected");
+                span.record("key", tracing::field::display(shorten(&key)));
+                tracing::debug!(parent: &span, reason, "invalid lock key");
                 return reject(Rejection::invalid_key(&reason), "invalid_key");
             }
         };

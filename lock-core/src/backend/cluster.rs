@@ -201,6 +201,13 @@ impl Topology for Cluster {
         self.bounded(load_code(&mut connection, scripts)).await
     }
 
+    async fn max_memory_policy(&self) -> Result<Value, LockError> {
+        let mut connection = self.connection.clone();
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+        self.bounded(connection.route_command(super::policy_cmd(), route))
+            .await
+    }
+
     fn slot(&self, key: &str) -> Option<Slot> {
         Some(Slot::for_key(key))
     }

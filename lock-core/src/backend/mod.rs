@@ -55,6 +55,9 @@ trait Topology: Send + Sync {
         scripts: &'static Scripts,
     ) -> impl Future<Output = Result<Mode, LockError>> + Send;
 
+    /// The primary's `maxmemory-policy` (`CONFIG GET`; on a Cluster, one primary's).
+    fn max_memory_policy(&self) -> impl Future<Output = Result<Value, LockError>> + Send;
+
     /// The slot of a key where keys live in slots (Cluster); None where all keys live together.
     fn slot(&self, key: &str) -> Option<Slot>;
 
@@ -115,6 +118,18 @@ impl Backend {
     /// library where the server takes it, else the scripts. Returns how calls will reach it.
     pub(crate) async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
         each!(self, b => b.load_scripts(scripts).await)
+    }
+
+    /// The primary's `maxmemory-policy`, or why it could not be read (an ACL or a managed
+    /// service refusing `CONFIG`, no answer).
+    pub(crate) async fn max_memory_policy(&self) -> Result<String, LockError> {
+        let value = each!(self, b => b.max_memory_policy().await)?;
+        let config: std::collections::HashMap<String, String> = convert(value)?;
+        config
+            .into_iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("maxmemory-policy"))
+            .map(|(_, policy)| policy)
+            .ok_or_else(|| LockError::UnexpectedReply("CONFIG GET maxmemory-policy: empty".into()))
     }
 
     /// The slot of a key on a Cluster; None where all keys live together.
@@ -286,6 +301,13 @@ fn no_permission(e: &redis::RedisError) -> Option<LockError> {
         "a permission Redis did not name".to_owned()
     };
     Some(LockError::NoPermission { missing, detail })
+}
+
+/// `CONFIG GET maxmemory-policy`, for [`Topology::max_memory_policy`].
+pub(crate) fn policy_cmd() -> redis::Cmd {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    cmd
 }
 
 /// The `WAIT` command for [`Topology::invoke_acked`].

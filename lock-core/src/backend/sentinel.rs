@@ -372,6 +372,11 @@ impl Topology for Sentinel {
             .await
     }
 
+    async fn max_memory_policy(&self) -> Result<Value, LockError> {
+        self.on_primary(|node| async move { node.max_memory_policy().await })
+            .await
+    }
+
     fn slot(&self, _key: &str) -> Option<Slot> {
         None
     }

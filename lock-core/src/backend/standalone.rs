@@ -244,6 +244,14 @@ impl Topology for Standalone {
             .map_err(|e| self.map_error(e))
     }
 
+    async fn max_memory_policy(&self) -> Result<Value, LockError> {
+        let mut conn = self.connection().await?;
+        super::policy_cmd()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_error(e))
+    }
+
     fn slot(&self, _key: &str) -> Option<Slot> {
         None
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 use crate::backend::convert;
 use crate::backend::{Backend, Invocation};
 use crate::error::LockError;
+use crate::eviction::EvictionRisk;
 use crate::hold::{Hold, Kind, Lease, Status};
 use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
@@ -67,6 +68,8 @@ pub(crate) struct Config {
     pub(crate) min_replicas: Option<(u32, Duration)>,
     /// Maps a lock's name to its metrics' `family` label.
     pub(crate) metric_label: Option<Labeler>,
+    /// Whether the server may evict lock keys, as read at build.
+    pub(crate) eviction: EvictionRisk,
 }
 
 /// The state shared by a client's handles, guards and background tasks.

@@ -1,0 +1,187 @@
+//! The `tracing` events operators rely on, captured per test thread by this binary's subscriber
+//! (each test runs on a current-thread runtime, so its background work emits there too):
+//! one `info` per request the tower layer rejects (409 busy, 503 unavailable), one `warn` per
+//! lost lock, nothing above `debug` for an uncontended acquisition and release.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use lock_tests::RedisServer;
+use lock_tests::fixtures::client_with_lease;
+use lock_tower::{DistributedLockLayer, PathSegment};
+use tower::{ServiceBuilder, ServiceExt};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// One captured event: its level, target and fields (the message is the `message` field).
+#[derive(Debug, Clone)]
+struct Captured {
+    level: Level,
+    target: String,
+    fields: BTreeMap<String, String>,
+}
+
+thread_local! {
+    /// The events of the test running on this thread.
+    static CAPTURED: std::cell::RefCell<Vec<Captured>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The events captured on this thread so far (each test runs on its own thread, and a
+/// current-thread runtime runs its background work there too).
+struct Events;
+
+impl Events {
+    fn take(&self) -> Vec<Captured> {
+        CAPTURED.with(|c| std::mem::take(&mut *c.borrow_mut()))
+    }
+}
+
+/// Collects every event into the emitting thread's buffer.
+struct Collector;
+
+struct Fields(BTreeMap<String, String>);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Collector {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = Fields(BTreeMap::new());
+        event.record(&mut fields);
+        let captured = Captured {
+            level: *event.metadata().level(),
+            target: event.metadata().target().to_owned(),
+            fields: fields.0,
+        };
+        CAPTURED.with(|c| c.borrow_mut().push(captured));
+    }
+}
+
+/// Starts capturing this thread's events afresh. The collector is the test binary's global
+/// subscriber (a per-thread `set_default` would race with other threads over the callsites'
+/// cached interest).
+fn capture() -> Events {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Collector))
+            .expect("the only subscriber of this test binary");
+    });
+    Events.take();
+    Events
+}
+
+fn at(events: &[Captured], level: Level) -> Vec<&Captured> {
+    events.iter().filter(|e| e.level == level).collect()
+}
+
+fn request(path: &str) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method("POST")
+        .uri(path)
+        .body(Full::default())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_rejected_request_is_one_info_event() {
+    let mut server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_secs(30)).await;
+    let svc = ServiceBuilder::new()
+        .layer(
+            DistributedLockLayer::new(client.clone(), PathSegment::new(0))
+                .prefix("t:")
+                .wait(Duration::ZERO)
+                .acquire_timeout(Duration::from_secs(2)),
+        )
+        .service_fn(|_req: Request<Full<Bytes>>| async move {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+        });
+    let holder = client.lock("t:job").await.unwrap();
+
+    let events = capture();
+    let res = svc.clone().oneshot(request("/job")).await.unwrap();
+    assert_eq!(res.status(), 409);
+    let busy = events.take();
+    let infos = at(&busy, Level::INFO);
+    assert_eq!(infos.len(), 1, "one info event for the 409: {busy:#?}");
+    let info = &infos[0].fields;
+    assert_eq!(info["status"], "409");
+    assert_eq!(info["code"], "lock_busy");
+    assert_eq!(info["lock"], "t:job");
+    let lease: u64 = info["holder_lease_ms"].parse().unwrap();
+    assert!(lease > 0 && lease <= 30_000, "the holder's lease: {info:?}");
+    assert!(at(&busy, Level::WARN).is_empty() && at(&busy, Level::ERROR).is_empty());
+
+    holder.unlock().await.unwrap();
+    server.kill();
+    events.take();
+    let res = svc.clone().oneshot(request("/job")).await.unwrap();
+    assert_eq!(res.status(), 503);
+    let down = events.take();
+    let infos: Vec<_> = at(&down, Level::INFO)
+        .into_iter()
+        .filter(|e| e.target.starts_with("lock_tower"))
+        .collect();
+    assert_eq!(infos.len(), 1, "one info event for the 503: {down:#?}");
+    assert_eq!(infos[0].fields["status"], "503");
+    assert_eq!(infos[0].fields["code"], "lock_unavailable");
+    assert!(infos[0].fields.contains_key("error"));
+}
+
+#[tokio::test]
+async fn a_lost_lock_is_one_warn_and_the_uncontended_path_stays_at_debug() {
+    let server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_millis(300)).await;
+    let events = capture();
+
+    let guard = client.lock("order:1").await.unwrap();
+    guard.unlock().await.unwrap();
+    let quiet = events.take();
+    assert!(
+        quiet.iter().all(|e| e.level >= Level::DEBUG),
+        "nothing above debug on the uncontended path: {quiet:#?}"
+    );
+    let debug: Vec<_> = quiet
+        .iter()
+        .filter_map(|e| e.fields.get("message"))
+        .collect();
+    assert!(
+        debug.iter().any(|m| *m == "lock acquired") && debug.iter().any(|m| *m == "lock released"),
+        "{quiet:#?}"
+    );
+
+    let guard = client.lock("order:1").await.unwrap();
+    let token = guard.fencing_token();
+    server.cmd(&["DEL", "lock:{order:1}"]);
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the watchdog finds the key gone");
+    drop(guard);
+    let lost = events.take();
+    let warns: Vec<_> = at(&lost, Level::WARN)
+        .into_iter()
+        .filter(|e| {
+            e.fields
+                .get("message")
+                .is_some_and(|m| m == "distributed lock lost")
+        })
+        .collect();
+    assert_eq!(warns.len(), 1, "one warn per loss: {lost:#?}");
+    let warn = &warns[0].fields;
+    assert_eq!(warn["lock"], "order:1");
+    assert_eq!(warn["reason"], "deleted");
+    assert_eq!(warn["fencing_token"], token.to_string());
+    assert!(warn.contains_key("held_for"), "{warn:?}");
+}
