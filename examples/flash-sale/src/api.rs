@@ -10,6 +10,9 @@
 //! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id` | `201`, `400`, `404`, `409` (already ordered, double click, not started), `410` (sold out, ended), `503` (busy: retry) |
 //! | `GET /api/orders/{order_id}` | one order | `200`, `400`, `404` |
 //! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent | `200`, `400`, `404`, `409` (paid by another payment) |
+//! | `GET /api/sales/{sale_id}/lock` | the sale's stock lock and recent rejections, for the lock panel ([`crate::panel`]) | `200`, `400`, `404`, `503` |
+//! | `GET /api/instance` | this instance: name, lock client id, URL | `200` |
+//! | `GET /metrics` | Prometheus text ([`crate::telemetry`]) | `200` |
 //!
 //! Errors are JSON problem documents with a `code` (see [`crate::error`]).
 //!
@@ -31,18 +34,20 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
+use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use http::header::{CACHE_CONTROL, HeaderValue, LOCATION};
 use http::{HeaderMap, Request, StatusCode};
 use lock_tower::{
-    DistributedLockLayer, KeyExtractor, LeaseLost, MissingKey, PathParam, header_value,
+    DistributedLockLayer, KeyExtractor, LeaseLost, MissingKey, PathParam, Rejection, header_value,
 };
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::model::{NewSale, OrderId, PaymentCallback, SaleId, UserId};
+use crate::panel::{self, Panel};
 use crate::shop::Shop;
 
 /// The storefront page: static HTML, CSS and JavaScript, embedded in the binary.
@@ -62,8 +67,19 @@ fn order_key(req: &Request<Body>) -> Option<String> {
         .filter(|id| OrderId::parse(id).is_ok())
 }
 
-/// The app's router. With locking off (`--no-lock`) the routes have no lock layers.
-pub fn router(shop: Arc<Shop>) -> Router {
+/// A lock layer's rejection: its default problem document, with its code in the extensions
+/// for the rejection counter.
+fn tagged_rejection(rejection: Rejection) -> Response {
+    let mut response = rejection.to_response::<Body>();
+    response
+        .extensions_mut()
+        .insert(ErrorCode(rejection.kind().code()));
+    response
+}
+
+/// The app's router, with the panel's routes and its rejection counter. With locking off
+/// (`--no-lock`) the routes have no lock layers.
+pub fn router(shop: Arc<Shop>, panel: Arc<Panel>) -> Router {
     let mut orders = post(create_order);
     let mut pay = post(pay_order);
     if shop.locking() {
@@ -74,13 +90,15 @@ pub fn router(shop: Arc<Shop>) -> Router {
                 .missing_key(MissingKey::PassThrough)
                 // The purchase inside is fenced at the database; the buyer lock only turns
                 // double clicks away, so a lost buyer lock need not cut a purchase in two.
-                .on_lease_lost(LeaseLost::Continue),
+                .on_lease_lost(LeaseLost::Continue)
+                .on_rejection(tagged_rejection),
         );
         pay = pay.route_layer(
             DistributedLockLayer::new(locks, order_key)
                 .prefix("order:")
                 .wait(Duration::from_secs(2))
-                .missing_key(MissingKey::PassThrough),
+                .missing_key(MissingKey::PassThrough)
+                .on_rejection(tagged_rejection),
         );
     }
     Router::new()
@@ -94,6 +112,8 @@ pub fn router(shop: Arc<Shop>) -> Router {
         .route("/api/orders/{order_id}/pay", pay)
         .fallback(not_found)
         .with_state(shop)
+        .merge(panel::routes(panel.clone()))
+        .layer(middleware::from_fn_with_state(panel, panel::track))
 }
 
 async fn index() -> Response {

@@ -33,6 +33,8 @@ pub struct InstanceOptions {
     pub stall_once: bool,
     /// Where the child's output goes.
     pub log: PathBuf,
+    /// The instance's name (`serve --name`), if not the default.
+    pub name: Option<String>,
 }
 
 /// A running `flash-sale serve` child process.
@@ -78,6 +80,9 @@ impl Instance {
         }
         if options.stall_once {
             cmd.arg("--stall-once");
+        }
+        if let Some(name) = &options.name {
+            cmd.arg("--name").arg(name);
         }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn");

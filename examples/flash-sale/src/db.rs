@@ -21,8 +21,14 @@ use crate::model::{
 };
 
 /// The migrations, embedded in the binary: `(version, description, SQL)`.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "schema", include_str!("../migrations/0001_schema.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "schema", include_str!("../migrations/0001_schema.sql")),
+    (
+        2,
+        "instances",
+        include_str!("../migrations/0002_instances.sql"),
+    ),
+];
 
 /// Which database a [`Db`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +177,37 @@ impl Db {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Records this instance: its lock client's id, its name and its URL (see
+    /// `migrations/0002_instances.sql`).
+    pub async fn register_instance(
+        &self,
+        client_id: &str,
+        name: &str,
+        url: &str,
+        started_at: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO instances (client_id, name, url, started_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(client_id)
+        .bind(name)
+        .bind(url)
+        .bind(started_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The name of the instance whose lock client has id `client_id`, if it registered.
+    pub async fn instance_name(&self, client_id: &str) -> Result<Option<String>, sqlx::Error> {
+        sqlx::query("SELECT name FROM instances WHERE client_id = $1")
+            .bind(client_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| r.try_get("name"))
+            .transpose()
     }
 
     /// How many orders `user` has for `sale`.

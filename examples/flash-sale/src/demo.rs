@@ -22,6 +22,7 @@ use crate::invariants::Invariants;
 use crate::load::{self, LoadOptions, LoadReport};
 use crate::model::SaleId;
 use crate::serve::BoxError;
+use crate::telemetry::{self, Scrape};
 
 /// How to run the demo.
 #[derive(Debug, Clone)]
@@ -128,6 +129,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             work: options.work,
             stall_once: options.stall_holder && i == 0,
             log: dir.path().join(format!("instance-{}.log", i + 1)),
+            name: Some(format!("instance-{}", i + 1)),
         })
         .await?;
         println!(
@@ -194,6 +196,11 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         inv.stale_writes_rejected
     );
     for line in who_stopped_what(options.locking, &report, &inv) {
+        println!("{line}");
+    }
+    // The instances' own figures, before they stop: each is a process with its recorder.
+    let scrape = scrape_all(&http, &targets).await;
+    for line in metrics_report(&scrape.0, scrape.1, targets.len()) {
         println!("{line}");
     }
     let violated = !inv.violations().is_empty();
@@ -366,6 +373,197 @@ fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec
     lines
 }
 
+/// Every instance's `/metrics`, added up, and how many answered.
+async fn scrape_all(http: &reqwest::Client, targets: &[String]) -> (Scrape, usize) {
+    let mut scrape = Scrape::default();
+    let mut answered = 0;
+    for target in targets {
+        let page = async {
+            http.get(format!("{target}/metrics"))
+                .send()
+                .await?
+                .error_for_status()?
+                .text()
+                .await
+        };
+        match page.await {
+            Ok(text) => {
+                scrape.add(Scrape::parse(&text));
+                answered += 1;
+            }
+            Err(e) => tracing::warn!(target, error = %e, "cannot read /metrics"),
+        }
+    }
+    (scrape, answered)
+}
+
+/// Milliseconds with one decimal, from seconds.
+fn ms(seconds: f64) -> String {
+    format!("{:.1} ms", seconds * 1000.0)
+}
+
+/// A count for the report (counters are floats in the text format).
+fn count(value: f64) -> u64 {
+    if value.is_finite() && value > 0.0 {
+        value.round() as u64
+    } else {
+        0
+    }
+}
+
+/// The report's lines on the locks and the app, from the instances' `/metrics`.
+fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<String> {
+    let mut lines = vec![format!(
+        "metrics (GET /metrics of {answered} of {instances} instances, added up):"
+    )];
+    let mut rows: Vec<(&str, String)> = Vec::new();
+    if scrape.has("lock_acquisitions_total") {
+        let by_outcome = scrape.sum_by("lock_acquisitions_total", "outcome");
+        let total: f64 = by_outcome.values().sum();
+        let outcomes: Vec<String> = [
+            "acquired",
+            "busy",
+            "timeout",
+            "unavailable",
+            "lost",
+            "invalid",
+        ]
+        .iter()
+        .map(|o| format!("{o} {}", count(by_outcome.get(*o).copied().unwrap_or(0.0))))
+        .collect();
+        rows.push((
+            "acquisitions",
+            format!("{}: {}", count(total), outcomes.join(", ")),
+        ));
+        let waits = scrape.sum("lock_wait_duration_seconds_count", &[]);
+        let wait_p99 = scrape
+            .quantile(0.99, "lock_wait_duration_seconds", &[])
+            .map_or_else(|| "-".to_owned(), ms);
+        rows.push((
+            "contention",
+            format!(
+                "{} busy (a single try found the lock held); {} acquisitions waited for a held lock \
+                 (p99 wait {wait_p99}); {} waiter wake-ups, {} attempts retried",
+                count(by_outcome.get("busy").copied().unwrap_or(0.0)),
+                count(waits),
+                count(scrape.sum("lock_waiter_wakeups_total", &[])),
+                count(scrape.sum("lock_attempts_retried_total", &[])),
+            ),
+        ));
+        let latency = |q, filter: &[(&str, &str)]| {
+            let mut filter = filter.to_vec();
+            filter.push(("outcome", "acquired"));
+            scrape
+                .quantile(q, "lock_acquire_duration_seconds", &filter)
+                .map_or_else(|| "-".to_owned(), ms)
+        };
+        rows.push((
+            "acquire time",
+            format!(
+                "p99 {} (p50 {}) from request to lock, for the acquisitions that got it",
+                latency(0.99, &[]),
+                latency(0.5, &[])
+            ),
+        ));
+        let lost = scrape.sum_by("lock_lost_total", "reason");
+        let lost_total: f64 = lost.values().sum();
+        rows.push((
+            "losses",
+            if lost_total > 0.0 {
+                let reasons: Vec<String> = lost
+                    .iter()
+                    .map(|(reason, n)| format!("{reason} {}", count(*n)))
+                    .collect();
+                format!(
+                    "{} held locks lost while their guard lived ({})",
+                    count(lost_total),
+                    reasons.join(", ")
+                )
+            } else {
+                "no held lock was lost".to_owned()
+            },
+        ));
+        let mut families = Vec::new();
+        for (family, what) in [
+            ("stock", "the purchases"),
+            ("buyer", "double clicks"),
+            ("order", "payment callbacks"),
+        ] {
+            let only = [("family", family)];
+            let outcome = |o| {
+                count(scrape.sum(
+                    "lock_acquisitions_total",
+                    &[("family", family), ("outcome", o)],
+                ))
+            };
+            if scrape.sum("lock_acquisitions_total", &only) <= 0.0 {
+                continue;
+            }
+            families.push(format!(
+                "{family} ({what}): {} acquired, {} busy, {} timed out, {} waited, p99 acquire {}",
+                outcome("acquired"),
+                outcome("busy"),
+                outcome("timeout"),
+                count(scrape.sum("lock_wait_duration_seconds_count", &only)),
+                latency(0.99, &only),
+            ));
+        }
+        if !families.is_empty() {
+            rows.push(("by lock", families.join("; ")));
+        }
+    } else {
+        rows.push((
+            "locks",
+            "figures unavailable: this build's lock-core records no metrics (its `metrics` \
+             feature is off)"
+                .to_owned(),
+        ));
+    }
+    rows.push((
+        "app",
+        format!(
+            "{} orders, {} units sold, {} payments applied, {} replays answered",
+            count(scrape.sum(telemetry::ORDERS, &[])),
+            count(scrape.sum(telemetry::UNITS_SOLD, &[])),
+            count(scrape.sum(telemetry::PAYMENTS, &[("applied", "true")])),
+            count(scrape.sum(telemetry::PAYMENTS, &[("applied", "false")])),
+        ),
+    ));
+    let mut rejections: Vec<(String, f64)> = Vec::new();
+    for sample in scrape
+        .samples()
+        .iter()
+        .filter(|s| s.name == telemetry::REJECTIONS)
+    {
+        let key = format!(
+            "{} {}",
+            sample.label("status").unwrap_or("?"),
+            sample.label("code").unwrap_or("?")
+        );
+        match rejections.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += sample.value,
+            None => rejections.push((key, sample.value)),
+        }
+    }
+    rejections.sort_by(|a, b| a.0.cmp(&b.0));
+    let rejections: Vec<String> = rejections
+        .iter()
+        .map(|(k, n)| format!("{k} {}", count(*n)))
+        .collect();
+    rows.push((
+        "rejections",
+        if rejections.is_empty() {
+            "none".to_owned()
+        } else {
+            rejections.join(", ")
+        },
+    ));
+    for (what, text) in rows {
+        lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
+    }
+    lines
+}
+
 /// `text` in lines of at most `width` characters (longer words excepted), the first after
 /// `first`, the others indented as far.
 fn wrap(first: &str, text: &str, width: usize) -> Vec<String> {
@@ -449,6 +647,61 @@ mod tests {
                 .iter()
                 .all(|l| l.starts_with("               word"))
         );
+    }
+
+    #[test]
+    fn the_metrics_report_adds_instances_up_or_says_what_is_missing() {
+        let page = "\
+flash_sale_orders_total 2
+flash_sale_units_sold_total 2
+flash_sale_payments_total{applied=\"true\"} 2
+flash_sale_rejections_total{route=\"orders\",status=\"409\",code=\"lock_busy\"} 3
+lock_acquisitions_total{kind=\"mutex\",family=\"stock\",outcome=\"acquired\"} 10
+lock_acquisitions_total{kind=\"mutex\",family=\"buyer\",outcome=\"busy\"} 4
+lock_wait_duration_seconds_count{kind=\"mutex\",family=\"stock\"} 6
+lock_lost_total{kind=\"mutex\",family=\"stock\",reason=\"expired\"} 1
+lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"0.001\"} 5
+lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"0.01\"} 10
+lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"acquired\",le=\"+Inf\"} 10
+";
+        let mut scrape = Scrape::parse(page);
+        scrape.add(Scrape::parse(page));
+        // One line, spaces collapsed: the report wraps its rows.
+        let text = metrics_report(&scrape, 2, 3)
+            .join(" ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(text.contains("2 of 3 instances"), "{text}");
+        assert!(
+            text.contains("28: acquired 20, busy 8, timeout 0"),
+            "{text}"
+        );
+        assert!(text.contains("12 acquisitions waited"), "{text}");
+        assert!(
+            text.contains("2 held locks lost while their guard lived (expired 2)"),
+            "{text}"
+        );
+        assert!(text.contains("p99 9.8 ms"), "{text}");
+        assert!(
+            text.contains("stock (the purchases): 20 acquired, 0 busy"),
+            "{text}"
+        );
+        assert!(text.contains("12 waited, p99 acquire 9.8 ms"), "{text}");
+        assert!(
+            text.contains("buyer (double clicks): 0 acquired, 8 busy"),
+            "{text}"
+        );
+        assert!(!text.contains("order ("), "{text}");
+        assert!(
+            text.contains("4 orders, 4 units sold, 4 payments applied"),
+            "{text}"
+        );
+        assert!(text.contains("409 lock_busy 6"), "{text}");
+        let text = metrics_report(&Scrape::parse("flash_sale_orders_total 1\n"), 1, 1).join("\n");
+        assert!(text.contains("figures unavailable"), "{text}");
+        assert!(text.contains("rejections   none"), "{text}");
+        assert!(!text.contains("by lock"), "{text}");
     }
 
     #[test]

@@ -120,6 +120,11 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// The problem `code` of an error response, in its extensions: for the rejection counter
+/// ([`crate::panel::track`]). The app's errors and the lock layers' rejections carry one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode(pub &'static str);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({
@@ -130,6 +135,7 @@ impl IntoResponse for ApiError {
             "detail": self.detail,
         });
         let mut response = (self.status, body.to_string()).into_response();
+        response.extensions_mut().insert(ErrorCode(self.code));
         response.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -15,6 +15,10 @@
 //! invariants straight in the database ([`invariants`]), and the demo ([`demo`],
 //! `flash-sale demo`) that starts everything, sells 100 items to 5,000 requests over 3
 //! instances, and ends with a `RESULT` line.
+//!
+//! Each instance serves its metrics at `GET /metrics` ([`telemetry`]) and the state of a
+//! sale's stock lock at `GET /api/sales/{sale_id}/lock`, which the storefront's lock panel
+//! shows ([`panel`]).
 
 #![forbid(unsafe_code)]
 
@@ -26,5 +30,7 @@ pub mod error;
 pub mod invariants;
 pub mod load;
 pub mod model;
+pub mod panel;
 pub mod serve;
 pub mod shop;
+pub mod telemetry;

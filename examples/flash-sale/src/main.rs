@@ -97,6 +97,9 @@ struct ServeArgs {
     /// Database connections of this instance.
     #[arg(long, default_value_t = 8)]
     db_connections: u32,
+    /// This instance's name on the storefront's lock panel (default: flash-sale@ADDR).
+    #[arg(long)]
+    name: Option<String>,
     /// Test only: stop the first purchase at its stall point until a `resume` line on stdin.
     #[arg(long, hide = true)]
     stall_once: bool,
@@ -233,6 +236,7 @@ async fn run_serve(args: ServeArgs) -> Result<ExitCode, BoxError> {
         stall_once: args.stall_once,
         supervised: args.supervised,
         db_connections: args.db_connections.max(1),
+        name: args.name,
     };
     // `serve` handles its own signals (graceful shutdown); the outer select only backs it up.
     serve::serve(options).await?;

@@ -9,6 +9,8 @@ use lock_core::LockClient;
 use tokio::sync::watch;
 
 use crate::db::Db;
+use crate::model::now_ms;
+use crate::panel::{Me, Panel};
 use crate::shop::{Shop, ShopOptions, StallHook};
 
 /// Any error of the commands, for `main` to print.
@@ -37,17 +39,23 @@ pub struct ServeOptions {
     pub supervised: bool,
     /// Database connections of this instance.
     pub db_connections: u32,
+    /// This instance's name on the lock panel (default `flash-sale@ADDR`).
+    pub name: Option<String>,
 }
 
-/// Connects, migrates (under a Redis lock, so instances starting together take turns), prints
-/// `LISTENING http://ADDR` on stdout and serves until Ctrl-C, SIGTERM or (supervised) the end
-/// of stdin.
+/// Installs the metrics recorder, connects, migrates (under a Redis lock, so instances
+/// starting together take turns), records this instance (name and lock client id) in the
+/// database, prints `LISTENING http://ADDR` on stdout and serves until Ctrl-C, SIGTERM or
+/// (supervised) the end of stdin.
 pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
+    // First, so that the lock client's metrics, if lock-core records any, are recorded.
+    let metrics = crate::telemetry::install();
     let db = Db::connect(&options.database_url, options.db_connections)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
     let locks = LockClient::builder(&options.redis_url)
         .watchdog_lease(options.lease)
+        .metric_label(lock_family)
         .pool_size(32)
         .build()
         .await
@@ -76,6 +84,19 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", options.host, options.port))?;
     let addr = listener.local_addr()?;
+    let me = Me {
+        name: options
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("flash-sale@{addr}")),
+        client_id: shop.locks().client_id().to_owned(),
+        url: format!("http://{addr}"),
+    };
+    db.register_instance(&me.client_id, &me.name, &me.url, now_ms())
+        .await
+        .map_err(|e| format!("cannot record this instance in the database: {e}"))?;
+    tracing::info!(name = %me.name, client_id = %me.client_id, "instance recorded");
+    let panel = Arc::new(Panel::new(shop.clone(), me, metrics));
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "LISTENING http://{addr}")?;
@@ -101,11 +122,27 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, crate::api::router(shop))
+    axum::serve(listener, crate::api::router(shop, panel))
         .with_graceful_shutdown(shutdown)
         .await?;
     db.close().await;
     Ok(())
+}
+
+/// The `family` label of a lock's metrics: which of the app's locks it is (the names
+/// themselves are unbounded).
+pub fn lock_family(name: &str) -> Option<&'static str> {
+    if name.starts_with("sale:") && name.ends_with(":stock") {
+        Some("stock")
+    } else if name.starts_with("buyer:") {
+        Some("buyer")
+    } else if name.starts_with("order:") {
+        Some("order")
+    } else if name == "flash-sale:migrate" {
+        Some("migrate")
+    } else {
+        None
+    }
 }
 
 /// Reads stdin on a thread of its own (so it never holds up the runtime's shutdown): each

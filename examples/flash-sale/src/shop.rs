@@ -37,7 +37,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -129,6 +129,23 @@ pub struct Shop {
     db: Db,
     locks: LockClient,
     options: ShopOptions,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Counts a purchase in [`Shop::stock_lock_queue`] while it lives (also when cancelled).
+struct Queued(Arc<AtomicUsize>);
+
+impl Queued {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn sale_not_found(id: &SaleId) -> ApiError {
@@ -142,7 +159,22 @@ fn order_not_found(id: &OrderId) -> ApiError {
 impl Shop {
     /// A shop over `db`, locking through `locks`.
     pub fn new(db: Db, locks: LockClient, options: ShopOptions) -> Self {
-        Self { db, locks, options }
+        Self {
+            db,
+            locks,
+            options,
+            queued: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The name of sale `id`'s stock lock, the one its purchases take.
+    pub fn stock_lock_name(id: &SaleId) -> String {
+        format!("sale:{id}:stock")
+    }
+
+    /// Purchases of this shop waiting for a stock lock or holding one, now.
+    pub fn stock_lock_queue(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// The database.
@@ -213,6 +245,7 @@ impl Shop {
             .ok_or_else(|| sale_not_found(sale_id))?;
         sale.check_buyable(now_ms())?;
         if self.options.locking {
+            let _queued = Queued::new(&self.queued);
             // Boxed: the lock's future is deep, and the handler's would otherwise nest it.
             Box::pin(self.buy_locked(sale_id, user)).await
         } else {
@@ -303,7 +336,10 @@ impl Shop {
             .write_purchase(&order, sale.stock - 1, token)
             .await?
         {
-            WriteOutcome::Written => Ok(order.view()),
+            WriteOutcome::Written => {
+                crate::telemetry::order_created(1);
+                Ok(order.view())
+            }
             WriteOutcome::Fenced => Err(self.stale(sale_id, token.unwrap_or(0)).await),
         }
     }
@@ -350,6 +386,7 @@ impl Shop {
                 .await?
             {
                 let order = self.order(order_id).await?;
+                crate::telemetry::payment(true);
                 return Ok(PaymentResult {
                     order,
                     payment_ref: callback.payment_ref.clone(),
@@ -366,6 +403,7 @@ impl Shop {
             ApiError::internal(&format!("order {order_id} is paid without a payment"))
         })?;
         if paid_ref == callback.payment_ref {
+            crate::telemetry::payment(false);
             Ok(PaymentResult {
                 order,
                 payment_ref: paid_ref,

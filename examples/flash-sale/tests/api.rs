@@ -7,6 +7,7 @@ use std::time::Duration;
 use common::{Env, Setup, buy, create_sale, http, read};
 use flash_sale::invariants::Invariants;
 use flash_sale::model::SaleId;
+use flash_sale::telemetry::{self, Scrape};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,5 +283,240 @@ async fn closed_sales_and_double_clicks() {
         .await
         .unwrap();
     assert_eq!((inv.sold, inv.stock_left, inv.duplicate_orders), (1, 9, 0));
+    env.finish().await;
+}
+
+/// `GET /api/sales/{id}/lock` until `done` holds for its body, for at most 10 s.
+async fn panel_until(
+    c: &reqwest::Client,
+    base: &str,
+    sale: &str,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = read(
+            c.get(format!("{base}/api/sales/{sale}/lock"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        if done(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the panel never showed {what}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_panel_and_metrics() {
+    let env = Env::start(Setup::default()).await;
+    let base = env.url(0);
+    let c = http();
+    let sale = create_sale(&base, 5).await;
+    let token = |body: &serde_json::Value| body["last_fencing_token"].as_i64().unwrap();
+
+    // Free, never claimed; the instance names itself.
+    let panel = panel_until(&c, &base, &sale, "the free lock", |_| true).await;
+    assert_eq!(panel["lock"], format!("sale:{sale}:stock"));
+    assert_eq!((panel["held"].as_bool(), token(&panel)), (Some(false), 0));
+    assert!(panel["holder"].is_null() && panel["fencing_token"].is_null());
+    assert_eq!(panel["served_by"]["name"], "instance-0");
+    let me = panel["served_by"]["client_id"].as_str().unwrap().to_owned();
+    assert_eq!(me.len(), 32, "{panel}");
+    let (status, instance) =
+        read(c.get(format!("{base}/api/instance")).send().await.unwrap()).await;
+    assert_eq!(
+        (status, instance["client_id"].as_str()),
+        (200, Some(me.as_str()))
+    );
+
+    // Each purchase takes the lock with a higher token; a rejection shows on the panel.
+    let (status, _) = buy(&base, &sale, "alice").await;
+    assert_eq!(status, 201);
+    let first = token(&panel_until(&c, &base, &sale, "a token", |_| true).await);
+    assert!(first > 0);
+    let (status, _) = buy(&base, &sale, "alice").await;
+    assert_eq!(status, 409);
+    let panel = panel_until(&c, &base, &sale, "the rejection", |_| true).await;
+    assert!(token(&panel) > first, "{panel}");
+    assert_eq!(panel["recent_rejections"][0]["code"], "already_ordered");
+    assert_eq!(panel["recent_rejections"][0]["status"], 409);
+    assert_eq!(
+        panel["rejections"],
+        json!([{"status": 409, "code": "already_ordered", "count": 1}])
+    );
+
+    // A holder of another registered client, a purchase waiting behind it.
+    let holder = lock_core::LockClient::builder(&env.redis.url())
+        .build()
+        .await
+        .unwrap();
+    env.db
+        .register_instance(holder.client_id(), "test-holder", "http://test", 0)
+        .await
+        .unwrap();
+    let guard = holder.lock(format!("sale:{sale}:stock")).await.unwrap();
+    let held_token = guard.fencing_token();
+    let panel = panel_until(&c, &base, &sale, "the holder", |_| true).await;
+    assert_eq!(panel["held"], true);
+    assert_eq!(panel["holder"]["instance"], "test-holder", "{panel}");
+    assert_eq!(panel["holder"]["client_id"], holder.client_id());
+    assert_eq!(panel["fencing_token"].as_u64(), Some(held_token));
+    assert!(panel["ttl_ms"].as_u64().is_some_and(|t| t > 0), "{panel}");
+    let waiting = tokio::spawn({
+        let (base, sale) = (base.clone(), sale.clone());
+        async move { buy(&base, &sale, "bob").await }
+    });
+    let panel = panel_until(&c, &base, &sale, "a waiter", |p| {
+        p["contended"] == true && p["queued_here"] == 1
+    })
+    .await;
+    assert_eq!(panel["held"], true, "{panel}");
+    guard.unlock().await.unwrap();
+    let (status, order) = waiting.await.unwrap();
+    assert_eq!(status, 201, "{order}");
+    let panel = panel_until(&c, &base, &sale, "the lock free again", |p| {
+        p["held"] == false
+    })
+    .await;
+    assert!(token(&panel) as u64 > held_token, "{panel}");
+    assert_eq!(panel["queued_here"], 0);
+
+    // Bad ids.
+    let (status, body) = read(
+        c.get(format!("{base}/api/sales/42/lock"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_sale_id"))
+    );
+    let unknown = SaleId::generate();
+    let (status, _) = read(
+        c.get(format!("{base}/api/sales/{unknown}/lock"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // The app's figures at /metrics.
+    let res = c.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let kind = res.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/plain"), "{kind}");
+    let text = res.text().await.unwrap();
+    let scrape = Scrape::parse(&text);
+    assert_eq!(scrape.sum(telemetry::ORDERS, &[]), 2.0, "{text}");
+    assert_eq!(scrape.sum(telemetry::UNITS_SOLD, &[]), 2.0, "{text}");
+    let already = [
+        ("route", "orders"),
+        ("status", "409"),
+        ("code", "already_ordered"),
+    ];
+    assert_eq!(scrape.sum(telemetry::REJECTIONS, &already), 1.0, "{text}");
+    let bad_id = [
+        ("route", "other"),
+        ("status", "400"),
+        ("code", "invalid_sale_id"),
+    ];
+    assert_eq!(scrape.sum(telemetry::REJECTIONS, &bad_id), 1.0, "{text}");
+    // And the locks' own (lock-core's `metrics` feature), by family: three purchases took the
+    // stock lock, bob's after waiting for the test's holder; each took its buyer lock.
+    let acquired = |family| {
+        scrape.sum(
+            "lock_acquisitions_total",
+            &[("family", family), ("outcome", "acquired")],
+        )
+    };
+    assert_eq!(acquired("stock"), 3.0, "{text}");
+    assert_eq!(acquired("buyer"), 3.0, "{text}");
+    let waited = [("family", "stock")];
+    assert_eq!(
+        scrape.sum("lock_wait_duration_seconds_count", &waited),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        scrape
+            .quantile(
+                0.99,
+                "lock_acquire_duration_seconds",
+                &[("family", "stock")]
+            )
+            .is_some(),
+        "acquire times as a histogram: {text}"
+    );
+    env.finish().await;
+}
+
+/// Two instances: while instance 0's purchase holds the stock lock (stopped at its stall
+/// point), both panels name instance 0 as the holder, each from its own side (itself, or the
+/// `instances` table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_panels_name_the_instance_that_holds_the_lock() {
+    let mut env = Env::start(Setup {
+        instances: 2,
+        stall_first: true,
+        ..Setup::default()
+    })
+    .await;
+    let (base0, base1) = (env.url(0), env.url(1));
+    let c = http();
+    let sale = create_sale(&base0, 5).await;
+    let buying = tokio::spawn({
+        let (base0, sale) = (base0.clone(), sale.clone());
+        async move { buy(&base0, &sale, "alice").await }
+    });
+    let line = env.instances[0]
+        .next_stall(Duration::from_secs(30))
+        .await
+        .expect("instance 0 reaches its stall point holding the stock lock");
+    let token: u64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {line:?}"));
+    for base in [&base0, &base1] {
+        let (status, panel) = read(
+            c.get(format!("{base}/api/sales/{sale}/lock"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{panel}");
+        assert_eq!(panel["held"], true, "{base}: {panel}");
+        assert_eq!(panel["holder"]["instance"], "instance-0", "{base}: {panel}");
+        assert_eq!(panel["fencing_token"].as_u64(), Some(token), "{panel}");
+    }
+    let (_, panel) = read(
+        c.get(format!("{base1}/api/sales/{sale}/lock"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(panel["served_by"]["name"], "instance-1");
+    assert_eq!(
+        panel["queued_here"], 0,
+        "instance 1 runs no purchase: {panel}"
+    );
+    env.instances[0].release_stall().unwrap();
+    let (status, order) = buying.await.unwrap();
+    assert_eq!(status, 201, "{order}");
+    assert_eq!(order["fence"].as_u64(), Some(token));
     env.finish().await;
 }

@@ -1,7 +1,8 @@
 //! End to end: the storefront page in headless Chromium, driven over WebDriver (fantoccini
 //! and Debian's chromedriver). Loads the page, buys, sees the stock drop and the order
-//! confirmed, pays. Skipped, with the reason printed, where Chromium or its driver is not
-//! installed (`apt-get install chromium chromium-driver`).
+//! confirmed, pays; then watches the lock panel: the fencing token rises with each purchase
+//! and a refused one is listed. Skipped, with the reason printed, where Chromium or its
+//! driver is not installed (`apt-get install chromium chromium-driver`).
 
 mod common;
 
@@ -124,7 +125,10 @@ async fn storefront_buy_and_pay_in_chromium() {
     let sale = create_sale(&base, 3).await;
     let driver = Driver::start();
     let client = driver.connect().await;
-    let outcome = drive(&client, &base, &sale).await;
+    let outcome = match drive(&client, &base, &sale).await {
+        Ok(order) => drive_panel(&client, &sale).await.map(|()| order),
+        Err(e) => Err(e),
+    };
     // A picture of the page at the end, for people: target/tmp/flash-sale-storefront.png.
     if let Some(dir) = option_env!("CARGO_TARGET_TMPDIR")
         && let Ok(png) = client.screenshot().await
@@ -223,4 +227,100 @@ async fn drive(client: &Client, base: &str, sale: &str) -> Result<String, String
         .await
         .map_err(e("the order shown paid"))?;
     Ok(order_id)
+}
+
+/// The lock panel's steps, after `drive`'s purchase by `e2e-buyer`: the panel shows that
+/// purchase's fencing token; the same buyer's second try is refused (`409 already_ordered`,
+/// listed on the panel) and another buyer's purchase shows a higher token each time.
+async fn drive_panel(client: &Client, sale: &str) -> Result<(), String> {
+    let e = |what: &'static str| move |err: fantoccini::error::CmdError| format!("{what}: {err}");
+    let wait = Duration::from_secs(15);
+    let token_above = |n: i64| {
+        format!(
+            "//section[@id='lock-panel' and @data-sale-id='{sale}']\
+             //span[@class='last-token' and number(normalize-space()) > {n}]"
+        )
+    };
+    let token = |text: String| {
+        text.trim()
+            .parse::<i64>()
+            .map_err(|err| format!("the panel's token {text:?}: {err}"))
+    };
+    let first = token(
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::XPath(&token_above(0)))
+            .await
+            .map_err(e("the panel with the first purchase's token"))?
+            .text()
+            .await
+            .map_err(e("token text"))?,
+    )?;
+    let served_by = client
+        .find(Locator::Css("#lock-panel .served-by"))
+        .await
+        .map_err(e("served by"))?
+        .text()
+        .await
+        .map_err(e("served by text"))?;
+    if !served_by.contains("instance-0") {
+        return Err(format!("the panel names its instance {served_by:?}"));
+    }
+    let buy = || async {
+        client
+            .find(Locator::Css(&format!(
+                "article[data-sale-id='{sale}'] button.buy"
+            )))
+            .await
+            .map_err(e("buy button"))?
+            .click()
+            .await
+            .map_err(e("click buy"))
+    };
+    // The same buyer again: refused under the lock, with a newer token.
+    buy().await?;
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::XPath(
+            "//section[@id='lock-panel']//li[@class='rejection' and contains(., '409 already_ordered')]",
+        ))
+        .await
+        .map_err(e("the refused purchase listed on the panel"))?;
+    let second = token(
+        client
+            .wait()
+            .at_most(wait)
+            .for_element(Locator::XPath(&token_above(first)))
+            .await
+            .map_err(e("a token above the first"))?
+            .text()
+            .await
+            .map_err(e("token text"))?,
+    )?;
+    // Another buyer: an order, and a newer token still.
+    let buyer = client
+        .find(Locator::Css("#buyer"))
+        .await
+        .map_err(e("buyer field"))?;
+    buyer.clear().await.map_err(e("clear buyer"))?;
+    buyer
+        .send_keys("e2e-buyer-2")
+        .await
+        .map_err(e("type buyer"))?;
+    buy().await?;
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::Css("#outcome.ok .order-id"))
+        .await
+        .map_err(e("the second order confirmed"))?;
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::XPath(&token_above(second)))
+        .await
+        .map_err(e("a token above the second"))?;
+    Ok(())
 }

@@ -116,6 +116,7 @@ impl Env {
                     work: setup.work,
                     stall_once: setup.stall_first && i == 0,
                     log: dir.path().join(format!("instance-{i}.log")),
+                    name: Some(format!("instance-{i}")),
                 })
                 .await
                 .expect("start instance"),
