@@ -89,10 +89,13 @@ pub const HELD: &str = "lock_held";
 pub(crate) type Labeler = Arc<dyn Fn(&str) -> Option<&'static str> + Send + Sync>;
 
 /// The labels of one lock: its kind, and its family when the client maps names to one.
+/// Without the feature it is empty, so a hold pays no memory for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Labels {
-    pub(crate) kind: &'static str,
-    pub(crate) family: Option<&'static str>,
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
+    #[cfg(feature = "metrics")]
+    family: Option<&'static str>,
 }
 
 impl Labels {
@@ -101,10 +104,17 @@ impl Labels {
     #[inline]
     pub(crate) fn new(kind: &'static str, labeler: Option<&Labeler>, name: &str) -> Self {
         #[cfg(feature = "metrics")]
-        let family = labeler.and_then(|f| f(name));
+        {
+            Labels {
+                kind,
+                family: labeler.and_then(|f| f(name)),
+            }
+        }
         #[cfg(not(feature = "metrics"))]
-        let (family, _) = (None, (labeler, name));
-        Labels { kind, family }
+        {
+            let _ = (kind, labeler, name);
+            Labels {}
+        }
     }
 
     #[cfg(feature = "metrics")]
