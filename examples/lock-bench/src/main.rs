@@ -953,7 +953,7 @@ async fn w5(report: &mut Report, opts: &Opts, run: &str, plan: &Plan) -> Result<
         if kind == Kind::Ours {
             ours = Some((
                 f("round_trips_per_100_locks_per_period"),
-                f("bytes_per_lock"),
+                f("marginal_bytes_per_lock"),
                 lost,
             ));
         }
@@ -969,7 +969,7 @@ async fn w5(report: &mut Report, opts: &Opts, run: &str, plan: &Plan) -> Result<
         );
         report.target(
             "W5",
-            "≤ 512 bytes of client memory per held lock",
+            "≤ 512 marginal bytes of client memory per held lock",
             format!("{bytes:.0} B"),
             Some(bytes <= 512.0),
         );

@@ -150,7 +150,7 @@ async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
     let delta = CmdStats::read(&mut admin).await.since(&before);
     let rss_end = rss_bytes();
 
-    let renew_calls = delta.calls(&["evalsha", "eval"]);
+    let renew_calls = delta.calls(&["evalsha", "eval", "fcall"]);
     let per_period = renew_calls as f64 / args.periods as f64;
 
     // Every lock still held?
