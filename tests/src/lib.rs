@@ -29,7 +29,7 @@ pub mod tls;
 pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Mode};
 pub use sentinel::SentinelGroup;
-pub use server::{RedisServer, Reply, server_binary};
+pub use server::{RedisServer, Reply, send_signal, server_binary, server_binary_runs};
 pub use tls::{ClientAuth, TlsFiles};
 
 use std::collections::hash_map::RandomState;

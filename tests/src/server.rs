@@ -614,6 +614,17 @@ pub fn server_binary() -> String {
     std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// Whether `binary --version` runs and succeeds: the check the demos make before starting a
+/// server of their own.
+pub fn server_binary_runs(binary: &str) -> bool {
+    Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// A loopback port that was free a moment ago.
 fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
@@ -621,8 +632,8 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// Sends a signal (e.g. `-STOP`) to `pid` with the `kill` command.
-fn send_signal(pid: u32, signal: &str) -> io::Result<()> {
+/// Sends a signal (e.g. `-STOP`, `-CONT`, `-KILL`) to `pid` with the `kill` command.
+pub fn send_signal(pid: u32, signal: &str) -> io::Result<()> {
     let status = Command::new("kill")
         .args([signal, &pid.to_string()])
         .stdin(Stdio::null())

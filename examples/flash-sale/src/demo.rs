@@ -11,7 +11,6 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use lock_tests::RedisServer;
@@ -74,13 +73,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         Err(_) => {
             // The binary the harness starts: REDIS_SERVER_BIN, or redis-server on the PATH.
             let binary = lock_tests::server_binary();
-            let found = Command::new(&binary)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !found {
+            if !lock_tests::server_binary_runs(&binary) {
                 return Err(format!(
                     "{binary} does not run: install redis-server (scripts/demo.sh does: \
                      scripts/ensure-redis.sh), point REDIS_SERVER_BIN at a Redis-compatible \

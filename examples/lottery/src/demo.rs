@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use lock_tests::RedisServer;
@@ -41,13 +41,7 @@ struct PeriodReport {
 /// Runs the demo; `Ok(true)` when every period was run by exactly one instance.
 pub fn run(options: &DemoOptions) -> Result<bool, BoxError> {
     let binary = lock_tests::server_binary();
-    let found = Command::new(&binary)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
+    if !lock_tests::server_binary_runs(&binary) {
         return Err(format!(
             "{binary} does not run: install redis-server (scripts/ensure-redis.sh does), or \
              point REDIS_SERVER_BIN at a Redis-compatible server"

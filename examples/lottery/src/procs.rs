@@ -119,17 +119,7 @@ impl Instances {
         let pid = self
             .pid(i)
             .ok_or_else(|| io::Error::other(format!("instance {i} is not running")))?;
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!("kill {signal} {pid}: {status}")))
-        }
+        lock_tests::send_signal(pid, signal)
     }
 
     /// Kills instance `i` with `SIGKILL` and reaps it.
