@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-echo "building and running every test (cargo test --workspace): about 7 minutes from a fresh" \
+echo "building and running every test (cargo test --workspace): about 8 minutes from a fresh" \
   "clone on 2 cores ..." >&2
 exec cargo test --workspace "$@"
