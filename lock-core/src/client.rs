@@ -146,8 +146,10 @@ impl LockClient {
     /// This client's id: 32 lowercase hex digits, random per client, the part before the `:`
     /// of every owner id it writes to Redis (`LockInfo::owner` is `<client id>:<holder>`).
     ///
-    /// Log it at start-up (or publish it with the instance's name) so that an operator who
-    /// sees an owner in `lockctl status` can tell which instance holds the lock.
+    /// Log it at start-up, or set an
+    /// [`owner_description`](crate::LockClientBuilder::owner_description) (which `lockctl
+    /// status` shows next to the owner), so that an operator can tell which instance holds a
+    /// lock.
     pub fn client_id(&self) -> &str {
         self.engine.client_id()
     }
