@@ -302,8 +302,9 @@ impl LockClientBuilder {
     /// and then once per watchdog period (`watchdog_lease / 3`) from the watchdog's task, with
     /// a time to live of 3 watchdog leases. Acquisitions never touch it: no extra bytes per
     /// lock, no extra call. A failed write is logged at debug level and tried again the next
-    /// period; it is never an error. When the client is dropped (or its process dies), the
-    /// key expires within 3 watchdog leases. On a Cluster the key lives in its own slot.
+    /// period; it is never an error. Once the client and its guards are all dropped (or its
+    /// process dies), nothing refreshes the key and it expires within 3 watchdog leases;
+    /// nothing deletes it. On a Cluster the key lives in its own slot.
     ///
     /// Anyone with the same prefix reads it with [`LockClient::owner_description`] given an
     /// owner id from `info()`; `lockctl status` and `lockctl list` show it.
