@@ -12,6 +12,7 @@ use crate::backend::cluster::Seeds;
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Sentinel, Standalone, sentinel};
 use crate::client::LockClient;
+use crate::description;
 use crate::engine::{Config, Engine};
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
@@ -68,6 +69,7 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     tls: TlsOptions,
     metric_label: Option<Labeler>,
+    owner_description: Option<String>,
 }
 
 impl LockClientBuilder {
@@ -84,6 +86,7 @@ impl LockClientBuilder {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             tls: TlsOptions::default(),
             metric_label: None,
+            owner_description: None,
         }
     }
 
@@ -286,11 +289,51 @@ impl LockClientBuilder {
         self
     }
 
+    /// Describes this client to operators: who holds a lock, beyond the random client id in
+    /// its owner id. Default: none (nothing is written).
+    ///
+    /// At most 128 bytes (at least 1), without control characters; checked by
+    /// [`build`](Self::build), which returns [`LockError::InvalidOption`] with option
+    /// `"owner_description"` otherwise. Something like
+    /// `format!("{service}@{host} pid {pid}")`.
+    ///
+    /// When set, the client writes it to Redis under a key of its own, `<prefix>client:<client
+    /// id>` (the prefix's ACL key pattern covers it; `SET` and `GET` only), once at `build()`
+    /// and then once per watchdog period (`watchdog_lease / 3`) from the watchdog's task, with
+    /// a time to live of 3 watchdog leases. Acquisitions never touch it: no extra bytes per
+    /// lock, no extra call. A failed write is logged at debug level and tried again the next
+    /// period; it is never an error. Once the client and its guards are all dropped (or its
+    /// process dies), nothing refreshes the key and it expires within 3 watchdog leases;
+    /// nothing deletes it. On a Cluster the key lives in its own slot.
+    ///
+    /// Anyone with the same prefix reads it with [`LockClient::owner_description`] given an
+    /// owner id from `info()`; `lockctl status` and `lockctl list` show it.
+    ///
+    /// ```no_run
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// # async fn f() -> Result<(), LockError> {
+    /// let host = std::env::var("HOSTNAME").unwrap_or_default();
+    /// let client = LockClient::builder("redis://127.0.0.1:6379")
+    ///     .owner_description(format!("billing@{host} pid {}", std::process::id()))
+    ///     .build()
+    ///     .await?;
+    /// # drop(client);
+    /// # Ok(()) }
+    /// ```
+    pub fn owner_description(mut self, description: impl Into<String>) -> Self {
+        self.owner_description = Some(description.into());
+        self
+    }
+
     /// Connects, loads the scripts, and starts the client's background tasks (watchdog,
     /// pub/sub, background releases) on the current tokio runtime. Every option is checked
     /// first: a bad one is [`LockError::InvalidOption`] naming it, before anything connects.
     pub async fn build(mut self) -> Result<LockClient, LockError> {
         validate_prefix(&self.prefix)?;
+        if let Some(description) = &self.owner_description {
+            description::validate(description)?;
+        }
         check_range(
             "watchdog_lease",
             self.watchdog_lease,
@@ -342,9 +385,11 @@ impl LockClientBuilder {
                 min_replicas: self.min_replicas,
                 metric_label: self.metric_label,
                 eviction,
+                owner_description: self.owner_description,
             },
             waiters,
         );
+        description::refresh(&engine, self.response_timeout).await;
         tokio::spawn(watchdog::run(Arc::downgrade(&engine), self.watchdog_lease));
         Ok(LockClient::from_engine(engine))
     }
@@ -484,6 +529,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("tls", &self.tls)
             .field("metric_label", &self.metric_label.is_some())
+            .field("owner_description", &self.owner_description)
             .finish_non_exhaustive()
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::driver::{LockRequest, TryLockRequest};
 use crate::engine::Engine;
+use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::fair::FairLock;
 use crate::leader::Leader;
@@ -145,10 +146,37 @@ impl LockClient {
     /// This client's id: 32 lowercase hex digits, random per client, the part before the `:`
     /// of every owner id it writes to Redis (`LockInfo::owner` is `<client id>:<holder>`).
     ///
-    /// Log it at start-up (or publish it with the instance's name) so that an operator who
-    /// sees an owner in `lockctl status` can tell which instance holds the lock.
+    /// Log it at start-up, or set an
+    /// [`owner_description`](crate::LockClientBuilder::owner_description) (which `lockctl
+    /// status` shows next to the owner), so that an operator can tell which instance holds a
+    /// lock.
     pub fn client_id(&self) -> &str {
         self.engine.client_id()
+    }
+
+    /// The owner description that the client of `owner` recorded (see
+    /// [`LockClientBuilder::owner_description`](crate::LockClientBuilder::owner_description)),
+    /// looked up under this client's prefix with one `GET`.
+    ///
+    /// `owner` is an owner id as `info()` shows it (`LockInfo::owner`,
+    /// `SemaphoreInfo::holder_owners`, ...: `<client id>:<holder>`), or a bare client id.
+    /// `Ok(None)` when that client recorded no description, when it is gone and its record
+    /// expired, when `owner` does not start with a client id (32 lowercase hex digits), and
+    /// when the stored value is not a description a client could have written (over 128
+    /// bytes, control characters: it is never passed on to a terminal). Errors are Redis's
+    /// ([`LockError::Unavailable`], [`LockError::NoPermission`], ...).
+    ///
+    /// ```no_run
+    /// # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
+    /// let info = client.mutex("order:42").info().await?;
+    /// if let Some(owner) = &info.owner {
+    ///     let who = client.owner_description(owner).await?;
+    ///     println!("held by {owner} ({})", who.as_deref().unwrap_or("no description"));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn owner_description(&self, owner: &str) -> Result<Option<String>, LockError> {
+        crate::description::look_up(&self.engine, owner).await
     }
 }
 

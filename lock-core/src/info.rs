@@ -27,8 +27,10 @@ pub(crate) async fn lock(engine: &Engine, key: &str) -> Result<LockInfo, LockErr
 pub struct LockInfo {
     /// Whether anyone holds the lock.
     pub held: bool,
-    /// The holder's owner id as stored (`<client id>:<holder id>`), if held. The engine records
-    /// no host or process: the client id is the random id of the holder's [`LockClient`](crate::LockClient).
+    /// The holder's owner id as stored (`<client id>:<holder id>`), if held. The client id is
+    /// the random id of the holder's [`LockClient`](crate::LockClient); what that client says
+    /// it is (host, process), if it set an owner description, is
+    /// [`LockClient::owner_description`](crate::LockClient::owner_description)`(owner)`.
     pub owner: Option<String>,
     /// The holder's remaining lease, if held with one.
     pub ttl: Option<Duration>,

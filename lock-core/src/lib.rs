@@ -339,6 +339,7 @@
 mod backend;
 mod builder;
 mod client;
+mod description;
 mod driver;
 mod engine;
 mod error;

@@ -11,6 +11,7 @@
 //! | read-write lock | `P{N}:rw`, `P{N}:rw:readers`, `P{N}:rw:writer-waiting` | `P{N}:rw:released` |
 //! | semaphore | `P{N}:permits`, `P{N}:permits:size` | `P{N}:permits:released` |
 //!
+//! A client with an owner description also writes `Pclient:<client id>` (see [`client_key`]).
 //! This is the only place that spells a suffix.
 
 use std::fmt;
@@ -91,6 +92,17 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     }
     Ok(())
 }
+
+/// The key of a client's owner description: `P` + `client:` + its client id (32 hex digits).
+///
+/// It can never be the key of a lock, of any prefix: every lock key has a `{` (right after
+/// its prefix), and this key has none (prefixes have no braces, client ids are hex digits).
+pub(crate) fn client_key(prefix: &str, client_id: &str) -> String {
+    format!("{prefix}{CLIENT}{client_id}")
+}
+
+/// What follows the prefix in a client's key.
+const CLIENT: &str = "client:";
 
 /// The keys and channels of one lock name under one prefix, for every primitive. Cheap to
 /// clone: one shared string, `P{N}`.
@@ -274,6 +286,22 @@ mod tests {
         let b = Keys::new("lock:", "a:released").unwrap();
         assert_ne!(a.released(), b.lock());
         assert_ne!(a.released(), b.released());
+    }
+
+    #[test]
+    fn client_keys_are_never_lock_keys() {
+        let key = client_key("lock:", "0123456789abcdef0123456789abcdef");
+        assert_eq!(key, "lock:client:0123456789abcdef0123456789abcdef");
+        assert!(!key.contains(['{', '}']));
+        // A lock named like the client key, under the same or a longer prefix, has a brace.
+        assert_ne!(
+            Keys::new("lock:", "client:x").unwrap().lock(),
+            "lock:client:x"
+        );
+        assert_ne!(
+            Keys::new("lock:client:", "x").unwrap().lock(),
+            "lock:client:x"
+        );
     }
 
     #[test]

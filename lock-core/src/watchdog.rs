@@ -6,6 +6,9 @@
 //! when that renewal was sent, minus a drift margin) is marked lost when that moment passes,
 //! whether Redis answered with errors or not at all. Holds whose guards are all gone
 //! (released, dropped) are never renewed again. The task ends when the client is dropped.
+//!
+//! Alongside, once per period, it refreshes the client's owner description, if it has one
+//! (see `description`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -15,6 +18,7 @@ use futures_util::StreamExt;
 use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
+use crate::description;
 use crate::engine::Engine;
 use crate::hold::{Hold, Kind};
 use crate::metrics::{self, LossReason, RenewalOutcome};
@@ -47,7 +51,9 @@ fn renewal(kind: Kind) -> Renewal {
 
 pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
     let period = lease / 3;
-    let mut next = Instant::now() + period;
+    // The description was recorded at build, just before this task started.
+    let mut described = Instant::now();
+    let mut next = described + period;
     loop {
         tokio::time::sleep_until(next).await;
         let Some(engine) = engine.upgrade() else {
@@ -55,16 +61,26 @@ pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
         };
         let holds = engine.watched();
         let started = Instant::now();
+        // Retries after a failed renewal come sooner than a period: the description waits.
+        let describe = started >= described + period;
         let failed = {
             let engine = &engine;
-            futures_util::stream::iter(batches(engine, &holds))
+            let renewals = futures_util::stream::iter(batches(engine, &holds))
                 .map(
                     |(kind, batch)| async move { renew(engine, kind, &batch, lease, period).await },
                 )
                 .buffer_unordered(CONCURRENT_BATCHES)
-                .fold(false, |failed, ok| async move { failed | !ok })
-                .await
+                .fold(false, |failed, ok| async move { failed | !ok });
+            let description = async {
+                if describe {
+                    description::refresh(engine, period).await;
+                }
+            };
+            tokio::join!(renewals, description).0
         };
+        if describe {
+            described = started;
+        }
         let now = Instant::now();
         let mut earliest = None::<Instant>;
         for (hold, _) in &holds {

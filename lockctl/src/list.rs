@@ -8,7 +8,7 @@ use crate::exit::{Code, Failure};
 use crate::keys;
 use crate::output::{Output, notice};
 use crate::scan::Scan;
-use crate::state::{LockState, read_many};
+use crate::state::{LockState, describe, read_many};
 
 /// The JSON document of `list`.
 #[derive(Debug, Serialize)]
@@ -60,7 +60,10 @@ pub(crate) async fn run(
     args: &ListArgs,
     out: &mut Output,
 ) -> Result<Code, Failure> {
-    let (locks, truncated) = held(target, args).await?;
+    let (mut locks, truncated) = held(target, args).await?;
+    describe(&target.client, &mut locks)
+        .await
+        .map_err(|e| Failure::from_lock(e, &target.label))?;
     let written = if out.is_json() {
         out.json_line(&List {
             prefix: &target.prefix,

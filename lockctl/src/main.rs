@@ -19,13 +19,15 @@
 //!
 //! For each lock: its kind, name, whether it is held (for a read-write lock: `write`, `read`
 //! or `write+read`), the owner ids as lock-core stores them (`<client id>:<holder id>`: the
-//! client id is the random id of the holder's `LockClient`; the engine records no host or
-//! process id), the holds (re-entries; read shares; permits held of the recorded size), the
-//! remaining lease, the fencing token (mutex, fair lock, writer) and the waiters (whether a
-//! mutex waiter asked to be told of the release, a fair lock's queue, a waiting writer;
-//! lock-core does not record a semaphore's waiters: `?`). Every state is read through
+//! client id is the random id of the holder's `LockClient`), the holds (re-entries; read
+//! shares; permits held of the recorded size), the remaining lease, the fencing token (mutex,
+//! fair lock, writer), the waiters (whether a mutex waiter asked to be told of the release, a
+//! fair lock's queue, a waiting writer; lock-core does not record a semaphore's waiters: `?`)
+//! and, last, the first owner's description (`DESCRIPTION`; `-` when its client set none with
+//! `LockClientBuilder::owner_description` or is gone). Every state is read through
 //! lock-core's `info()`; which kinds exist under a name is read from its keys (`EXISTS`), as
-//! laid out in DESIGN.md ("Keys").
+//! laid out in DESIGN.md ("Keys"); each description with one `GET` per distinct client among
+//! the rows shown (`LockClient::owner_description`).
 //!
 //! `list` finds locks with `SCAN` (never `KEYS`) on every primary, stops once it has found
 //! more than `--limit` held locks (default 1000), shows the first `--limit` found sorted by
@@ -74,7 +76,8 @@
 //! `{name, prefix, aborted, locks: [{kind, owners, fencing_token, hold_count, freed}]}`;
 //! `watch`: one object per line, `{at_ms, event, kind, name, owner, hold_count,
 //! fencing_token, remaining_ms, …, source}`). A lock in `locks` is `{name, kind, held, mode,
-//! owners, hold_count, remaining_ms, fencing_token, waiting, queued, readers, size}`.
+//! owners, owner_description, hold_count, remaining_ms, fencing_token, waiting, queued,
+//! readers, size}` (`owner_description`: the first owner's, or `null`).
 //! Notices and questions go to standard error.
 //!
 //! # Exit codes

@@ -57,7 +57,7 @@ impl Output {
 
 /// Lock states as a table with a header, columns aligned.
 fn write_table(out: &mut dyn Write, states: &[LockState]) -> io::Result<()> {
-    const HEADER: [&str; 8] = [
+    const HEADER: [&str; 9] = [
         "KIND",
         "NAME",
         "STATE",
@@ -66,8 +66,9 @@ fn write_table(out: &mut dyn Write, states: &[LockState]) -> io::Result<()> {
         "REMAINING",
         "TOKEN",
         "WAITERS",
+        "DESCRIPTION",
     ];
-    let rows: Vec<[String; 8]> = states.iter().map(cells).collect();
+    let rows: Vec<[String; 9]> = states.iter().map(cells).collect();
     let mut widths = HEADER.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -89,8 +90,9 @@ fn write_table(out: &mut dyn Write, states: &[LockState]) -> io::Result<()> {
     Ok(())
 }
 
-/// The cells of one state.
-fn cells(s: &LockState) -> [String; 8] {
+/// The cells of one state. The owner's description comes last: it is the longest cell (up
+/// to 128 bytes) and the only free text.
+fn cells(s: &LockState) -> [String; 9] {
     let dash = || "-".to_owned();
     let state = match (s.held, s.mode) {
         (true, Some(mode)) => mode.to_owned(),
@@ -121,6 +123,7 @@ fn cells(s: &LockState) -> [String; 8] {
         s.remaining_ms.map_or_else(dash, duration),
         s.fencing_token.map_or_else(dash, |t| t.to_string()),
         waiters,
+        s.owner_description.clone().unwrap_or_else(dash),
     ]
 }
 
@@ -173,6 +176,7 @@ mod tests {
             fencing_token: None,
             waiting: None,
             size: Some(10),
+            owner_description: None,
             ..sample()
         };
         let free = LockState {
@@ -196,7 +200,8 @@ mod tests {
             "{text}"
         );
         assert!(lines[2].contains("c1:1 (+1 more)  3/10   1.5s"), "{text}");
-        assert!(lines[2].ends_with('?'), "{text}");
+        assert!(lines[1].ends_with("no       web-3 pid 7"), "{text}");
+        assert!(lines[2].ends_with("?        -"), "{text}");
         assert!(lines[3].contains("free   -"), "{text}");
     }
 
@@ -207,6 +212,7 @@ mod tests {
             held: true,
             mode: None,
             owners: vec!["c:1".to_owned()],
+            owner_description: Some("web-3 pid 7".to_owned()),
             hold_count: 1,
             remaining_ms: Some(10),
             fencing_token: Some(7),

@@ -21,9 +21,13 @@ pub(crate) struct LockState {
     /// A read-write lock's side: `write`, `read` or `write+read` (a writer that also reads).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) mode: Option<&'static str>,
-    /// The owner ids as stored (`<client id>:<holder id>`); the engine records no host or
-    /// process. Sorted, except that a read-write lock's writer comes first.
+    /// The owner ids as stored (`<client id>:<holder id>`). Sorted, except that a read-write
+    /// lock's writer comes first.
     pub(crate) owners: Vec<String>,
+    /// What the client of the first owner says it is, if it set an owner description
+    /// (`LockClientBuilder::owner_description`) and is still alive; filled in by [`describe`]
+    /// for the rows shown, `null` otherwise.
+    pub(crate) owner_description: Option<String>,
     /// Holds: the holder's hold count (re-entries), a reader side's read shares, or a
     /// semaphore's permits held.
     pub(crate) hold_count: u32,
@@ -59,6 +63,7 @@ impl LockState {
             held: false,
             mode: None,
             owners: Vec::new(),
+            owner_description: None,
             hold_count: 0,
             remaining_ms: None,
             fencing_token: None,
@@ -158,4 +163,38 @@ pub(crate) async fn read_many(
         .buffer_unordered(CONCURRENT_READS)
         .try_collect()
         .await
+}
+
+/// Fills in the owner descriptions of `states`: one lookup per distinct client among their
+/// first owners (so at most one per row), a few at a time.
+pub(crate) async fn describe(
+    client: &LockClient,
+    states: &mut [LockState],
+) -> Result<(), LockError> {
+    use std::collections::HashMap;
+
+    use futures_util::{StreamExt, TryStreamExt};
+    // The client id: what comes before the first `:` of an owner id.
+    let client_of = |owner: &str| owner.split(':').next().unwrap_or_default().to_owned();
+    let mut clients: Vec<String> = states
+        .iter()
+        .filter_map(|s| s.owners.first().map(|o| client_of(o)))
+        .collect();
+    clients.sort_unstable();
+    clients.dedup();
+    let found: HashMap<String, Option<String>> = futures_util::stream::iter(clients)
+        .map(|id| async move {
+            let description = client.owner_description(&id).await?;
+            Ok::<_, LockError>((id, description))
+        })
+        .buffer_unordered(CONCURRENT_READS)
+        .try_collect()
+        .await?;
+    for state in states {
+        state.owner_description = state
+            .owners
+            .first()
+            .and_then(|owner| found.get(&client_of(owner)).cloned().flatten());
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@ use crate::connect::Target;
 use crate::exit::{Code, Failure};
 use crate::keys::{self, Kind};
 use crate::output::Output;
-use crate::state::LockState;
+use crate::state::{LockState, describe};
 
 /// The JSON document of `status`.
 #[derive(Debug, Serialize)]
@@ -75,7 +75,10 @@ pub(crate) async fn run(
     args: &StatusArgs,
     out: &mut Output,
 ) -> Result<Code, Failure> {
-    let states = read(target, &args.name, args.kind).await?;
+    let mut states = read(target, &args.name, args.kind).await?;
+    describe(&target.client, &mut states)
+        .await
+        .map_err(|e| Failure::from_lock(e, &target.label))?;
     let held = states.iter().any(|s| s.held);
     let written = if out.is_json() {
         out.json_line(&Status {

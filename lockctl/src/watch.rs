@@ -454,6 +454,7 @@ mod tests {
             held: !owners.is_empty(),
             mode: None,
             owners: owners.iter().map(|o| (*o).to_owned()).collect(),
+            owner_description: None,
             hold_count: count,
             remaining_ms: Some(100),
             fencing_token: Some(5),

@@ -319,6 +319,62 @@ async fn status_shows_every_kind_held_then_free() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_list_show_the_owner_description() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let described = LockClient::builder(&url)
+        .owner_description("billing@web-3 pid 4242")
+        .build()
+        .await
+        .unwrap();
+    let plain = client(&url).await;
+    let held = [
+        described.lock("d:1").lease(LONG).await.unwrap(),
+        described.lock("d:2").lease(LONG * 2).await.unwrap(),
+        plain.lock("d:3").lease(LONG * 3).await.unwrap(),
+    ];
+
+    let status = lockctl(&["--url", &url, "--json", "status", "d:1"]).await;
+    assert_eq!(status.code, 0, "{status:?}");
+    assert_eq!(
+        first_lock(&status)["owner_description"],
+        "billing@web-3 pid 4242"
+    );
+    let none = lockctl(&["--url", &url, "--json", "status", "d:3"]).await;
+    assert!(first_lock(&none)["owner_description"].is_null(), "{none:?}");
+
+    // `list`: the client's own key (`lock:client:<id>`) is no lock, and every row is described.
+    assert_eq!(server.keys("lock:client:*").len(), 1);
+    let listed = lockctl(&["--url", &url, "--json", "list"]).await;
+    assert_eq!(listed.names(), ["d:1", "d:2", "d:3"]);
+    let descriptions: Vec<Value> = listed.json()["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["owner_description"].clone())
+        .collect();
+    assert_eq!(
+        descriptions,
+        [
+            Value::from("billing@web-3 pid 4242"),
+            Value::from("billing@web-3 pid 4242"),
+            Value::Null
+        ]
+    );
+
+    // The table's last column.
+    let table = lockctl(&["--url", &url, "list"]).await;
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(lines[0].ends_with("WAITERS  DESCRIPTION"), "{table:?}");
+    assert!(
+        lines[1].ends_with("no       billing@web-3 pid 4242"),
+        "{table:?}"
+    );
+    assert!(lines[3].ends_with("no       -"), "{table:?}");
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_is_sorted_by_remaining_lease_bounded_and_filtered() {
     let server = RedisServer::start();
     let url = server.url();
@@ -601,6 +657,7 @@ async fn list_status_force_unlock_and_watch_on_a_cluster() {
     let cluster = blocking(|| RedisCluster::start_with(3, 0));
     let urls = cluster.urls();
     let c = LockClient::builder_cluster(urls.clone())
+        .owner_description("cluster client")
         .build()
         .await
         .unwrap();
@@ -657,6 +714,8 @@ async fn list_status_force_unlock_and_watch_on_a_cluster() {
         first_lock(&status)["fencing_token"],
         guards[i].fencing_token()
     );
+    // The description, recorded in its own slot, is found from any node.
+    assert_eq!(first_lock(&status)["owner_description"], "cluster client");
     let forced = lockctl(&["--url", &urls[0], "force-unlock", far, "--yes"]).await;
     assert_eq!(forced.code, 0, "{forced:?}");
     let next = c

@@ -23,10 +23,11 @@ pub async fn client(url: &str) -> LockClient {
 }
 
 /// The locks held right now under the default prefix (keys whose value names an owner: a
-/// free lock keeps its key, `|0|<token>|...`, until its fencing counter expires).
+/// free lock keeps its key, `|0|<token>|...`, until its fencing counter expires). Lock keys
+/// only: `lock:{…`, not a client's owner description (`lock:client:<id>`).
 pub fn lock_keys(server: &RedisServer) -> Vec<String> {
     server
-        .keys("lock:*")
+        .keys("lock:{*")
         .into_iter()
         .filter(|k| {
             let value = server.cmd(&["GET", k]);

@@ -258,6 +258,65 @@ fn any_key_prefix_builds_a_client_that_locks_under_it_or_is_refused_before_conne
     }
 }
 
+/// Any owner description: an accepted one (1–128 bytes, no control characters) is read back
+/// exactly by another client; a refused one is `InvalidOption("owner_description")` before
+/// anything connects.
+#[test]
+fn any_owner_description_is_read_back_exactly_or_is_refused_before_connecting() {
+    let server = RedisServer::start();
+    let rt = runtime("descriptions");
+    let reader = rt.block_on(LockClient::connect(&server.url())).unwrap();
+    let description = prop_oneof![
+        3 => prop::collection::vec(hostile_char(), 0..16).prop_map(String::from_iter),
+        3 => prop::collection::vec(hostile_char().prop_filter("printable", |c| !c.is_control()), 1..16)
+            .prop_map(String::from_iter),
+        1 => (126usize..=130).prop_map(|n| "d".repeat(n)),
+    ];
+    let mut runner = TestRunner::new(config(48));
+    let result = runner.run(&description, |description| {
+        let before = total_connections(&server);
+        let rule = !description.is_empty()
+            && description.len() <= 128
+            && !description.chars().any(char::is_control);
+        let outcome = rt.block_on(async {
+            let client = LockClient::builder(&server.url())
+                .owner_description(description.clone())
+                .build()
+                .await?;
+            let read = reader.owner_description(client.client_id()).await;
+            drop(client);
+            read
+        });
+        if rule {
+            prop_assert_eq!(outcome.ok(), Some(Some(description.clone())));
+        } else {
+            prop_assert!(
+                matches!(
+                    outcome,
+                    Err(LockError::InvalidOption {
+                        option: "owner_description",
+                        ..
+                    })
+                ),
+                "{:?}: {:?}",
+                description,
+                outcome
+            );
+            prop_assert_eq!(
+                total_connections(&server),
+                before + 1,
+                "{:?} connected",
+                description
+            );
+        }
+        Ok(())
+    });
+    rt.block_on(async move { drop(reader) });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
 /// A piece of a hostile query or path text, as it goes on the wire.
 fn uri_piece(raw: &'static str) -> impl Strategy<Value = String> {
     prop_oneof![

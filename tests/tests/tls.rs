@@ -445,9 +445,18 @@ async fn an_acl_user_with_the_documented_permissions_uses_every_primitive() {
     let server = tls_server(&files, ClientAuth::No);
     create_user(&server, &data_acl(), "locks", &["+wait"], &[]);
     let url = as_user(&server.tls_url(), "locks");
-    let a = builder(&url, &files).build().await.unwrap();
+    // With an owner description: its `SET … PX` (at build) and `GET` need nothing more.
+    let a = builder(&url, &files)
+        .owner_description("acl user a")
+        .build()
+        .await
+        .unwrap();
     let b = builder(&url, &files).build().await.unwrap();
     every_primitive(&a, &b, "acl", || channels(&server)).await;
+    assert_eq!(
+        b.owner_description(a.client_id()).await.unwrap().as_deref(),
+        Some("acl user a")
+    );
     // `+wait`: with no replica, the acquisition is given back as NotReplicated.
     let acked = builder(&url, &files)
         .min_replicas(1, Duration::from_millis(10))

@@ -208,6 +208,12 @@ impl Topology for Cluster {
             .await
     }
 
+    /// The cluster connection routes the command by its key, to the primary of its slot.
+    async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
+        let mut connection = self.connection.clone();
+        self.bounded(cmd.query_async(&mut connection)).await
+    }
+
     fn slot(&self, key: &str) -> Option<Slot> {
         Some(Slot::for_key(key))
     }

@@ -58,6 +58,10 @@ trait Topology: Send + Sync {
     /// The primary's `maxmemory-policy` (`CONFIG GET`; on a Cluster, one primary's).
     fn max_memory_policy(&self) -> impl Future<Output = Result<Value, LockError>> + Send;
 
+    /// Runs one plain single-key command (no script) where that key lives: the server, the
+    /// current primary, or on a Cluster the primary of the key's slot. Sent once.
+    fn command(&self, cmd: &redis::Cmd) -> impl Future<Output = Result<Value, LockError>> + Send;
+
     /// The slot of a key where keys live in slots (Cluster); None where all keys live together.
     fn slot(&self, key: &str) -> Option<Slot>;
 
@@ -130,6 +134,13 @@ impl Backend {
             .find(|(name, _)| name.eq_ignore_ascii_case("maxmemory-policy"))
             .map(|(_, policy)| policy)
             .ok_or_else(|| LockError::UnexpectedReply("CONFIG GET maxmemory-policy: empty".into()))
+    }
+
+    /// Runs one plain single-key command (no script) where its key lives; sent once.
+    pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
+        let boxed: BoxFuture<'_, _> =
+            Box::pin(async move { each!(self, b => b.command(cmd).await) });
+        boxed.await
     }
 
     /// The slot of a key on a Cluster; None where all keys live together.

@@ -377,6 +377,11 @@ impl Topology for Sentinel {
             .await
     }
 
+    async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
+        self.on_primary(|node| async move { node.command(cmd).await })
+            .await
+    }
+
     fn slot(&self, _key: &str) -> Option<Slot> {
         None
     }

@@ -252,6 +252,13 @@ impl Topology for Standalone {
             .map_err(|e| self.map_error(e))
     }
 
+    async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
+        let mut conn = self.connection().await?;
+        cmd.query_async(&mut conn)
+            .await
+            .map_err(|e| self.map_error(e))
+    }
+
     fn slot(&self, _key: &str) -> Option<Slot> {
         None
     }

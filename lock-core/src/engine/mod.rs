@@ -70,6 +70,8 @@ pub(crate) struct Config {
     pub(crate) metric_label: Option<Labeler>,
     /// Whether the server may evict lock keys, as read at build.
     pub(crate) eviction: EvictionRisk,
+    /// Who this client is, for operators (checked at build); recorded under the client's key.
+    pub(crate) owner_description: Option<String>,
 }
 
 /// The state shared by a client's handles, guards and background tasks.
