@@ -29,7 +29,9 @@ pub mod tls;
 pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Mode};
 pub use sentinel::SentinelGroup;
-pub use server::{RedisServer, Reply, send_signal, server_binary, server_binary_runs};
+pub use server::{
+    RedisServer, Reply, query_at, query_many_at, send_signal, server_binary, server_binary_runs,
+};
 pub use tls::{ClientAuth, TlsFiles};
 
 use std::collections::hash_map::RandomState;

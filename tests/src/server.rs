@@ -362,13 +362,7 @@ impl RedisServer {
     /// Like [`RedisServer::query`] but returns I/O errors (including
     /// timeouts, which apply to connecting, writing and reading separately).
     pub fn try_query(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
-        let mut stream = TcpStream::connect_timeout(&self.addr(), timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.set_nodelay(true)?;
-        stream.write_all(&encode_command(args))?;
-        stream.flush()?;
-        Reply::read_from(&mut BufReader::new(stream))
+        query_at(self.addr(), args, timeout)
     }
 
     /// Sends several commands over one fresh connection (pipelined, in order)
@@ -394,21 +388,7 @@ impl RedisServer {
         commands: &[&[&str]],
         timeout: Duration,
     ) -> io::Result<Vec<Reply>> {
-        let mut stream = TcpStream::connect_timeout(&self.addr(), timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.set_nodelay(true)?;
-        let mut out = Vec::new();
-        for args in commands {
-            out.extend_from_slice(&encode_command(args));
-        }
-        stream.write_all(&out)?;
-        stream.flush()?;
-        let mut reader = BufReader::new(stream);
-        commands
-            .iter()
-            .map(|_| Reply::read_from(&mut reader))
-            .collect()
+        query_many_at(self.addr(), commands, timeout)
     }
 
     /// Sends a command over a fresh connection and renders the reply as text
@@ -571,6 +551,38 @@ impl fmt::Display for Reply {
             }
         }
     }
+}
+
+/// Sends one command to `addr` on a fresh connection and reads its reply (a Redis error reply
+/// is [`Reply::Error`]; `timeout` applies to connecting, writing and reading separately).
+pub fn query_at(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+    query_many_at(addr, &[args], timeout)?
+        .pop()
+        .ok_or_else(|| io::Error::other("no reply"))
+}
+
+/// Sends several commands to `addr` over one fresh connection (pipelined, in order) and
+/// returns their replies.
+pub fn query_many_at(
+    addr: SocketAddr,
+    commands: &[&[&str]],
+    timeout: Duration,
+) -> io::Result<Vec<Reply>> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    let mut out = Vec::new();
+    for args in commands {
+        out.extend_from_slice(&encode_command(args));
+    }
+    stream.write_all(&out)?;
+    stream.flush()?;
+    let mut reader = BufReader::new(stream);
+    commands
+        .iter()
+        .map(|_| Reply::read_from(&mut reader))
+        .collect()
 }
 
 /// Encodes `args` as a RESP array of bulk strings.

@@ -6,8 +6,8 @@
 //! Everything here blocks (the harness does); the coordinator calls it from
 //! `spawn_blocking`.
 
-use std::io::{self, BufReader, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
@@ -198,25 +198,9 @@ impl Topo {
     }
 }
 
-/// Encodes `args` as a RESP array of bulk strings.
-fn encode(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
 /// Sends one command on a fresh connection and reads its reply.
 pub(crate) fn query(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<Reply> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.set_nodelay(true)?;
-    stream.write_all(&encode(args))?;
-    Reply::read_from(&mut BufReader::new(stream))
+    lock_tests::query_at(addr, args, timeout)
 }
 
 /// Sends several commands, pipelined, on one fresh connection.
@@ -225,21 +209,12 @@ fn query_many(
     commands: &[Vec<String>],
     timeout: Duration,
 ) -> io::Result<Vec<Reply>> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.set_nodelay(true)?;
-    let mut out = Vec::new();
-    for c in commands {
-        let args: Vec<&str> = c.iter().map(String::as_str).collect();
-        out.extend_from_slice(&encode(&args));
-    }
-    stream.write_all(&out)?;
-    let mut reader = BufReader::new(stream);
-    commands
+    let args: Vec<Vec<&str>> = commands
         .iter()
-        .map(|_| Reply::read_from(&mut reader))
-        .collect()
+        .map(|c| c.iter().map(String::as_str).collect())
+        .collect();
+    let args: Vec<&[&str]> = args.iter().map(Vec::as_slice).collect();
+    lock_tests::query_many_at(addr, &args, timeout)
 }
 
 /// Something lock-related that is live on a server.
