@@ -248,9 +248,9 @@ async fn acquire<P: Primitive>(primitive: P, options: Options) -> Result<P::Guar
         Err(e) if e.is_unavailable() => Outcome::Unavailable,
         Err(_) => Outcome::Invalid,
     };
-    metrics::acquisition(labels, outcome, start.elapsed());
+    metrics::acquisition(labels, outcome, start);
     if let Some(since) = waiting_since {
-        metrics::waited(labels, Instant::now().saturating_duration_since(since));
+        metrics::waited(labels, since);
     }
     result
 }

@@ -255,14 +255,6 @@ impl Hold {
         generation
     }
 
-    /// Records the end of a counted hold (released or lost): the gauge and the hold's
-    /// duration. Returns how long it was held.
-    fn hold_ended(&self, granted_at: Instant) -> Duration {
-        let held = granted_at.elapsed();
-        metrics::hold_ended(self.labels, held);
-        held
-    }
-
     /// Records a renewal sent at `sent_at` that Redis confirmed: the lease is exactly
     /// `lease_len` from then on the server (even if an extension had set a longer one).
     /// Returns whether it came late: after the hold's validity had already passed here.
@@ -295,7 +287,7 @@ impl Hold {
             };
             let (granted_at, token) = (st.granted_at, st.token);
             drop(st);
-            let held = self.hold_ended(granted_at);
+            metrics::hold_ended(self.labels, granted_at);
             if was_held {
                 metrics::lost(self.labels, reason);
                 tracing::warn!(
@@ -303,7 +295,7 @@ impl Hold {
                     kind = self.kind.label(),
                     fencing_token = self.kind.fenced().then_some(token),
                     reason = reason.as_str(),
-                    held_for = ?held,
+                    held_for = ?granted_at.elapsed(),
                     why,
                     "distributed lock lost"
                 );
@@ -388,9 +380,9 @@ impl Hold {
                     let granted_at = st.granted_at;
                     drop(st);
                     if counted {
-                        let held = self.hold_ended(granted_at);
+                        metrics::hold_ended(self.labels, granted_at);
                         tracing::debug!(lock = %self.name(), kind = self.kind.label(),
-                            held_for = ?held, "lock released");
+                            held_for = ?granted_at.elapsed(), "lock released");
                     }
                     self.ended.notify_waiters();
                 }
@@ -480,8 +472,7 @@ impl Drop for Hold {
             Err(poisoned) => poisoned.into_inner(),
         };
         if st.counted() {
-            let granted_at = st.granted_at;
-            self.hold_ended(granted_at);
+            metrics::hold_ended(self.labels, st.granted_at);
         }
     }
 }

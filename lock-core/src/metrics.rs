@@ -56,7 +56,7 @@
 //! The same names are the constants of this module.
 
 use std::sync::Arc;
-use std::time::Duration;
+use tokio::time::Instant;
 
 /// Counter `{kind, outcome}`: acquisition requests, by how they ended.
 pub const ACQUISITIONS: &str = "lock_acquisitions_total";
@@ -250,26 +250,31 @@ pub(crate) fn describe() {
     });
 }
 
-/// An acquisition request ended with `outcome` after `took`.
+/// An acquisition request that started at `started` ended now with `outcome`. (The clock is
+/// read here, so without the feature nothing reads it.)
 #[inline]
-pub(crate) fn acquisition(labels: Labels, outcome: Outcome, took: Duration) {
+pub(crate) fn acquisition(labels: Labels, outcome: Outcome, started: Instant) {
     #[cfg(feature = "metrics")]
     {
         let with = labels.with(Some(("outcome", outcome.as_str())));
         ::metrics::counter!(ACQUISITIONS, with.clone()).increment(1);
-        ::metrics::histogram!(ACQUIRE_DURATION, with).record(took.as_secs_f64());
+        ::metrics::histogram!(ACQUIRE_DURATION, with).record(started.elapsed().as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (labels, outcome, took);
+    let _ = (labels, outcome, started);
 }
 
-/// A request that waited spent `waited` waiting.
+/// A request that started waiting at `since` stopped waiting now.
 #[inline]
-pub(crate) fn waited(labels: Labels, waited: Duration) {
+pub(crate) fn waited(labels: Labels, since: Instant) {
     #[cfg(feature = "metrics")]
-    ::metrics::histogram!(WAIT_DURATION, labels.with(None)).record(waited.as_secs_f64());
+    ::metrics::histogram!(WAIT_DURATION, labels.with(None)).record(
+        Instant::now()
+            .saturating_duration_since(since)
+            .as_secs_f64(),
+    );
     #[cfg(not(feature = "metrics"))]
-    let _ = (labels, waited);
+    let _ = (labels, since);
 }
 
 /// A waiting request woke up to try again.
@@ -299,17 +304,17 @@ pub(crate) fn hold_started(labels: Labels) {
     let _ = labels;
 }
 
-/// A hold granted `held` ago ended (released, lost, or dropped).
+/// A hold granted at `granted_at` ended now (released, lost, or dropped).
 #[inline]
-pub(crate) fn hold_ended(labels: Labels, held: Duration) {
+pub(crate) fn hold_ended(labels: Labels, granted_at: Instant) {
     #[cfg(feature = "metrics")]
     {
         let with = labels.with(None);
         ::metrics::gauge!(HELD, with.clone()).decrement(1.0);
-        ::metrics::histogram!(HOLD_DURATION, with).record(held.as_secs_f64());
+        ::metrics::histogram!(HOLD_DURATION, with).record(granted_at.elapsed().as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (labels, held);
+    let _ = (labels, granted_at);
 }
 
 /// A held lock was lost.
