@@ -99,26 +99,41 @@ impl Engine {
         })
     }
 
-    /// A call in flight finished: the queue, if any, goes out as one batch in its place.
+    /// A call in flight finished: the queue, if any, goes out as one batch in its place, and
+    /// the task that sends it goes on sending what queued meanwhile until the queue is empty
+    /// (one task per run of batches, not one per batch).
     fn place_freed(self: &Arc<Self>) {
-        let Some(batcher) = &self.batcher else {
+        let Some(batch) = self.next_batch(true) else {
             return;
-        };
-        let batch: Vec<Queued> = {
-            let mut state = lock(&batcher.state);
-            if state.queue.is_empty() {
-                state.in_flight -= 1;
-                return;
-            }
-            let n = state.queue.len().min(MAX_BATCH);
-            state.queue.drain(..n).collect()
         };
         let engine = self.clone();
         self.background(async move {
-            let place = Place(engine.clone());
-            engine.send_batch(batch).await;
-            drop(place);
+            // Given back when the run ends, or if the runtime drops it midway.
+            let _place = Place(engine.clone());
+            let mut batch = batch;
+            loop {
+                engine.send_batch(batch).await;
+                match engine.next_batch(false) {
+                    Some(next) => batch = next,
+                    None => return,
+                }
+            }
         });
+    }
+
+    /// Takes the next batch off the queue; with `free_place`, an empty queue gives the place
+    /// back.
+    fn next_batch(&self, free_place: bool) -> Option<Vec<Queued>> {
+        let batcher = self.batcher.as_ref()?;
+        let mut state = lock(&batcher.state);
+        if state.queue.is_empty() {
+            if free_place {
+                state.in_flight -= 1;
+            }
+            return None;
+        }
+        let n = state.queue.len().min(MAX_BATCH);
+        Some(state.queue.drain(..n).collect())
     }
 
     /// Sends `batch` as one call (a single request as itself) and answers each request.

@@ -1,5 +1,6 @@
 -- batch: several mutex acquisitions and releases in one call, each with its own answer, so
--- the cost of a call is paid once for all of them (and the server clock is read once).
+-- the cost of a call is paid once for all of them (and the server clock is read once: every
+-- name taken fresh in a batch gets the same seed, which is fine, as tokens are per name).
 --
 -- KEYS[i]: the lock string of the i-th operation
 -- ARGV[1]: how long a free lock keeps its fencing counter, in milliseconds (for releases)
@@ -9,10 +10,11 @@
 --
 -- Returns one answer per operation, in order; false (a nil reply) where the key holds a value
 -- this library did not write.
-local t
+local t, fresh
 for i = 1, #KEYS do
   if ARGV[5 * i - 3] == 'a' then
     t = redis.call('TIME')
+    fresh = seed(t)
     break
   end
 end
@@ -21,7 +23,7 @@ for i, key in ipairs(KEYS) do
   local a = 5 * i - 3
   local answer
   if ARGV[a] == 'a' then
-    answer = acquire_lock(key, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], t)
+    answer = acquire_lock(key, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], t, fresh)
   else
     answer = release_lock(key, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[1])
   end

@@ -42,17 +42,28 @@ local function ms(t)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The server clock `t` (a TIME reply) in microseconds, as a token.
+local function seed(t)
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
 -- The fencing token of a new holder: the last token + 1, or, for a key with no counter
--- (never used, or expired), the server clock `t` (a TIME reply, read if nil) in microseconds.
--- Every token is at most its issue time in microseconds (Redis runs fewer than one script per
--- microsecond) and a key is gone for at least a lease before it is seeded again, so tokens
--- only grow as long as the server clock does not step back by more than that.
+-- (never used, or expired), the server clock `t` (a TIME reply, read if nil) in
+-- microseconds. Every token is at most its issue time in microseconds (Redis runs fewer than
+-- one script per microsecond), so tokens only grow as long as the server clock does not step
+-- back by more than the time the key was gone.
 local function next_token(token, t)
   if token then
     return string.format('%.0f', tonumber(token) + 1)
   end
-  t = t or redis.call('TIME')
-  return t[1] .. string.format('%06d', tonumber(t[2]))
+  return seed(t or redis.call('TIME'))
+end
+
+-- Frees the lock string at `key`, whose last token is `last`: kept for `fence_ttl` ms as a
+-- free lock with its counter and `released`, the token of this release (so a repeat of the
+-- release is recognised).
+local function free_string(key, last, released, fence_ttl)
+  redis.call('SET', key, lock_string('', 0, last, released, ''), 'PX', fence_ttl)
 end
 
 -- The answer to "held by another owner": -2 - pttl, or -1 without an expiry. With
@@ -86,18 +97,13 @@ local function take_again(key, owner, count, token, released, waiters, expected,
   return tonumber(token)
 end
 
--- The start of an acquisition of the lock string at `key` (whose value GET answered, or nil
--- to read it here) by `caller`, who believes it holds `expected` holds: returns a final
+-- The start of an acquisition of the lock string at `key` by `caller`, who believes it holds `expected` holds: returns a final
 -- answer when there is one (an error for a foreign value; take_again's answer when the caller
 -- owns it; 0 when the caller believes it holds the lock but does not: the hold was lost).
 -- Otherwise nil, and the lock's value, owner ('' when free), token, released and waiters for
 -- the caller to go on with.
-local function start_acquire(key, caller, expected, lease, value)
-  local owner, count, token, released, waiters
-  if value == nil then
-    value = redis.call('GET', key)
-  end
-  value, owner, count, token, released, waiters = parse_lock(value)
+local function start_acquire(key, caller, expected, lease)
+  local value, owner, count, token, released, waiters = read_lock(key)
   if value == false then
     return foreign()
   end
@@ -111,7 +117,7 @@ local function start_acquire(key, caller, expected, lease, value)
 end
 
 -- Gives back one hold of the lock string at `key` held by `owner` with `expected` holds and
--- fencing token `token`. The last hold frees it, keeping the counter for `fence_ttl` ms.
+-- fencing token `token`. The last hold frees it (free_string).
 -- Returns 1 freed, 2 one hold given back, 3 a repeat of a release already applied, 0 not
 -- held, false for a foreign value; and, when freed, whether someone waits ('1' or '').
 local function give_back(key, owner, expected, token, fence_ttl)
@@ -129,7 +135,7 @@ local function give_back(key, owner, expected, token, fence_ttl)
         redis.call('SET', key, lock_string(holder, count - 1, last, released, waiters), 'KEEPTTL')
         return 2
       end
-      redis.call('SET', key, lock_string('', 0, last, token, ''), 'PX', fence_ttl)
+      free_string(key, last, token, fence_ttl)
       return 1, waiters
     end
     if count == expected - 1 then
@@ -144,7 +150,7 @@ local function give_back(key, owner, expected, token, fence_ttl)
 end
 
 
--- Frees the lock string at `key` whoever holds it, keeping its counter for `fence_ttl` ms.
+-- Frees the lock string at `key` whoever holds it (free_string).
 -- Returns 1 if a held lock was freed, 0 if it was free, false for a foreign value.
 local function free_lock(key, fence_ttl)
   local value, owner, _, token, released = read_lock(key)
@@ -154,7 +160,7 @@ local function free_lock(key, fence_ttl)
   if owner == '' then
     return 0
   end
-  redis.call('SET', key, lock_string('', 0, token, released, ''), 'PX', fence_ttl)
+  free_string(key, token, released, fence_ttl)
   return 1
 end
 
@@ -180,20 +186,22 @@ end
 
 
 -- acquire: take a mutex (a lock string), or re-enter it. `t`: a TIME reply to seed a new
--- counter from (nil: read it when needed). Returns as acquire.lua.
-local function acquire_lock(key, caller, lease, expected, will_wait, t)
-  local value = redis.call('GET', key)
-  if not value and expected == '0' then
-    -- The common case, a name nobody held lately: the lock string (lock_string's format) and
-    -- next_token's seed written out here, which saves several Lua calls per acquisition.
-    t = t or redis.call('TIME')
-    local token = t[1] .. string.format('%06d', t[2])
-    redis.call('SET', key, caller .. '|1|' .. token .. '||', 'PX', lease)
-    return token
+-- counter from, and `fresh`, that seed as a token (nil: read when needed). Returns as
+-- acquire.lua.
+local function acquire_lock(key, caller, lease, expected, will_wait, t, fresh)
+  if expected == '0' then
+    -- The common case, a name nobody holds: taken by one SET NX (lock_string's format, with
+    -- next_token's seed), which saves reading the key and several Lua calls.
+    if not fresh then
+      t = redis.call('TIME')
+      fresh = seed(t)
+    end
+    if redis.call('SET', key, caller .. '|1|' .. fresh .. '||', 'NX', 'PX', lease) then
+      return fresh
+    end
   end
-  local answer, owner, token, released, waiters
-  answer, value, owner, token, released, waiters =
-    start_acquire(key, caller, tonumber(expected), lease, value or false)
+  local answer, value, owner, token, released, waiters =
+    start_acquire(key, caller, tonumber(expected), lease)
   if answer then
     return answer
   end
@@ -210,12 +218,13 @@ end
 local function release_lock(key, owner, expected, token, channel, fence_ttl)
   local value = redis.call('GET', key)
   if value and expected == '1' then
-    -- The common case, the only hold of its owner: freed here (lock_string's format), which
-    -- saves several Lua calls per release.
-    local holder, count, last, _, waiters = string.match(value, LOCK)
-    if holder == owner and count == '1' then
-      redis.call('SET', key, '|0|' .. last .. '|' .. token .. '|', 'PX', fence_ttl)
-      if waiters == '1' then
+    -- The common case, the only hold of its owner, whose string starts with its owner id,
+    -- count and token (lock_string's format): freed without parsing the rest, which saves
+    -- several Lua calls per release.
+    local held = owner .. '|1|' .. token .. '|'
+    if string.sub(value, 1, #held) == held then
+      free_string(key, token, token, fence_ttl)
+      if string.sub(value, -1) == '1' then
         redis.call('PUBLISH', channel, token)
       end
       return 1
