@@ -97,11 +97,11 @@ local function take_again(key, owner, count, token, released, waiters, expected,
   return tonumber(token)
 end
 
--- The start of an acquisition of the lock string at `key` by `caller`, who believes it holds `expected` holds: returns a final
--- answer when there is one (an error for a foreign value; take_again's answer when the caller
--- owns it; 0 when the caller believes it holds the lock but does not: the hold was lost).
--- Otherwise nil, and the lock's value, owner ('' when free), token, released and waiters for
--- the caller to go on with.
+-- The start of an acquisition of the lock string at `key` by `caller`, who believes it holds
+-- `expected` holds: returns a final answer when there is one (an error for a foreign value;
+-- take_again's answer when the caller owns it; 0 when the caller believes it holds the lock
+-- but does not: the hold was lost). Otherwise nil, and the lock's value, owner ('' when
+-- free), token, released and waiters for the caller to go on with.
 local function start_acquire(key, caller, expected, lease)
   local value, owner, count, token, released, waiters = read_lock(key)
   if value == false then
