@@ -1214,6 +1214,35 @@ fn any_script_reply_ends_every_call_in_a_value_or_a_typed_error() {
     }
 }
 
+/// A multi-lock attempt told that one of its names is no longer held (`[-1, i]`, i from 1) reports
+/// [`LockError::Lost`]. It used to deadlock on the hold's own state lock, taking the client's
+/// watchdog with it (found by the property test above). The attempt runs on a worker task, so
+/// a deadlock there fails this test instead of hanging it.
+#[test]
+fn a_multi_lock_told_a_name_is_gone_reports_it_without_deadlocking() {
+    let rt = runtime("multi-gone");
+    let outcome = rt.block_on(async {
+        let fake = Fake::start().await;
+        let gone = Resp::Array(vec![Resp::Int(-1), Resp::Int(1)]);
+        fake.answer("multi_acquire", vec![gone.bytes()]);
+        let client = LockClient::builder(&fake.url())
+            .build()
+            .await
+            .expect("the fake takes a client");
+        let attempt = tokio::spawn(async move {
+            let taken = client.multi_lock(["a", "b"]).atomic().try_lock().await;
+            taken.map(|guard| guard.is_some())
+        });
+        tokio::time::timeout(Duration::from_secs(10), attempt).await
+    });
+    // A deadlocked worker would keep a plain drop of the runtime waiting.
+    rt.shutdown_background();
+    let result = outcome
+        .expect("the attempt deadlocked")
+        .expect("the task ended");
+    assert!(matches!(result, Err(LockError::Lost { .. })), "{result:?}");
+}
+
 /// Any reply to the watchdog's renewal (a 120 ms lease, renewed every 40 ms): the hold is
 /// renewed or reported lost, never a panic; a reply that clearly renews nothing (an array of
 /// integers other than `[1]`, nil, an error, bytes that are not RESP) makes `lost()` fire.

@@ -198,8 +198,10 @@ impl Primitive for Take {
             }
             [-1, i] => {
                 let hold = &self.holds[index(*i).ok_or_else(bad)?];
+                // Read first: the state's lock must be released before `mark_lost` takes it.
+                let generation = hold.state().generation;
                 hold.mark_lost(
-                    hold.state().generation,
+                    generation,
                     "re-entry found the lock gone",
                     LossReason::Deleted,
                 );
