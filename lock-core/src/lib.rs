@@ -335,6 +335,8 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// A lock guard kept alive by a `match` that then locks the same mutex deadlocks: it happened.
+#![warn(clippy::significant_drop_in_scrutinee)]
 
 mod backend;
 mod builder;

@@ -47,7 +47,9 @@ pub(crate) async fn reenter(core: &GuardCore) -> Result<GuardCore, LockError> {
     if !core.is_held() {
         return Err(lost());
     }
-    let lease = match core.hold.state().lease {
+    // Read first: the state's lock must be released before `remaining` takes it again.
+    let kind = core.hold.state().lease;
+    let lease = match kind {
         Lease::Watchdog => None,
         Lease::Fixed => Some(core.remaining().max(crate::util::MIN_LEASE)),
     };

@@ -705,3 +705,45 @@ async fn requests_that_queue_go_out_in_batches_each_answered_alone() {
     server.cmd(&["DEL", "lock:{foreign}"]);
     assert_clean(&server).await;
 }
+
+/// `reenter()` on a guard with a fixed lease: the re-entry gets what is left of that lease.
+/// (It read the lease kind and the time left under one lock of the hold's state, taking it
+/// twice: a deadlock.) The re-entry runs on a worker task of a runtime this test shuts down
+/// without waiting, so a deadlock fails the test instead of hanging it.
+#[test]
+fn a_fixed_lease_guard_reenters_without_deadlocking() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let server = RedisServer::start();
+    let url = server.url();
+    let outcome = rt.block_on(async move {
+        let c = client(&url).await;
+        let outer = c
+            .lock("fixed")
+            .lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let reentry = tokio::spawn(async move {
+            let inner = outer.reenter().await?;
+            let left = inner.remaining();
+            let count = c.mutex("fixed").info().await?.hold_count;
+            inner.unlock().await?;
+            outer.unlock().await?;
+            Ok::<_, LockError>((left, count))
+        });
+        tokio::time::timeout(Duration::from_secs(10), reentry).await
+    });
+    rt.shutdown_background();
+    let (left, count) = outcome
+        .expect("the re-entry deadlocked")
+        .expect("the task ended")
+        .unwrap();
+    assert_eq!(count, 2);
+    assert!(
+        left > Duration::from_secs(10) && left <= Duration::from_secs(20),
+        "{left:?}"
+    );
+}
