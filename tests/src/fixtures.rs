@@ -1,5 +1,7 @@
 //! Shared pieces of the lock suites: clients on a test server, and the end-of-test checks.
 
+use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use lock_core::LockClient;
@@ -179,5 +181,44 @@ pub async fn lock_replicated(c: &LockClient, name: &str) -> lock_core::LockGuard
             }
             Err(e) => panic!("could not take {name}: {e:?}"),
         }
+    }
+}
+
+/// Armed by [`abort_if_hung`]; dropping it (the test finished) disarms it.
+#[derive(Debug)]
+pub struct HangGuard {
+    done: Arc<(Mutex<bool>, Condvar)>,
+}
+
+/// Aborts the whole test process, naming `what`, if the returned guard is still alive after
+/// `limit`. A deadlock in the code under test blocks the very runtime thread a timeout would
+/// need to fire, so only another thread can turn such a hang into a failure (the test binary
+/// then fails at once instead of holding CI until its time limit).
+pub fn abort_if_hung(what: &'static str, limit: Duration) -> HangGuard {
+    let done = Arc::new((Mutex::new(false), Condvar::new()));
+    let watched = done.clone();
+    std::thread::spawn(move || {
+        let (finished, wake) = &*watched;
+        let finished = finished.lock().unwrap_or_else(|p| p.into_inner());
+        let (finished, _) = wake
+            .wait_timeout_while(finished, limit, |finished| !*finished)
+            .unwrap_or_else(|p| p.into_inner());
+        if !*finished {
+            // The one way to say why the process ends: the test's own output is lost with it.
+            let _ = writeln!(
+                std::io::stderr(),
+                "HUNG: {what} did not finish within {limit:?}; aborting the test process"
+            );
+            std::process::abort();
+        }
+    });
+    HangGuard { done }
+}
+
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        let (finished, wake) = &*self.done;
+        *finished.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        wake.notify_all();
     }
 }

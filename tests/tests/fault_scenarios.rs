@@ -16,7 +16,8 @@ use std::time::Duration;
 use lock_core::{HeldLock, LockClient, LockError, LockGuard};
 use lock_tests::checkers::{FencedStore, IntervalLog, Stale, UnsafeCounter};
 use lock_tests::fixtures::{
-    assert_clean, client, client_with_lease, command_calls, eventually, lock_keys, lua_calls,
+    abort_if_hung, assert_clean, client, client_with_lease, command_calls, eventually, lock_keys,
+    lua_calls,
 };
 use lock_tests::{FaultProxy, RedisServer, Reply, unique_name};
 use rand::Rng;
@@ -28,7 +29,10 @@ const LEASE: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_millis(400);
 
 /// Runs a test body with a generous upper bound: a hang is a failure, not a stuck CI job.
+/// A deadlock that blocks the runtime thread the timeout needs aborts the process instead,
+/// 30 s later.
 async fn bounded<T>(secs: u64, body: impl Future<Output = T>) -> T {
+    let _hang = abort_if_hung("a fault scenario", Duration::from_secs(secs + 30));
     tokio::time::timeout(Duration::from_secs(secs), body)
         .await
         .unwrap_or_else(|_| panic!("the scenario did not finish within {secs} s"))

@@ -26,6 +26,7 @@ use axum::routing::get;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_core::{Guard, HeldLock, LockClient, LockError, validate_name};
+use lock_tests::fixtures::abort_if_hung;
 use lock_tests::{RedisServer, Reply};
 use lock_tower::{DistributedLockLayer, Header, KeyExtractor, PathParam, QueryParam};
 use proptest::prelude::*;
@@ -45,6 +46,10 @@ fn config(cases: u32) -> Config {
 
 /// The runtime the properties block on (a proptest case is a plain closure); its threads
 /// are named `name`.
+/// How long one of these tests may take before it is taken for a deadlock (they take
+/// seconds): the process aborts instead of holding CI.
+const HANG_LIMIT: Duration = Duration::from_secs(120);
+
 fn runtime(name: &str) -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -132,6 +137,10 @@ async fn take_and_give_back<G: Guard>(
 /// sent.
 #[test]
 fn any_name_locks_its_own_key_or_is_refused_before_anything_is_sent() {
+    let _hang = abort_if_hung(
+        "any_name_locks_its_own_key_or_is_refused_before_anything_is_sent",
+        HANG_LIMIT,
+    );
     let server = RedisServer::start();
     let rt = runtime("names");
     let client = rt
@@ -202,6 +211,10 @@ fn total_connections(server: &RedisServer) -> u64 {
 /// is `InvalidOption("key_prefix")` before anything connects.
 #[test]
 fn any_key_prefix_builds_a_client_that_locks_under_it_or_is_refused_before_connecting() {
+    let _hang = abort_if_hung(
+        "any_key_prefix_builds_a_client_that_locks_under_it_or_is_refused_before_connecting",
+        HANG_LIMIT,
+    );
     let server = RedisServer::start();
     let rt = runtime("prefixes");
     let prefix = prop_oneof![
@@ -263,6 +276,10 @@ fn any_key_prefix_builds_a_client_that_locks_under_it_or_is_refused_before_conne
 /// anything connects.
 #[test]
 fn any_owner_description_is_read_back_exactly_or_is_refused_before_connecting() {
+    let _hang = abort_if_hung(
+        "any_owner_description_is_read_back_exactly_or_is_refused_before_connecting",
+        HANG_LIMIT,
+    );
     let server = RedisServer::start();
     let rt = runtime("descriptions");
     let reader = rt.block_on(LockClient::connect(&server.url())).unwrap();
@@ -438,6 +455,10 @@ async fn answer(app: &Router, request: Request<Body>) -> (StatusCode, String) {
 /// `invalid_lock_key`; never a `500` for a name lock-core refuses.
 #[test]
 fn any_request_key_runs_under_a_valid_lock_name_or_is_answered_400() {
+    let _hang = abort_if_hung(
+        "any_request_key_runs_under_a_valid_lock_name_or_is_answered_400",
+        HANG_LIMIT,
+    );
     let server = RedisServer::start();
     let rt = runtime("requests");
     let client = rt
@@ -1147,6 +1168,10 @@ fn variant(e: &LockError) -> String {
 /// outcome where the reply is clear, else a value or a typed error; never a panic or a hang.
 #[test]
 fn any_script_reply_ends_every_call_in_a_value_or_a_typed_error() {
+    let _hang = abort_if_hung(
+        "any_script_reply_ends_every_call_in_a_value_or_a_typed_error",
+        HANG_LIMIT,
+    );
     record_panics();
     let rt = runtime("script-replies");
     let mut runner = TestRunner::new(config(480));
@@ -1220,6 +1245,10 @@ fn any_script_reply_ends_every_call_in_a_value_or_a_typed_error() {
 /// a deadlock there fails this test instead of hanging it.
 #[test]
 fn a_multi_lock_told_a_name_is_gone_reports_it_without_deadlocking() {
+    let _hang = abort_if_hung(
+        "a_multi_lock_told_a_name_is_gone_reports_it_without_deadlocking",
+        HANG_LIMIT,
+    );
     let rt = runtime("multi-gone");
     let outcome = rt.block_on(async {
         let fake = Fake::start().await;
@@ -1248,6 +1277,10 @@ fn a_multi_lock_told_a_name_is_gone_reports_it_without_deadlocking() {
 /// integers other than `[1]`, nil, an error, bytes that are not RESP) makes `lost()` fire.
 #[test]
 fn any_renewal_reply_keeps_or_loses_the_lock_without_a_panic() {
+    let _hang = abort_if_hung(
+        "any_renewal_reply_keeps_or_loses_the_lock_without_a_panic",
+        HANG_LIMIT,
+    );
     record_panics();
     let rt = runtime("renewal-replies");
     let mut runner = TestRunner::new(config(20));
