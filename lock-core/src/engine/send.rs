@@ -130,12 +130,16 @@ impl Engine {
         applied: fn(&Value) -> bool,
     ) -> Result<Sent, LockError> {
         let first = &claims.first.hold;
-        let key = first.kind.key(&first.keys).into_owned();
+        // The key only `WAIT` routing needs: not built on the common path.
+        let key = self
+            .config
+            .min_replicas
+            .map(|_| first.kind.key(&first.keys).into_owned());
         let engine = self.clone();
         let sent_at = Instant::now();
         let mut flight = InFlight {
             engine: self.clone(),
-            request: Box::pin(async move { engine.invoke_acquisition(call, &key).await }),
+            request: Box::pin(async move { engine.invoke_acquisition(call, key.as_deref()).await }),
             claims: Some(claims),
             applied,
             done: false,
@@ -178,18 +182,19 @@ impl Engine {
     }
 
     /// The call (batched with others where the engine batches), then `WAIT` when replicas
-    /// must confirm.
+    /// must confirm (`key`: the first key, given exactly then).
     async fn invoke_acquisition(
         self: &Arc<Self>,
         call: Call,
-        key: &str,
+        key: Option<&str>,
     ) -> Result<(Value, Option<u32>), LockError> {
-        match self.config.min_replicas {
-            None => Ok((self.invoke_batched(call).await?, None)),
-            Some((required, timeout)) => {
+        match (self.config.min_replicas, key) {
+            (Some((required, timeout)), Some(key)) => {
                 let (value, acked) = self.invoke_acked(&call, key, required, timeout).await?;
                 Ok((value, Some(acked)))
             }
+            // Without `min_replicas` there is no key (see `send`).
+            _ => Ok((self.invoke_batched(call).await?, None)),
         }
     }
 
