@@ -26,7 +26,7 @@ if owner == '' then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if not head or head == ARGV[1] then
     token = next_token(token, t)
-    redis.call('SET', KEYS[1], lock_string(ARGV[1], 1, token, released, ''), 'PX', lease)
+    redis.call('SET', KEYS[1], lock_string(ARGV[1], '1', token, released, ''), 'PX', lease)
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZREM', KEYS[3], ARGV[1])
     return tonumber(token)

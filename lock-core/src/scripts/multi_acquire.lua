@@ -66,7 +66,7 @@ for i, key in ipairs(KEYS) do
       now = redis.call('TIME')
     end
     token = next_token(p.token, now)
-    redis.call('SET', key, lock_string(owner, 1, token, p.released, ''), 'PX', ARGV[2])
+    redis.call('SET', key, lock_string(owner, '1', token, p.released, ''), 'PX', ARGV[2])
   else
     token = take_again(key, owner, p.count, p.token, p.released, p.waiters, p.count, ARGV[2])
   end

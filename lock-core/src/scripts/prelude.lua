@@ -44,7 +44,8 @@ end
 
 -- The server clock `t` (a TIME reply) in microseconds, as a token.
 local function seed(t)
-  return t[1] .. string.format('%06d', tonumber(t[2]))
+  local us = t[2]
+  return t[1] .. string.rep('0', 6 - #us) .. us
 end
 
 -- The fencing token of a new holder: the last token + 1, or, for a key with no counter
@@ -63,7 +64,7 @@ end
 -- free lock with its counter and `released`, the token of this release (so a repeat of the
 -- release is recognised).
 local function free_string(key, last, released, fence_ttl)
-  redis.call('SET', key, lock_string('', 0, last, released, ''), 'PX', fence_ttl)
+  redis.call('SET', key, lock_string('', '0', last, released, ''), 'PX', fence_ttl)
 end
 
 -- The answer to "held by another owner": -2 - pttl, or -1 without an expiry. With
@@ -209,7 +210,7 @@ local function acquire_lock(key, caller, lease, expected, will_wait, t, fresh)
     return busy(key, value, waiters, will_wait)
   end
   token = next_token(token, t)
-  redis.call('SET', key, lock_string(caller, 1, token, released, ''), 'PX', lease)
+  redis.call('SET', key, lock_string(caller, '1', token, released, ''), 'PX', lease)
   return token
 end
 
@@ -221,10 +222,9 @@ local function release_lock(key, owner, expected, token, channel, fence_ttl)
     -- The common case, the only hold of its owner, whose string starts with its owner id,
     -- count and token (lock_string's format): freed without parsing the rest, which saves
     -- several Lua calls per release.
-    local held = owner .. '|1|' .. token .. '|'
-    if string.sub(value, 1, #held) == held then
+    if string.find(value, owner .. '|1|' .. token .. '|', 1, true) == 1 then
       free_string(key, token, token, fence_ttl)
-      if string.sub(value, -1) == '1' then
+      if string.byte(value, -1) == 49 then -- '1'
         redis.call('PUBLISH', channel, token)
       end
       return 1

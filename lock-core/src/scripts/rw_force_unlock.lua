@@ -14,7 +14,7 @@ if value == false then
 end
 local freed = 0
 if owner ~= '' then
-  redis.call('SET', KEYS[1], lock_string('', 0, token, released, ''), 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], lock_string('', '0', token, released, ''), 'PX', ARGV[2])
   freed = 1
 end
 local now = ms(redis.call('TIME'))

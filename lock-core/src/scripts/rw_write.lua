@@ -56,5 +56,5 @@ if mark then
     redis.call('DEL', KEYS[3])
   end
 end
-redis.call('SET', KEYS[1], lock_string(ARGV[1], 1, token, released, flag), 'PX', lease)
+redis.call('SET', KEYS[1], lock_string(ARGV[1], '1', token, released, flag), 'PX', lease)
 return tonumber(token)
