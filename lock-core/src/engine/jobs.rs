@@ -1,30 +1,22 @@
 //! The background job runner: work started where nothing can await it (a guard's `Drop`, an
-//! acquisition whose caller went away). Sending never blocks and needs no runtime, so `Drop`
-//! can always do it; the runner spawns each job on the client's runtime and ends when every
-//! sender (the engine, and so the client and its guards) is gone.
+//! acquisition whose caller went away, a run of batches). Each job is spawned straight onto
+//! the client's runtime through its handle: sending never blocks and needs no runtime context,
+//! so `Drop` can always do it, and a job costs one task, not a hop through a runner task and
+//! then a task. Once that runtime has shut down, a job is dropped unrun (tokio cancels tasks
+//! spawned then); leases then expire the locks.
 
-use std::pin::Pin;
+use tokio::runtime::Handle;
 
-use tokio::sync::mpsc;
-
-type Job = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-
-pub(super) struct Sender(mpsc::UnboundedSender<Job>);
+pub(super) struct Sender(Handle);
 
 impl Sender {
-    /// Queues `job`. If the runtime is gone the job is dropped: leases then expire the locks.
-    pub(super) fn send(&self, job: Job) {
-        let _ = self.0.send(job);
+    /// Spawns `job` on the client's runtime.
+    pub(super) fn send(&self, job: impl Future<Output = ()> + Send + 'static) {
+        drop(self.0.spawn(job));
     }
 }
 
-/// Starts the runner on the current runtime.
+/// The runner of the current runtime.
 pub(super) fn start() -> Sender {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-    tokio::spawn(async move {
-        while let Some(job) = rx.recv().await {
-            tokio::spawn(job);
-        }
-    });
-    Sender(tx)
+    Sender(Handle::current())
 }

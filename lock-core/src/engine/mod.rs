@@ -106,7 +106,7 @@ struct HoldId {
 }
 
 impl Engine {
-    /// An engine over `backend`, with its background job runner started on the current
+    /// An engine over `backend`, with its background jobs spawned on the current
     /// runtime.
     pub(crate) fn start(
         backend: Backend,
@@ -238,7 +238,7 @@ impl Engine {
 
     /// Runs `work` on the client's runtime: from a `Drop`, or wherever nothing can await it.
     pub(crate) fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
-        self.jobs.send(Box::pin(work));
+        self.jobs.send(work);
     }
 
     /// The call as it goes to the backend.
