@@ -93,13 +93,13 @@ impl Backend {
     /// Runs a script (EVALSHA, EVAL on NOSCRIPT) and returns its raw reply.
     // Boxed: the topologies' futures nest deeply, and callers' futures (a
     // `#[distributed_lock]` function's, say) embed this one; erasing its type here keeps
-    // their layouts within the compiler's query depth.
+    // their layouts within the compiler's query depth. Each topology's future is boxed on its
+    // own, so a call allocates what its topology needs, not the largest of the three.
     pub(crate) async fn invoke_value(
         &self,
         invocation: &Invocation<'_>,
     ) -> Result<Value, LockError> {
-        let boxed: BoxFuture<'_, _> =
-            Box::pin(async move { each!(self, b => b.invoke_value(invocation).await) });
+        let boxed: BoxFuture<'_, _> = each!(self, b => Box::pin(b.invoke_value(invocation)));
         boxed.await
     }
 
@@ -176,19 +176,33 @@ impl Invocation<'_> {
     ) -> RedisResult<T> {
         let cmd = self.call.cmd(self.scripts, self.mode);
         match cmd.query_async(con).await {
-            Err(e)
-                if self.mode == Mode::Script
-                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                self.scripts.script(self.call.op()).load_async(con).await?;
-                cmd.query_async(con).await
-            }
-            Err(e) if self.mode == Mode::Function && function_missing(&e) => {
-                load_library(con, self.scripts).await?;
-                cmd.query_async(con).await
-            }
+            // Boxed: the common path's future then holds a pointer, not the reload's state.
+            Err(e) if self.code_missing(&e) => Box::pin(self.reload_and_resend(con, &cmd)).await,
             result => result,
         }
+    }
+
+    /// Whether `e` says the server does not have the code this call runs.
+    fn code_missing(&self, e: &redis::RedisError) -> bool {
+        match self.mode {
+            Mode::Script => e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript),
+            Mode::Function => function_missing(e),
+        }
+    }
+
+    /// Loads the code on `con` and sends `cmd` once more.
+    async fn reload_and_resend<T: FromRedisValue>(
+        &self,
+        con: &mut (impl ConnectionLike + Send),
+        cmd: &redis::Cmd,
+    ) -> RedisResult<T> {
+        match self.mode {
+            Mode::Script => {
+                self.scripts.script(self.call.op()).load_async(con).await?;
+            }
+            Mode::Function => load_library(con, self.scripts).await?,
+        }
+        cmd.query_async(con).await
     }
 }
 

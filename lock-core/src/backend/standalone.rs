@@ -178,6 +178,27 @@ impl Standalone {
         self.heals.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// After `e`, a connection error on a pooled connection: heals the pool and sends the
+    /// call once more.
+    async fn heal_and_resend(
+        &self,
+        heals: u64,
+        invocation: &Invocation<'_>,
+        e: redis::RedisError,
+    ) -> Result<Value, LockError> {
+        tracing::debug!(error = %e, "Redis connection failed; reconnecting and retrying once");
+        self.heal(heals).await;
+        // If no connection can be had, report the first failure: the command may have been
+        // applied, which `Unavailable` would deny.
+        let Ok(mut conn) = self.connection().await else {
+            return Err(self.map_error(e));
+        };
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.map_error(e))
+    }
+
     fn map_error(&self, e: redis::RedisError) -> LockError {
         map_error(e, self.response_timeout)
     }
@@ -194,18 +215,9 @@ impl Topology for Standalone {
         let mut conn = self.connection().await?;
         match invocation.invoke_async(&mut conn).await {
             Ok(value) => Ok(value),
+            // Boxed: the common path's future then holds a pointer, not the retry's state.
             Err(e) if is_connection_error(&e) => {
-                tracing::debug!(error = %e, "Redis connection failed; reconnecting and retrying once");
-                self.heal(heals).await;
-                // If no connection can be had, report the first failure: the command may have
-                // been applied, which `Unavailable` would deny.
-                let Ok(mut conn) = self.connection().await else {
-                    return Err(self.map_error(e));
-                };
-                invocation
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(|e| self.map_error(e))
+                Box::pin(self.heal_and_resend(heals, invocation, e)).await
             }
             Err(e) => Err(self.map_error(e)),
         }
