@@ -39,6 +39,13 @@ use http::header::{AsHeaderName, HeaderName};
 pub trait KeyExtractor<B> {
     /// The key of `request`, or `None` when it has none.
     fn extract(&self, request: &Request<B>) -> Option<String>;
+
+    /// The same key, from a request lent mutably: what the layer calls, so that an extractor
+    /// can move a part out and back instead of copying it (it must leave the request as it
+    /// found it). By default, [`extract`](Self::extract).
+    fn extract_mut(&self, request: &mut Request<B>) -> Option<String> {
+        self.extract(request)
+    }
 }
 
 impl<B, F> KeyExtractor<B> for F
@@ -202,14 +209,31 @@ impl PathParam {
 
 #[cfg(feature = "axum")]
 impl<B> KeyExtractor<B> for PathParam {
+    // axum 0.8 keeps the parameters in a private request extension and reads them only
+    // through `FromRequestParts`, which needs owned parts: the extensions are copied over
+    // from a shared request, and moved over and back from a lent one.
     fn extract(&self, request: &Request<B>) -> Option<String> {
-        use axum::extract::{FromRequestParts, RawPathParams};
-
-        // axum 0.8 keeps the parameters in a private request extension and reads them only
-        // through `FromRequestParts`, which needs owned parts: copy the extensions over.
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.extensions = request.extensions().clone();
-        let params = now_or_never(RawPathParams::from_request_parts(&mut parts, &()))?.ok()?;
+        self.from_parts(&mut parts)
+    }
+
+    fn extract_mut(&self, request: &mut Request<B>) -> Option<String> {
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.extensions = std::mem::take(request.extensions_mut());
+        let key = self.from_parts(&mut parts);
+        *request.extensions_mut() = parts.extensions;
+        key
+    }
+}
+
+#[cfg(feature = "axum")]
+impl PathParam {
+    /// The parameter's value, from parts carrying the request's extensions.
+    fn from_parts(&self, parts: &mut http::request::Parts) -> Option<String> {
+        use axum::extract::{FromRequestParts, RawPathParams};
+
+        let params = now_or_never(RawPathParams::from_request_parts(parts, &()))?.ok()?;
         params
             .iter()
             .find(|(name, _)| *name == self.name)
@@ -291,6 +315,37 @@ pub(crate) fn shorten(key: &str) -> impl fmt::Display + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn a_path_param_read_from_a_lent_request_leaves_its_extensions_in_place() {
+        use axum::Router;
+        use axum::body::Body;
+        use axum::extract::Path;
+        use axum::middleware::{self, Next};
+        use axum::routing::get;
+        use tower::ServiceExt;
+
+        async fn check(mut request: Request<Body>, next: Next) -> axum::response::Response {
+            let key = PathParam::new("id");
+            let lent = key.extract_mut(&mut request);
+            assert_eq!(lent.as_deref(), Some("4 2"));
+            assert_eq!(key.extract(&request), lent, "the extensions went back");
+            next.run(request).await
+        }
+        let app = Router::new()
+            .route(
+                "/orders/{id}",
+                get(|Path(id): Path<String>| async move { id }),
+            )
+            .route_layer(middleware::from_fn(check));
+        let request = Request::builder().uri("/orders/4%202").body(Body::empty());
+        let response = app.oneshot(request.unwrap()).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"4 2", "the handler still reads the parameter");
+    }
 
     fn req(uri: &str) -> Request<()> {
         Request::builder().uri(uri).body(()).unwrap()

@@ -75,9 +75,11 @@ impl fmt::Debug for Guarded {
 /// dropping it (the guard's background release) when the request is abandoned.
 pub(crate) struct Hold {
     guard: Option<Guarded>,
-    /// Resolves when the lock is lost; only kept when losing it aborts the request. In a
-    /// `Mutex` (only ever reached through `get_mut`, never locked) so that the response body
-    /// is `Sync` whenever the inner body is.
+    /// Whether losing the lock aborts the request (until it is lost or given back).
+    watch: bool,
+    /// Resolves when the lock is lost: made on the first poll that needs it (a handler that
+    /// answers at once never does). In a `Mutex` (only ever reached through `get_mut`, never
+    /// locked) so that the response body is `Sync` whenever the inner body is.
     lost: Option<Mutex<Lost>>,
     /// The unlock, once started (in a `Mutex` for the same reason as `lost`).
     release: Option<Mutex<Unlock>>,
@@ -88,9 +90,9 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(guard: Guarded, settings: &Settings, span: Span) -> Self {
-        let watch = settings.lease_lost == LeaseLost::Abort;
         Self {
-            lost: watch.then(|| Mutex::new(guard.lost())),
+            watch: settings.lease_lost == LeaseLost::Abort,
+            lost: None,
             guard: Some(guard),
             release: None,
             span,
@@ -106,13 +108,19 @@ impl Hold {
 
     /// Ready once the lock is lost; pending forever when loss is not watched.
     pub(crate) fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(lost) = self.lost.as_mut() else {
+        if !self.watch {
             return Poll::Pending;
+        }
+        let lost = match (&mut self.lost, &self.guard) {
+            (Some(lost), _) => lost,
+            (lost @ None, Some(guard)) => lost.insert(Mutex::new(guard.lost())),
+            (None, None) => return Poll::Pending,
         };
         let lost = lost
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         ready!(Pin::new(lost).poll(cx));
+        self.watch = false;
         self.lost = None;
         self.span.record("lost", true);
         tracing::warn!(parent: &self.span, lock = %self.name(),
@@ -125,6 +133,7 @@ impl Hold {
     pub(crate) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if let Some(guard) = self.guard.take() {
             self.record_held();
+            self.watch = false;
             self.lost = None;
             self.release = Some(Mutex::new(guard.unlock()));
         }
@@ -177,7 +186,7 @@ impl fmt::Debug for Hold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hold")
             .field("guard", &self.guard)
-            .field("watching_lost", &self.lost.is_some())
+            .field("watching_lost", &self.watch)
             .field("releasing", &self.release.is_some())
             .finish()
     }

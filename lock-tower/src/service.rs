@@ -82,7 +82,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
         let span = tracing::info_span!(
             "distributed_lock",
@@ -105,7 +105,7 @@ where
             tracing::error!(parent: &span, %error, "the lock layer is misconfigured");
             return reject(Rejection::misconfigured(error), "error");
         }
-        let Some(key) = self.extractor.extract(&request) else {
+        let Some(key) = self.extractor.extract_mut(&mut request) else {
             if settings.missing_key == MissingKey::PassThrough {
                 span.record("outcome", "no_key");
                 let future = span.in_scope(|| self.inner.call(request));
