@@ -215,13 +215,13 @@ impl<B> KeyExtractor<B> for PathParam {
     fn extract(&self, request: &Request<B>) -> Option<String> {
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.extensions = request.extensions().clone();
-        self.from_parts(&mut parts)
+        self.read_parts(&mut parts)
     }
 
     fn extract_mut(&self, request: &mut Request<B>) -> Option<String> {
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.extensions = std::mem::take(request.extensions_mut());
-        let key = self.from_parts(&mut parts);
+        let key = self.read_parts(&mut parts);
         *request.extensions_mut() = parts.extensions;
         key
     }
@@ -230,7 +230,7 @@ impl<B> KeyExtractor<B> for PathParam {
 #[cfg(feature = "axum")]
 impl PathParam {
     /// The parameter's value, from parts carrying the request's extensions.
-    fn from_parts(&self, parts: &mut http::request::Parts) -> Option<String> {
+    fn read_parts(&self, parts: &mut http::request::Parts) -> Option<String> {
         use axum::extract::{FromRequestParts, RawPathParams};
 
         let params = now_or_never(RawPathParams::from_request_parts(parts, &()))?.ok()?;
