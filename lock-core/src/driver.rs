@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -145,7 +146,8 @@ pub(crate) trait Primitive: Send + Sync + 'static {
     const KIND: &'static str;
 
     /// Whether local waiters for one name queue in this process, so only one at a time
-    /// contends in Redis (exclusive kinds).
+    /// contends in Redis (exclusive kinds). The turn goes with a grant to its hold when the
+    /// kind keeps it ([`keep_turn`](Self::keep_turn)).
     const LOCAL_QUEUE: bool = false;
 
     /// The engine the acquisition runs on.
@@ -181,6 +183,11 @@ pub(crate) trait Primitive: Send + Sync + 'static {
 
     /// One attempt.
     fn attempt(&mut self) -> impl Future<Output = Result<Attempt<Self::Guard>, LockError>> + Send;
+
+    /// Keeps `turn` (this process's turn to contend for the name, see
+    /// [`LOCAL_QUEUE`](Self::LOCAL_QUEUE)) with the hold `guard` is of, until that hold
+    /// ends. By default it is given back at once.
+    fn keep_turn(&self, _guard: &Self::Guard, _turn: OwnedSemaphorePermit) {}
 
     /// Called when a wait ends without the lock (timeout, error, cancellation): leave a
     /// queue, remove a mark.
@@ -324,6 +331,9 @@ async fn drive<P: Primitive>(
         let (retry_in, channel) = match run.primitive.attempt().await {
             Ok(Attempt::Acquired(guard)) => {
                 run.armed = false;
+                if let Some(turn) = turn.take() {
+                    run.primitive.keep_turn(&guard, turn);
+                }
                 return Ok(guard);
             }
             Ok(Attempt::Busy { retry_in, channel }) => (retry_in, channel),

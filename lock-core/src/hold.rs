@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::LockError;
@@ -108,6 +108,10 @@ pub(crate) struct State {
     pub(crate) lost_reason: Option<&'static str>,
     /// When this generation was granted (its first acquisition's answer).
     pub(crate) granted_at: Instant,
+    /// This process's turn to contend for the name, kept from the grant until the hold
+    /// ends, so the next local waiter asks Redis only once the lock is given back (see
+    /// [`Hold::keep_local_turn`]).
+    local_turn: Option<OwnedSemaphorePermit>,
 }
 
 impl State {
@@ -170,6 +174,7 @@ impl Hold {
                 generation: 0,
                 lost_reason: None,
                 granted_at: Instant::now(),
+                local_turn: None,
             }),
             turn: Semaphore::new(1),
             guards: AtomicUsize::new(0),
@@ -267,6 +272,20 @@ impl Hold {
         late
     }
 
+    /// Keeps `turn`, this process's turn to contend for the name, until the hold of
+    /// `generation` ends (released for good, or lost). Local waiters queue for that turn, so
+    /// the next one sends its attempt after the release instead of one that finds the lock
+    /// busy and another after the release. Only a watchdog-leased hold keeps it: the watchdog
+    /// marks it lost (ending it) when renewals stop, whereas a fixed lease may run out in
+    /// Redis while its guard lives, and waiters must then be free to take the lock. Dropped
+    /// at once otherwise, or if the hold already ended.
+    pub(crate) fn keep_local_turn(&self, generation: u64, turn: OwnedSemaphorePermit) {
+        let mut st = self.state();
+        if st.generation == generation && st.status == Status::Held && st.lease == Lease::Watchdog {
+            st.local_turn = Some(turn);
+        }
+    }
+
     /// Marks the hold of `generation` lost, wakes `lost()` futures and says so in the log
     /// (one `warn` per loss of a lock whose guard still lives). `cause` is what Redis or the
     /// clock said; a "gone" from Redis after the lease had already run out here counts as
@@ -276,6 +295,8 @@ impl Hold {
         if st.generation != generation {
             return;
         }
+        // Given back after the state's lock: the next local waiter may start at once.
+        let turn = st.local_turn.take();
         if st.counted() {
             let was_held = st.status == Status::Held;
             st.status = Status::Lost;
@@ -303,6 +324,7 @@ impl Hold {
         } else {
             drop(st);
         }
+        drop(turn);
         self.ended.notify_waiters();
     }
 
@@ -378,7 +400,9 @@ impl Hold {
                     let counted = st.counted();
                     st.status = Status::Idle;
                     let granted_at = st.granted_at;
+                    let turn = st.local_turn.take();
                     drop(st);
+                    drop(turn);
                     if counted {
                         metrics::hold_ended(self.labels, granted_at);
                         tracing::debug!(lock = %self.name(), kind = self.kind.label(),

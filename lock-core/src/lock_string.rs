@@ -53,7 +53,8 @@ pub(crate) async fn reenter(core: &GuardCore) -> Result<GuardCore, LockError> {
         Lease::Watchdog => None,
         Lease::Fixed => Some(core.remaining().max(crate::util::MIN_LEASE)),
     };
-    match attempt_lock_string(&core.engine, &core.hold, lease, false).await? {
+    let attempt = attempt_lock_string(&core.engine, &core.hold, lease, false).await?;
+    match attempt {
         Attempt::Acquired(generation) => Ok(GuardCore::new(
             core.hold.clone(),
             core.engine.clone(),

@@ -15,6 +15,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 /// A reentrant, owner-checked lock with a lease and a fencing token: made by
 /// [`LockClient::mutex`](crate::LockClient::mutex). Cheap to clone.
 ///
@@ -158,6 +160,10 @@ impl Primitive for Take {
             }
             guard
         }))
+    }
+
+    fn keep_turn(&self, guard: &LockGuard, turn: OwnedSemaphorePermit) {
+        guard.core.hold.keep_local_turn(guard.core.generation, turn);
     }
 }
 

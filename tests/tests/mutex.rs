@@ -520,6 +520,97 @@ async fn many_local_waiters_queue_and_all_get_the_lock() {
     assert_clean(&server).await;
 }
 
+/// Tasks of one client take turns on a name: while one holds it (watchdog lease), the next
+/// local waiter does not ask Redis, where it would find the lock busy and set its waiters
+/// flag; it sends its attempt once the lock is given back. A hand-off between them costs a
+/// release and an acquisition, and no release publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_ask_redis_only_once_the_lock_is_given_back() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    const TASKS: usize = 8;
+    const SECTIONS: usize = 10;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let (calls, publishes) = (lua_calls(&server), command_calls(&server, "publish"));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (c, inside) = (c.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..SECTIONS {
+                let g = c.lock("turns").wait(Duration::from_secs(30)).await.unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                // The section's work.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(g.unlock().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let sections = (TASKS * SECTIONS) as u64;
+    let calls = lua_calls(&server) - calls;
+    let publishes = command_calls(&server, "publish") - publishes;
+    // Before the queue forms, each task may try once and find the lock busy (and flag it,
+    // so that release publishes); after that, two calls per section and no messages.
+    let start = TASKS as u64;
+    assert!(
+        calls <= 2 * sections + start,
+        "{calls} calls for {sections} sections"
+    );
+    assert!(
+        publishes <= start,
+        "{publishes} releases published for {sections} sections"
+    );
+    assert_clean(&server).await;
+}
+
+/// The local queue's turn stays with a hold only under the watchdog: a fixed lease may run out
+/// in Redis while its guard lives, and the next local waiter then takes the lock, as a waiter
+/// in another process would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_takes_a_lock_whose_fixed_lease_ran_out() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let first = c.lock("fixed").await.unwrap();
+    let base = lua_calls(&server);
+    let second = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.lock("fixed")
+                .lease(Duration::from_millis(300))
+                .wait(Duration::from_secs(10))
+                .await
+                .unwrap()
+        }
+    });
+    // Its first attempt finds the lock busy; it then takes the local turn and tries again.
+    eventually("the second task holds the local turn", || {
+        lua_calls(&server) >= base + 2
+    })
+    .await;
+    let third = tokio::spawn({
+        let c = c.clone();
+        async move { c.lock("fixed").wait(Duration::from_secs(10)).await.unwrap() }
+    });
+    assert!(first.unlock().await.unwrap());
+    let second = second.await.unwrap();
+    // The second guard lives on past its lease; the third task gets the lock meanwhile.
+    let third = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the third task waited for the second guard, not its lease")
+        .unwrap();
+    assert!(!second.is_held());
+    assert!(third.fencing_token() > second.fencing_token());
+    drop(second);
+    assert!(third.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_can_share_an_application_pool() {
     let server = RedisServer::start();
