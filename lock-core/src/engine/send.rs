@@ -60,6 +60,15 @@ impl IntoIterator for Claims {
     }
 }
 
+/// The replica acknowledgement an acquisition waits for
+/// ([`min_replicas`](crate::LockClientBuilder::min_replicas)), and the key that routes its
+/// `WAIT`.
+struct Ack {
+    key: String,
+    required: u32,
+    timeout: Duration,
+}
+
 /// An acquisition's answer, with the owner's turns still claimed.
 pub(crate) struct Sent {
     pub(crate) value: Value,
@@ -130,16 +139,17 @@ impl Engine {
         applied: fn(&Value) -> bool,
     ) -> Result<Sent, LockError> {
         let first = &claims.first.hold;
-        // The key only `WAIT` routing needs: not built on the common path.
-        let key = self
-            .config
-            .min_replicas
-            .map(|_| first.kind.key(&first.keys).into_owned());
+        // What `WAIT` needs (the key routes it): not built on the common path.
+        let ack = self.config.min_replicas.map(|(required, timeout)| Ack {
+            key: first.kind.key(&first.keys).into_owned(),
+            required,
+            timeout,
+        });
         let engine = self.clone();
         let sent_at = Instant::now();
         let mut flight = InFlight {
             engine: self.clone(),
-            request: Box::pin(async move { engine.invoke_acquisition(call, key.as_deref()).await }),
+            request: Box::pin(async move { engine.invoke_acquisition(call, ack).await }),
             claims: Some(claims),
             applied,
             done: false,
@@ -182,19 +192,22 @@ impl Engine {
     }
 
     /// The call (batched with others where the engine batches), then `WAIT` when replicas
-    /// must confirm (`key`: the first key, given exactly then).
+    /// must confirm (`ack`).
     async fn invoke_acquisition(
         self: &Arc<Self>,
         call: Call,
-        key: Option<&str>,
+        ack: Option<Ack>,
     ) -> Result<(Value, Option<u32>), LockError> {
-        match (self.config.min_replicas, key) {
-            (Some((required, timeout)), Some(key)) => {
-                let (value, acked) = self.invoke_acked(&call, key, required, timeout).await?;
+        match ack {
+            Some(Ack {
+                key,
+                required,
+                timeout,
+            }) => {
+                let (value, acked) = self.invoke_acked(&call, &key, required, timeout).await?;
                 Ok((value, Some(acked)))
             }
-            // Without `min_replicas` there is no key (see `send`).
-            _ => Ok((self.invoke_batched(call).await?, None)),
+            None => Ok((self.invoke_batched(call).await?, None)),
         }
     }
 
