@@ -9,6 +9,12 @@
 //!
 //! No reentrancy, no fencing tokens, no watchdog, no local queueing: every local waiter
 //! retries on every message. [`Watchdog`] is a minimal batched renewal for W5 only.
+//!
+//! [`Floor::with_lock_core_calls`] gives a second contender for the uncontended scenarios
+//! (W1, W2, W6): this client sending lock-core's own two server calls per cycle (`FCALL` of the
+//! acquire and release functions lock-core loaded) instead of its own. Against the floor, it
+//! measures what lock-core's server side costs on its own (its fencing token, re-entry count
+//! and kept counter); against lock-core, what lock-core's client adds to the same calls.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,12 +48,27 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// Bound on a single command or subscription.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long lock-core keeps a free lock's fencing counter by default (its `fence_ttl`, 1 h),
+/// sent with the release call.
+const LOCK_CORE_FENCE_TTL_MS: u64 = 3_600_000;
+
 /// The floor lock client. Cloning shares the connections.
 #[derive(Clone)]
 pub(crate) struct Floor {
     con: MultiplexedConnection,
     subs: Arc<Subs>,
     lease_ms: u64,
+    /// Set: lock-core's server calls instead of the floor's own.
+    calls: Option<Arc<CoreCalls>>,
+}
+
+/// lock-core's acquire and release functions, and owner ids in lock-core's format.
+struct CoreCalls {
+    acquire: String,
+    release: String,
+    /// This client's id; an acquisition's owner is `{id}:{n}`.
+    id: String,
+    next: AtomicU64,
 }
 
 struct Subs {
@@ -61,7 +82,10 @@ struct Subs {
 #[derive(Debug)]
 pub(crate) struct FloorGuard {
     key: String,
+    /// The floor's random value, or with lock-core's calls the owner id.
     token: String,
+    /// With lock-core's calls: the fencing token the acquisition answered.
+    fence: Option<String>,
 }
 
 impl FloorGuard {
@@ -114,11 +138,81 @@ impl Floor {
             con,
             subs,
             lease_ms: lease.as_millis() as u64,
+            calls: None,
         }
+    }
+
+    /// This client on lock-core's server calls: the function library a lock-core client
+    /// loaded into the same server (`FUNCTION LIST`). None where there is none (a server
+    /// without functions, where lock-core sends scripts).
+    pub(crate) async fn with_lock_core_calls(&self) -> Option<Floor> {
+        let mut con = self.con.clone();
+        let list: redis::Value = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg("lockcore_*")
+            .query_async(&mut con)
+            .await
+            .ok()?;
+        let mut names = Vec::new();
+        strings(&list, &mut names);
+        let at = names.iter().position(|n| n == "library_name")?;
+        let prefix = names.get(at + 1)?;
+        let calls = CoreCalls {
+            acquire: format!("{prefix}_acquire"),
+            release: format!("{prefix}_release"),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            next: AtomicU64::new(1),
+        };
+        Some(Floor {
+            calls: Some(Arc::new(calls)),
+            ..self.clone()
+        })
+    }
+
+    /// One attempt through lock-core's acquire function: owner `{id}:{n}`, expecting no
+    /// hold, not waiting.
+    async fn try_lock_core_call(
+        &self,
+        calls: &CoreCalls,
+        key: &str,
+    ) -> Result<Option<FloorGuard>, String> {
+        let owner = format!(
+            "{}:{}",
+            calls.id,
+            calls.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut con = self.con.clone();
+        let reply: redis::Value = redis::cmd("FCALL")
+            .arg(&calls.acquire)
+            .arg(1)
+            .arg(key)
+            .arg(&owner)
+            .arg(self.lease_ms)
+            .arg(0)
+            .arg(0)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| format!("floor FCALL acquire: {e}"))?;
+        // A token (> 0) when taken, as a string or an integer; an integer <= 0 when not.
+        let fence = match reply {
+            redis::Value::BulkString(b) => String::from_utf8(b).map_err(|e| e.to_string())?,
+            redis::Value::Int(t) if t > 0 => t.to_string(),
+            redis::Value::Int(_) => return Ok(None),
+            other => return Err(format!("floor FCALL acquire answered {other:?}")),
+        };
+        Ok(Some(FloorGuard {
+            key: key.to_owned(),
+            token: owner,
+            fence: Some(fence),
+        }))
     }
 
     /// One attempt: `SET key token NX PX lease`.
     pub(crate) async fn try_lock(&self, key: &str) -> Result<Option<FloorGuard>, String> {
+        if let Some(calls) = &self.calls {
+            return self.try_lock_core_call(calls, key).await;
+        }
         let token = uuid::Uuid::new_v4().simple().to_string();
         let mut con = self.con.clone();
         let ok: Option<String> = redis::cmd("SET")
@@ -133,6 +227,7 @@ impl Floor {
         Ok(ok.map(|_| FloorGuard {
             key: key.to_owned(),
             token,
+            fence: None,
         }))
     }
 
@@ -164,9 +259,25 @@ impl Floor {
         result
     }
 
-    /// Compare-and-delete, publishing on the name's channel.
+    /// Compare-and-delete, publishing on the name's channel (with lock-core's calls, its
+    /// release function).
     pub(crate) async fn unlock(&self, guard: FloorGuard) -> Result<bool, String> {
         let mut con = self.con.clone();
+        if let (Some(calls), Some(fence)) = (&self.calls, &guard.fence) {
+            let n: i64 = redis::cmd("FCALL")
+                .arg(&calls.release)
+                .arg(1)
+                .arg(&guard.key)
+                .arg(&guard.token)
+                .arg(1)
+                .arg(fence)
+                .arg(channel(&guard.key))
+                .arg(LOCK_CORE_FENCE_TTL_MS)
+                .query_async(&mut con)
+                .await
+                .map_err(|e| format!("floor FCALL release: {e}"))?;
+            return Ok(n == 1);
+        }
         let n: i64 = RELEASE
             .key(&guard.key)
             .arg(&guard.token)
@@ -219,6 +330,22 @@ impl Floor {
         if last {
             let _ = tokio::time::timeout(COMMAND_TIMEOUT, sink.unsubscribe(chan)).await;
         }
+    }
+}
+
+/// Every string in a reply, depth first.
+fn strings(value: &redis::Value, out: &mut Vec<String>) {
+    match value {
+        redis::Value::BulkString(b) => out.push(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => out.push(s.clone()),
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            items.iter().for_each(|v| strings(v, out))
+        }
+        redis::Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            strings(k, out);
+            strings(v, out);
+        }),
+        _ => {}
     }
 }
 

@@ -3,7 +3,9 @@
 //! * `/layer/{id}`: `lock_tower::DistributedLockLayer` (defaults: one attempt, watchdog
 //!   lease, released after the body) around the plain handler;
 //! * `/ours/{id}`, `/floor/{id}`, `/rslock/{id}`: the same handler taking the lock itself
-//!   with one attempt and releasing it before answering.
+//!   with one attempt and releasing it before answering;
+//! * [`CORE_CALLS_ROUTE`]`/{id}`, where the run has it: the same with the floor's client
+//!   sending lock-core's server calls.
 //!
 //! Every request has a key of its own, so none is ever turned away; the driver checks that
 //! every answer is `200`.
@@ -64,12 +66,22 @@ impl Drop for Server {
     }
 }
 
+/// The route of the floor's client on lock-core's calls.
+pub(crate) const CORE_CALLS_ROUTE: &str = "core_calls";
+
 /// Starts the app; `lockers` are ours, the floor and rslock, in that order.
-pub(crate) async fn serve(ours: &Locker, floor: &Locker, rslock: &Locker, nodelay: bool) -> Server {
+pub(crate) async fn serve(
+    lockers: &[Locker],
+    core_calls: Option<&Locker>,
+    nodelay: bool,
+) -> Server {
+    let [ours, floor, rslock] = lockers else {
+        unreachable!("three contenders")
+    };
     let Locker::Ours(client) = ours else {
         unreachable!("the layer needs lock-core")
     };
-    let app = Router::new()
+    let mut app = Router::new()
         .route(
             "/layer/{id}",
             get(plain).route_layer(DistributedLockLayer::new(
@@ -80,6 +92,12 @@ pub(crate) async fn serve(ours: &Locker, floor: &Locker, rslock: &Locker, nodela
         .route("/ours/{id}", direct_route(ours.clone()))
         .route("/floor/{id}", direct_route(floor.clone()))
         .route("/rslock/{id}", direct_route(rslock.clone()));
+    if let Some(calls) = core_calls {
+        app = app.route(
+            &format!("/{CORE_CALLS_ROUTE}/{{id}}"),
+            direct_route(calls.clone()),
+        );
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind W6 listener");

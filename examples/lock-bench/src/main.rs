@@ -3,6 +3,11 @@
 //! connection, pub/sub wake-ups where it waits) and against rslock (crates.io), measured in
 //! one run on one private redis-server. Every figure is also reported as a ratio.
 //!
+//! W1, W2 and W6 also run a fourth row that is not a contender: the floor's client sending
+//! lock-core's own server calls (`FCALL` of the acquire and release functions lock-core
+//! loaded). Its rate over the floor's is what lock-core's server side alone leaves (no client
+//! of those calls does better); ours over its rate is what lock-core's client keeps of that.
+//!
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
 //!                                      [--only W1,W3h,...] [--rslock-retry-ms N] [--pool N]
@@ -296,6 +301,11 @@ async fn bench(args: Args) -> bool {
     for kind in Kind::ALL {
         lockers.push(Locker::connect(kind, &opts).await);
     }
+    // After lock-core's client, which loads its functions.
+    let core_calls = match &lockers[1] {
+        Locker::Floor(floor) => floor.with_lock_core_calls().await.map(Locker::Floor),
+        _ => None,
+    };
     let mut report = Report::default();
     let mut failures = Vec::new();
     eprintln!(
@@ -331,6 +341,7 @@ async fn bench(args: Args) -> bool {
         cycles(
             &mut report,
             &lockers,
+            core_calls.as_ref(),
             &mut admin,
             &url,
             &run,
@@ -344,6 +355,7 @@ async fn bench(args: Args) -> bool {
         cycles(
             &mut report,
             &lockers,
+            core_calls.as_ref(),
             &mut admin,
             &url,
             &run,
@@ -359,7 +371,10 @@ async fn bench(args: Args) -> bool {
     scenario!("W3x", w3x(&mut report, &opts, &mut admin, &run, &plan));
     scenario!("W4", w4(&mut report, &opts, &lockers, &run, &plan));
     scenario!("W5", w5(&mut report, &opts, &run, &plan));
-    scenario!("W6", w6(&mut report, &lockers, &run, &plan));
+    scenario!(
+        "W6",
+        w6(&mut report, &lockers, core_calls.as_ref(), &run, &plan)
+    );
     scenario!(
         "W7",
         w7(&mut report, &lockers, &mut admin, &url, &run, &plan)
@@ -550,10 +565,15 @@ const COUNT_CYCLES: usize = 256;
 /// Sections run under `MONITOR` after each timed W3h/W3x run, to count requests.
 const COUNT_SECTIONS: u64 = 300;
 
+/// The label, JSON key and table name of the floor's client sending lock-core's calls.
+const CORE_CALLS: &str = "floor_core_calls";
+const CORE_CALLS_LABEL: &str = "floor client, lock-core's server calls";
+
 #[allow(clippy::too_many_arguments)]
 async fn cycles(
     report: &mut Report,
     lockers: &[Locker],
+    core_calls: Option<&Locker>,
     admin: &mut MultiplexedConnection,
     url: &str,
     run: &str,
@@ -566,8 +586,15 @@ async fn cycles(
         "| {scenario}: {tasks} task(s), {cycles} cycles, distinct names | cycles/s | p50 µs | p99 µs | server µs/cycle | client CPU µs/cycle | requests/cycle |\n|---|---:|---:|---:|---:|---:|---:|\n"
     );
     let mut json = serde_json::Map::new();
-    for (kind, locker) in Kind::ALL.iter().zip(lockers) {
-        let prefix = format!("lb:{run}:{scenario}:{}", kind.name());
+    // The three contenders, then (not one of them: a measure of lock-core's server side) the
+    // floor's client on lock-core's calls.
+    let contenders = Kind::ALL
+        .iter()
+        .map(|k| (k.name(), k.name()))
+        .zip(lockers)
+        .chain(core_calls.map(|l| ((CORE_CALLS, CORE_CALLS_LABEL), l)));
+    for ((key, label), locker) in contenders {
+        let prefix = format!("lb:{run}:{scenario}:{key}");
         let before = CmdStats::read(admin).await;
         let cpu0 = sys::cpu_ms();
         let sample = run_cycles(locker, &prefix, tasks, cycles).await?;
@@ -586,8 +613,7 @@ async fn cycles(
         let server_us = delta.server_usec(&counts) / cycles as f64;
         let requests = counts.requests() as f64 / COUNT_CYCLES as f64;
         table += &format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {server_us:.1} | {client_us:.1} | {requests:.2} |\n",
-            kind.name(),
+            "| {label} | {:.0} | {:.0} | {:.0} | {server_us:.1} | {client_us:.1} | {requests:.2} |\n",
             sample.rate(),
             sample.percentile(50.0),
             sample.percentile(99.0),
@@ -598,7 +624,7 @@ async fn cycles(
         j["client_cpu_us_per_cycle"] = client_us.into();
         j["commandstats"] = delta.to_json();
         j["monitor"] = counts.to_json();
-        json.insert(kind.name().into(), j);
+        json.insert(key.into(), j);
         rows.push(sample.rate());
     }
     report.tables.push(table);
@@ -627,6 +653,9 @@ async fn cycles(
             );
         }
     }
+    if let Some(&calls) = rows.get(3) {
+        core_calls_bounds(report, scenario, rows[0], rows[1], calls);
+    }
     json.insert("tasks".into(), tasks.into());
     json.insert("cycles".into(), cycles.into());
     report
@@ -638,6 +667,30 @@ async fn cycles(
         decimals: 0,
     });
     Ok(())
+}
+
+/// The two ratios the floor's client on lock-core's calls gives (rates `ours`, `floor`,
+/// `calls`): what lock-core's server calls alone leave of the floor's rate (the most any client
+/// of those calls reaches), and how much of that lock-core's own client keeps.
+fn core_calls_bounds(
+    report: &mut Report,
+    scenario: &'static str,
+    ours: f64,
+    floor: f64,
+    calls: f64,
+) {
+    report.target(
+        scenario,
+        "bound, no target: floor client on lock-core's server calls ÷ floor",
+        format!("{:.3}×", calls / floor),
+        None,
+    );
+    report.target(
+        scenario,
+        "client, no target: ours ÷ floor client on lock-core's server calls",
+        format!("{:.3}×", ours / calls),
+        None,
+    );
 }
 
 // ---------------------------------------------------------------- W3h, W3x
@@ -988,14 +1041,20 @@ async fn w5(report: &mut Report, opts: &Opts, run: &str, plan: &Plan) -> Result<
 
 // ---------------------------------------------------------------- W6
 
-async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> Result<(), String> {
+async fn w6(
+    report: &mut Report,
+    lockers: &[Locker],
+    core_calls: Option<&Locker>,
+    run: &str,
+    plan: &Plan,
+) -> Result<(), String> {
     // One server as `axum::serve` comes (the lock-tower docs' setup), one with TCP_NODELAY
     // on its accepted connections.
-    let plain = http::serve(&lockers[0], &lockers[1], &lockers[2], false).await;
-    let nodelay = http::serve(&lockers[0], &lockers[1], &lockers[2], true).await;
+    let plain = http::serve(lockers, core_calls, false).await;
+    let nodelay = http::serve(lockers, core_calls, true).await;
     // The last two (the floor and rslock on the TCP_NODELAY server, for W6n) come after the
     // first six, so those run in the same order as before they were added.
-    let variants: [(&str, &http::Server, &str, &str); 8] = [
+    let mut variants: Vec<(&str, &http::Server, &str, &str)> = vec![
         ("layer", &plain, "layer", "ours: DistributedLockLayer"),
         ("ours", &plain, "ours", "ours: handler calls lock-core"),
         ("floor", &plain, "floor", "floor: handler calls the floor"),
@@ -1025,6 +1084,16 @@ async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> 
             "rslock: handler calls rslock, TCP_NODELAY server",
         ),
     ];
+    // Last, where it runs: the floor's client sending lock-core's calls (the bound lock-core's
+    // server calls set on W6n).
+    if core_calls.is_some() {
+        variants.push((
+            CORE_CALLS,
+            &nodelay,
+            http::CORE_CALLS_ROUTE,
+            "floor client on lock-core's server calls, TCP_NODELAY server",
+        ));
+    }
     // Two rounds, interleaved, so that a slow patch of the machine hits every variant.
     let rounds = 2;
     let per_round = plan.w6_requests / rounds;
@@ -1088,6 +1157,15 @@ async fn w6(report: &mut Report, lockers: &[Locker], run: &str, plan: &Plan) -> 
         format!("{r:.3}×"),
         Some(r >= 0.9),
     );
+    if let Some(calls) = samples.get(8) {
+        core_calls_bounds(
+            report,
+            "W6n",
+            samples[4].rate(),
+            samples[6].rate(),
+            calls.rate(),
+        );
+    }
     report
         .json
         .insert("W6".into(), serde_json::Value::Object(json));
