@@ -142,9 +142,11 @@ impl Floor {
         }
     }
 
-    /// This client on lock-core's server calls: the function library a lock-core client
-    /// loaded into the same server (`FUNCTION LIST`). None where there is none (a server
-    /// without functions, where lock-core sends scripts).
+    /// This client on lock-core's server calls: the first `lockcore_*` function library in the
+    /// server (`FUNCTION LIST`; in the bench's own server, the one the bench's lock-core client
+    /// loaded). None where there is none (a server without functions, where lock-core sends
+    /// scripts). For uncontended runs only: its attempts never set lock-core's waiters flag, so
+    /// a wait for a busy name is woken by the 1 s re-check, not by the release.
     pub(crate) async fn with_lock_core_calls(&self) -> Option<Floor> {
         let mut con = self.con.clone();
         let list: redis::Value = redis::cmd("FUNCTION")
