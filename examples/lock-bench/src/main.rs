@@ -565,7 +565,8 @@ const COUNT_CYCLES: usize = 256;
 /// Sections run under `MONITOR` after each timed W3h/W3x run, to count requests.
 const COUNT_SECTIONS: u64 = 300;
 
-/// The label, JSON key and table name of the floor's client sending lock-core's calls.
+/// The floor's client sending lock-core's calls: its key (JSON, W6 variant, lock names) and
+/// its label in the tables.
 const CORE_CALLS: &str = "floor_core_calls";
 const CORE_CALLS_LABEL: &str = "floor client, lock-core's server calls";
 
