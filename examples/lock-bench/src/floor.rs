@@ -185,10 +185,7 @@ impl Floor {
             calls.next.fetch_add(1, Ordering::Relaxed)
         );
         let mut con = self.con.clone();
-        let reply: redis::Value = redis::cmd("FCALL")
-            .arg(&calls.acquire)
-            .arg(1)
-            .arg(key)
+        let reply: redis::Value = fcall(&calls.acquire, key)
             .arg(&owner)
             .arg(self.lease_ms)
             .arg(0)
@@ -266,10 +263,7 @@ impl Floor {
     pub(crate) async fn unlock(&self, guard: FloorGuard) -> Result<bool, String> {
         let mut con = self.con.clone();
         if let (Some(calls), Some(fence)) = (&self.calls, &guard.fence) {
-            let n: i64 = redis::cmd("FCALL")
-                .arg(&calls.release)
-                .arg(1)
-                .arg(&guard.key)
+            let n: i64 = fcall(&calls.release, &guard.key)
                 .arg(&guard.token)
                 .arg(1)
                 .arg(fence)
@@ -333,6 +327,13 @@ impl Floor {
             let _ = tokio::time::timeout(COMMAND_TIMEOUT, sink.unsubscribe(chan)).await;
         }
     }
+}
+
+/// `FCALL function 1 key`, for the arguments to follow.
+fn fcall(function: &str, key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(function).arg(1).arg(key);
+    cmd
 }
 
 /// Every string in a reply, depth first.
