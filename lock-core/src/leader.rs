@@ -74,8 +74,10 @@ impl Leader {
     }
 
     /// Campaign after campaign, as a stream of transitions: [`LeaderEvent::Elected`] when
-    /// this instance starts leading, [`LeaderEvent::Deposed`] when it stops (and then it
-    /// campaigns again), an `Err` when a campaign could not reach Redis (it tries again after
+    /// this instance starts leading (said only of a term that still leads at that moment: a
+    /// term lost on its way, its process stalled past the lease, is not reported and the
+    /// campaign goes on), [`LeaderEvent::Deposed`] when it stops (and then it campaigns
+    /// again), an `Err` when a campaign could not reach Redis (it tries again after
     /// [`RETRY`](Self::RETRY)). The stream holds the leadership: dropping it steps down.
     ///
     /// With `futures-util`'s `StreamExt`:
@@ -111,15 +113,24 @@ impl Leader {
                         if failed {
                             tokio::time::sleep(Self::RETRY).await;
                         }
-                        match leader.campaign().await {
-                            Ok(term) => {
-                                let event = LeaderEvent::Elected {
-                                    term: term.number(),
-                                    held: term.held_lock(),
-                                };
-                                Some((Ok(event), (leader, State::Leading(term))))
+                        loop {
+                            match leader.campaign().await {
+                                // Elected is said only of a term that still leads when it is
+                                // said: one lost on its way here (the process stalled past
+                                // its lease) was never this instance's to report.
+                                Ok(term) if term.is_leader() => {
+                                    let event = LeaderEvent::Elected {
+                                        term: term.number(),
+                                        held: term.held_lock(),
+                                    };
+                                    break Some((Ok(event), (leader, State::Leading(term))));
+                                }
+                                Ok(lost) => drop(lost),
+                                Err(e) => {
+                                    let next = State::Campaigning { failed: true };
+                                    break Some((Err(e), (leader, next)));
+                                }
                             }
-                            Err(e) => Some((Err(e), (leader, State::Campaigning { failed: true }))),
                         }
                     }
                     State::Leading(term) => {

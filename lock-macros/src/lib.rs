@@ -128,7 +128,12 @@
 //! no renewal succeeds within the lease, or a fixed lease runs out):
 //!
 //! * `"abort"` (the default): the body is dropped at its next `.await` and the function
-//!   returns `Err(LockError::Lost { .. })` converted into `E`.
+//!   returns `Err(LockError::Lost { .. })` converted into `E`. A body that finishes after
+//!   the lock was lost (it waited at an `.await` while its process or runtime stalled past
+//!   the lease) returns that error too: the function never returns the body's `Ok` unless
+//!   the lock was held when the body's result was ready and Redis did not answer its
+//!   release with "not held". Code before the body's last `.await` has run, though, so
+//!   writes it sent need the fencing token (`held` below).
 //! * `"continue"`: the body runs to its end and its result is returned as is. Use it for
 //!   bodies that must not stop half-way, and check the lock yourself (the `held` lock's
 //!   `is_held()` / `lost()`, and its fencing token at the resource).

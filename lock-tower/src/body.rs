@@ -142,15 +142,25 @@ where
             }
             return body.poll_frame(cx).map_err(Into::into);
         };
+        // The lock is gone: the body ends with an error; dropping the hold just tidies up.
+        let lost = |hold: &mut Option<Hold>, ended: &mut bool, name: String| {
+            *hold = None;
+            *ended = true;
+            Poll::Ready(Some(Err(LockError::Lost { name }.into())))
+        };
         if !*this.ended {
             if hold.poll_lost(cx).is_ready() {
-                // The lock is gone already; dropping the hold just tidies up.
                 let name = hold.name().to_owned();
-                *this.hold = None;
-                *this.ended = true;
-                return Poll::Ready(Some(Err(LockError::Lost { name }.into())));
+                return lost(this.hold, this.ended, name);
             }
-            match ready!(body.as_mut().poll_frame(cx)) {
+            let frame = ready!(body.as_mut().poll_frame(cx));
+            // A frame made after the loss (the body was ready in the same poll in which the
+            // lease was found to have run out) never goes out.
+            if hold.check_lost() {
+                let name = hold.name().to_owned();
+                return lost(this.hold, this.ended, name);
+            }
+            match frame {
                 Some(Ok(frame)) if !body.is_end_stream() => return Poll::Ready(Some(Ok(frame))),
                 Some(Ok(frame)) => *this.last = Some(frame),
                 Some(Err(e)) => {
@@ -162,8 +172,14 @@ where
             }
             *this.ended = true;
         }
-        // The inner body is done: release, then hand out what was kept back.
-        ready!(hold.poll_release(cx));
+        // The inner body is done: release, then hand out what was kept back, unless Redis
+        // said the lock was already gone (then the body was not all made under it).
+        if let Err(name) = ready!(hold.poll_release(cx))
+            && hold.aborts_on_loss()
+        {
+            *this.last = None;
+            return lost(this.hold, this.ended, name);
+        }
         *this.hold = None;
         Poll::Ready(this.last.take().map(Ok))
     }

@@ -44,7 +44,10 @@ pub enum FailMode {
 pub enum LeaseLost {
     /// Stop the request: drop the handler's future (it is cancelled at its current `.await`)
     /// and answer `503` with `Retry-After`; if the response body is already streaming, end it
-    /// with an error. The default, since another request may now hold the lock.
+    /// with an error. The default, since another request may now hold the lock. A response
+    /// the handler finished after the loss (ready in the same step in which the lease was
+    /// found to have run out, or released after Redis had let the lock go) is dropped and
+    /// answered `503` too: the layer never sends a success made without the lock.
     #[default]
     Abort,
     /// Let the request finish. The handler can watch

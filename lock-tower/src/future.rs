@@ -26,7 +26,7 @@ use tracing::Span;
 
 use crate::acquire::Acquire;
 use crate::body::ResponseBody;
-use crate::config::{LeaseLost, Release, Settings};
+use crate::config::{Release, Settings};
 use crate::hold::Hold;
 use crate::response::{Decision, OnRejection, Rejection, decide};
 
@@ -195,8 +195,16 @@ where
                 }
                 StateProj::Buffering { buffer } => ready!(buffering(buffer, this.settings, cx)),
                 StateProj::Releasing { hold, response } => {
-                    ready!(hold.poll_release(cx));
-                    Step::Ready(Ok(response.take().expect("response taken twice")))
+                    let released = ready!(hold.poll_release(cx));
+                    if released.is_ok() || !hold.aborts_on_loss() {
+                        Step::Ready(Ok(response.take().expect("response taken twice")))
+                    } else {
+                        // Redis says the lock was gone before the request gave it back: the
+                        // response was made without it, so it is dropped unsent.
+                        Step::Next(State::Rejected {
+                            rejection: Some(Rejection::lost(this.settings)),
+                        })
+                    }
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             };
@@ -253,23 +261,35 @@ where
     F: Future<Output = Result<Response<B>, E>>,
     B: Body,
 {
+    // Dropping the state cancels the handler at its current `.await` (and drops a response it
+    // made after the loss); the hold drops with it and the lock is released in the background.
+    let lost = || {
+        Poll::Ready(Step::Next(State::Rejected {
+            rejection: Some(Rejection::lost(settings)),
+        }))
+    };
+    // The loss first: a handler that is ready in the same poll in which its lease is found to
+    // have run out (its runtime or process stalled past the lease) did not run under the lock.
+    if hold.as_mut().is_some_and(Hold::check_lost) {
+        return lost();
+    }
     let response = match scope.enter(|| future.poll(cx)) {
         Poll::Ready(Ok(response)) => response,
-        // The hold drops with the state: the lock is released in the background.
         Poll::Ready(Err(error)) => return Poll::Ready(Step::Ready(Err(error))),
         Poll::Pending => {
-            if !hold
+            if hold
                 .as_mut()
                 .is_some_and(|hold| hold.poll_lost(cx).is_ready())
             {
-                return Poll::Pending;
+                return lost();
             }
-            // Dropping the state cancels the handler at its current `.await`.
-            return Poll::Ready(Step::Next(State::Rejected {
-                rejection: Some(Rejection::lost(settings)),
-            }));
+            return Poll::Pending;
         }
     };
+    // ... and again once the response is ready: it is accepted only under a valid lock.
+    if hold.as_mut().is_some_and(Hold::check_lost) {
+        return lost();
+    }
     let Some(hold) = hold.take() else {
         return Poll::Ready(Step::Ready(Ok(response.map(ResponseBody::new))));
     };
@@ -308,15 +328,24 @@ fn buffering<F, B: Body, E>(
     cx: &mut Context<'_>,
 ) -> Poll<Step<F, B, E>> {
     let read = buffer.as_mut().expect("buffer taken twice");
+    // Nothing has gone out yet: a loss is answered as for a handler that lost it, whether it
+    // comes while the body is read or is found once it has been.
+    let lost = || {
+        Poll::Ready(Step::Next(State::Rejected {
+            rejection: Some(Rejection::lost(settings)),
+        }))
+    };
+    if read.hold.check_lost() {
+        return lost();
+    }
     if read.poll_read(cx).is_pending() {
-        let watch = settings.lease_lost == LeaseLost::Abort;
-        if watch && read.hold.poll_lost(cx).is_ready() {
-            // Nothing has gone out yet: answer as for a handler that lost it.
-            return Poll::Ready(Step::Next(State::Rejected {
-                rejection: Some(Rejection::lost(settings)),
-            }));
+        if read.hold.poll_lost(cx).is_ready() {
+            return lost();
         }
         return Poll::Pending;
+    }
+    if read.hold.check_lost() {
+        return lost();
     }
     let Buffer {
         hold,

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use crate::config::{HoldTimes, LeaseLost, Settings};
 
-/// A release under way.
-type Unlock = Pin<Box<dyn Future<Output = Result<bool, LockError>> + Send>>;
+/// A release under way, with a view of the lock it gives back (for its name afterwards).
+type Unlock = Pin<Box<dyn Future<Output = (Result<bool, LockError>, HeldLock)> + Send>>;
 
 /// A guard of any kind the layer takes.
 pub(crate) enum Guarded {
@@ -51,6 +51,10 @@ impl Guarded {
         each!(self, g => Guard::held_lock(g))
     }
 
+    fn is_held(&self) -> bool {
+        each!(self, g => Guard::is_held(g))
+    }
+
     fn lost(&self) -> Lost {
         each!(self, g => Guard::lost(g))
     }
@@ -59,7 +63,10 @@ impl Guarded {
     /// request abandoned half-way through), it finishes in the background: lock-core's
     /// `unlock` is not cut short by a drop.
     fn unlock(self) -> Unlock {
-        each!(self, g => Box::pin(Guard::unlock(g)))
+        each!(self, g => {
+            let held = Guard::held_lock(&g);
+            Box::pin(async move { (Guard::unlock(g).await, held) })
+        })
     }
 }
 
@@ -75,7 +82,9 @@ impl fmt::Debug for Guarded {
 /// dropping it (the guard's background release) when the request is abandoned.
 pub(crate) struct Hold {
     guard: Option<Guarded>,
-    /// Whether losing the lock aborts the request (until it is lost or given back).
+    /// Whether losing the lock aborts the request ([`LeaseLost::Abort`]).
+    abort: bool,
+    /// Whether the loss is still watched: `abort`, until the lock is lost or given back.
     watch: bool,
     /// Resolves when the lock is lost: made on the first poll that needs it (a handler that
     /// answers at once never does). In a `Mutex` (only ever reached through `get_mut`, never
@@ -90,8 +99,10 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(guard: Guarded, settings: &Settings, span: Span) -> Self {
+        let abort = settings.lease_lost == LeaseLost::Abort;
         Self {
-            watch: settings.lease_lost == LeaseLost::Abort,
+            abort,
+            watch: abort,
             lost: None,
             guard: Some(guard),
             release: None,
@@ -106,8 +117,29 @@ impl Hold {
         self.guard.as_ref().map_or("", Guarded::name)
     }
 
-    /// Ready once the lock is lost; pending forever when loss is not watched.
+    /// Whether losing the lock aborts the request ([`LeaseLost::Abort`]).
+    pub(crate) fn aborts_on_loss(&self) -> bool {
+        self.abort
+    }
+
+    /// True (once, and then no longer watched) if the lock is found lost now: not held by
+    /// the guard's own account, which reads the hold's validity against the clock and so
+    /// knows of a lease that ran out before any timer or renewal has said so. Cheap: no
+    /// future is made. Always false when loss is not watched.
+    pub(crate) fn check_lost(&mut self) -> bool {
+        if !self.watch || self.guard.as_ref().is_none_or(Guarded::is_held) {
+            return false;
+        }
+        self.on_lost();
+        true
+    }
+
+    /// Ready once the lock is lost (checked now, then watched through the guard's `lost`
+    /// signal); pending forever when loss is not watched.
     pub(crate) fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.check_lost() {
+            return Poll::Ready(());
+        }
         if !self.watch {
             return Poll::Pending;
         }
@@ -120,17 +152,23 @@ impl Hold {
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         ready!(Pin::new(lost).poll(cx));
+        self.on_lost();
+        Poll::Ready(())
+    }
+
+    fn on_lost(&mut self) {
         self.watch = false;
         self.lost = None;
         self.span.record("lost", true);
         tracing::warn!(parent: &self.span, lock = %self.name(),
             "lock lost while the request was running");
-        Poll::Ready(())
     }
 
     /// Gives the lock back and waits for Redis to confirm it (bounded by the client's
-    /// timeouts). Failures are logged: the lease then expires the lock.
-    pub(crate) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// timeouts). Ready with `Err(name)` when Redis said the lock was no longer ours (it had
+    /// expired or been taken over), `Ok` otherwise; a failed release is logged (the lease
+    /// then expires the lock) and counts as `Ok`, since nothing says the lock was gone.
+    pub(crate) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
         if let Some(guard) = self.guard.take() {
             self.record_held();
             self.watch = false;
@@ -138,26 +176,34 @@ impl Hold {
             self.release = Some(Mutex::new(guard.unlock()));
         }
         let Some(release) = self.release.as_mut() else {
-            return Poll::Ready(());
+            return Poll::Ready(Ok(()));
         };
         let release = release
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let result = ready!(release.as_mut().poll(cx));
+        let (result, held) = ready!(release.as_mut().poll(cx));
         self.release = None;
-        match result {
-            Ok(true) => tracing::debug!(parent: &self.span, "lock released"),
-            Ok(false) => tracing::warn!(
-                parent: &self.span,
-                "the lock had already expired or been taken over when the request finished"
-            ),
-            Err(e) => tracing::warn!(
-                parent: &self.span,
-                error = %e,
-                "could not release the lock; its lease will expire it"
-            ),
-        }
-        Poll::Ready(())
+        Poll::Ready(match result {
+            Ok(true) => {
+                tracing::debug!(parent: &self.span, "lock released");
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    parent: &self.span,
+                    "the lock had already expired or been taken over when the request finished"
+                );
+                Err(held.name().to_owned())
+            }
+            Err(e) => {
+                tracing::warn!(
+                    parent: &self.span,
+                    error = %e,
+                    "could not release the lock; its lease will expire it"
+                );
+                Ok(())
+            }
+        })
     }
 
     fn record_held(&self) {

@@ -139,6 +139,13 @@
 //! * If the lock is lost while the request runs (its lease expired: Redis unreachable for
 //!   longer than the lease, or a fixed lease too short), the handler is cancelled and the
 //!   client gets `503`, or the body is cut off if it is already streaming; see [`LeaseLost`].
+//!   A response is never sent as a success without a valid lock: the lock is checked (its
+//!   validity against the clock, not only the `lost` signal) before the handler is polled,
+//!   again when its response is ready, before each frame of a streaming body goes out, and
+//!   the release's own answer is checked before the response (or a streaming body's last
+//!   frame) is handed on; a handler that finishes in the step after its process stalled past
+//!   the lease gets `503`, its response dropped. What ran before the handler's last `.await`
+//!   did run: give its writes the [fencing token](lock_core::HeldLock::fencing_token).
 //! * Every request is its own lock owner, so two requests for one key always exclude each
 //!   other, even from one task. The exception is a request future polled inside a
 //!   [`lock_core::reentrant`] scope (unusual for a server: its connection tasks are not): the
