@@ -67,7 +67,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn eviction_risk(&self) -> &EvictionRisk {
-        &self.engine.config.eviction
+        &self.engine.config().eviction
     }
 
     /// The shortest lease accepted: 10 ms.
@@ -135,12 +135,12 @@ impl LockClient {
 
     /// The watchdog lease of this client.
     pub fn watchdog_lease(&self) -> Duration {
-        self.engine.config.watchdog_lease
+        self.engine.config().watchdog_lease
     }
 
     /// The key prefix of this client.
     pub fn key_prefix(&self) -> &str {
-        &self.engine.config.prefix
+        &self.engine.config().prefix
     }
 
     /// This client's id: 32 lowercase hex digits, random per client, the part before the `:`
@@ -183,8 +183,8 @@ impl LockClient {
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
-            .field("prefix", &self.engine.config.prefix)
-            .field("watchdog_lease", &self.engine.config.watchdog_lease)
+            .field("prefix", &self.engine.config().prefix)
+            .field("watchdog_lease", &self.engine.config().watchdog_lease)
             .finish_non_exhaustive()
     }
 }

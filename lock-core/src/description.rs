@@ -48,16 +48,16 @@ pub(crate) fn validate(description: &str) -> Result<(), LockError> {
 
 /// Writes (or refreshes) this client's description, if it has one: one `SET key desc PX ttl`.
 pub(crate) async fn record(engine: &Engine) -> Result<(), LockError> {
-    let Some(description) = &engine.config.owner_description else {
+    let Some(description) = &engine.config().owner_description else {
         return Ok(());
     };
-    let ttl = engine.config.watchdog_lease * TTL_LEASES;
+    let ttl = engine.config().watchdog_lease * TTL_LEASES;
     let mut cmd = redis::cmd("SET");
-    cmd.arg(client_key(&engine.config.prefix, engine.client_id()))
+    cmd.arg(client_key(&engine.config().prefix, engine.client_id()))
         .arg(description)
         .arg("PX")
         .arg(millis(ttl));
-    engine.backend.command(&cmd).await.map(drop)
+    engine.command(&cmd).await.map(drop)
 }
 
 /// [`record`], bounded by `limit`; a failure is logged at debug (the next period tries again).
@@ -85,8 +85,8 @@ pub(crate) async fn look_up(engine: &Engine, owner: &str) -> Result<Option<Strin
         return Ok(None);
     };
     let mut cmd = redis::cmd("GET");
-    cmd.arg(client_key(&engine.config.prefix, id));
-    let value: Option<Vec<u8>> = convert(engine.backend.command(&cmd).await?)?;
+    cmd.arg(client_key(&engine.config().prefix, id));
+    let value: Option<Vec<u8>> = convert(engine.command(&cmd).await?)?;
     Ok(value
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .filter(|text| problem(text).is_none()))

@@ -103,12 +103,7 @@ pub(crate) async fn attempt_one(
             )
         }
         0 => {
-            let generation = hold.state().generation;
-            hold.mark_lost(
-                generation,
-                "re-entry found the hold gone",
-                LossReason::Deleted,
-            );
+            hold.mark_current_lost("re-entry found the hold gone", LossReason::Deleted);
             Err(LockError::Lost {
                 name: hold.name().to_owned(),
             })
@@ -298,13 +293,13 @@ async fn drive<P: Primitive>(
     };
     let mut waiter = Waiter::new(
         deadline,
-        engine.config.watchdog_lease,
-        engine.backend.connect_timeout(),
+        engine.config().watchdog_lease,
+        engine.connect_timeout(),
     );
     if will_wait {
         run.armed = true;
         if let Some(channel) = run.primitive.early_channel() {
-            waiter.subscribe(&engine.waiters, &channel).await;
+            waiter.subscribe(engine.waiters(), &channel).await;
         }
     }
     let mut turn = None;
@@ -314,10 +309,10 @@ async fn drive<P: Primitive>(
     if will_wait
         && P::LOCAL_QUEUE
         && let Some(channel) = run.primitive.queue_channel()
-        && engine.waiters.is_contended(&channel)
+        && engine.waiters().is_contended(&channel)
     {
         *waiting_since = Some(Instant::now());
-        waiter.subscribe(&engine.waiters, &channel).await;
+        waiter.subscribe(engine.waiters(), &channel).await;
         match waiter.local_turn().await {
             Some(t) => turn = t,
             None => return Err(timeout(run.primitive.busy_name(), None)),
@@ -355,7 +350,7 @@ async fn drive<P: Primitive>(
             *waiting_since = Some(Instant::now());
         }
         // Subscribe first, then (exclusive kinds) take this process's turn, then try again.
-        if waiter.subscribe(&engine.waiters, &channel).await {
+        if waiter.subscribe(engine.waiters(), &channel).await {
             if P::LOCAL_QUEUE && turn.is_none() {
                 match waiter.local_turn().await {
                     Some(t) => turn = t,

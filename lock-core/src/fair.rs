@@ -96,7 +96,7 @@ impl FairLock {
             .key(keys.fair_queue())
             .key(keys.fair_deadlines())
             .arg(keys.fair_wake())
-            .arg(millis(engine.config.fence_ttl));
+            .arg(millis(engine.config().fence_ttl));
         let freed: i64 = engine.invoke(&call).await?;
         Ok(freed == 1)
     }

@@ -94,24 +94,37 @@ impl Kind {
 }
 
 /// The mutable part of a hold.
-pub(crate) struct State {
+struct State {
+    /// The owner's hold count in Redis, as far as this process knows.
+    count: u32,
+    token: u64,
+    lease: Lease,
+    status: Status,
+    /// The lock is ours until this instant unless a renewal moves it.
+    valid_until: Instant,
+    /// Bumped by every fresh acquisition, so a late answer about an earlier hold is ignored.
+    generation: u64,
+    /// Why the hold of this generation was lost, once it was.
+    lost_reason: Option<&'static str>,
+    /// When this generation was granted (its first acquisition's answer).
+    granted_at: Instant,
+    /// This process's place at the head of the name's local queue, kept from the grant until
+    /// the hold ends, so the next local waiter asks Redis only once the lock is given back
+    /// (see [`Hold::keep_queue_place`]).
+    queue_place: Option<OwnedSemaphorePermit>,
+}
+
+/// A copy of a hold's state at one moment ([`Hold::snapshot`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snapshot {
+    pub(crate) generation: u64,
+    pub(crate) token: u64,
     /// The owner's hold count in Redis, as far as this process knows.
     pub(crate) count: u32,
-    pub(crate) token: u64,
     pub(crate) lease: Lease,
     pub(crate) status: Status,
     /// The lock is ours until this instant unless a renewal moves it.
     pub(crate) valid_until: Instant,
-    /// Bumped by every fresh acquisition, so a late answer about an earlier hold is ignored.
-    pub(crate) generation: u64,
-    /// Why the hold of this generation was lost, once it was.
-    pub(crate) lost_reason: Option<&'static str>,
-    /// When this generation was granted (its first acquisition's answer).
-    pub(crate) granted_at: Instant,
-    /// This process's turn to contend for the name, kept from the grant until the hold
-    /// ends, so the next local waiter asks Redis only once the lock is given back (see
-    /// [`Hold::keep_local_turn`]).
-    local_turn: Option<OwnedSemaphorePermit>,
 }
 
 impl State {
@@ -132,7 +145,7 @@ pub(crate) struct Hold {
     pub(crate) holder: u64,
     state: Mutex<State>,
     /// Serialises this owner's commands on this lock, so each carries the right hold count.
-    turn: Semaphore,
+    commands: Semaphore,
     /// Live guards.
     guards: AtomicUsize,
     /// Woken when the hold ends: lost, or released for good.
@@ -174,9 +187,9 @@ impl Hold {
                 generation: 0,
                 lost_reason: None,
                 granted_at: Instant::now(),
-                local_turn: None,
+                queue_place: None,
             }),
-            turn: Semaphore::new(1),
+            commands: Semaphore::new(1),
             guards: AtomicUsize::new(0),
             ended: Notify::new(),
         }
@@ -187,21 +200,34 @@ impl Hold {
         self.keys.name()
     }
 
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
 
+    /// What the hold is now, copied out (its lock is not kept).
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let st = self.state();
+        Snapshot {
+            generation: st.generation,
+            token: st.token,
+            count: st.count,
+            lease: st.lease,
+            status: st.status,
+            valid_until: st.valid_until,
+        }
+    }
+
     /// Takes the owner's turn to send a command about this hold.
-    pub(crate) async fn turn(self: &Arc<Self>) -> Turn {
+    pub(crate) async fn command_turn(self: &Arc<Self>) -> CommandTurn {
         // The semaphore is never closed; if it were, going on unserialised beats hanging.
-        let owned = match self.turn.acquire().await {
+        let owned = match self.commands.acquire().await {
             Ok(permit) => {
                 permit.forget();
                 true
             }
             Err(_) => false,
         };
-        Turn {
+        CommandTurn {
             hold: self.clone(),
             owned,
         }
@@ -272,17 +298,17 @@ impl Hold {
         late
     }
 
-    /// Keeps `turn`, this process's turn to contend for the name, until the hold of
-    /// `generation` ends (released for good, or lost). Local waiters queue for that turn, so
-    /// the next one sends its attempt after the release instead of one that finds the lock
-    /// busy and another after the release. Only a watchdog-leased hold keeps it: the watchdog
-    /// marks it lost (ending it) when renewals stop, whereas a fixed lease may run out in
-    /// Redis while its guard lives, and waiters must then be free to take the lock. Dropped
-    /// at once otherwise, or if the hold already ended.
-    pub(crate) fn keep_local_turn(&self, generation: u64, turn: OwnedSemaphorePermit) {
+    /// Keeps `place`, this process's place at the head of the name's local queue (see the
+    /// driver), until the hold of `generation` ends (released for good, or lost). Local
+    /// waiters queue behind it, so the next one sends its attempt after the release instead
+    /// of one that finds the lock busy and another after the release. Only a watchdog-leased
+    /// hold keeps it: the watchdog marks it lost (ending it) when renewals stop, whereas a
+    /// fixed lease may run out in Redis while its guard lives, and waiters must then be free
+    /// to take the lock. Dropped at once otherwise, or if the hold already ended.
+    pub(crate) fn keep_queue_place(&self, generation: u64, place: OwnedSemaphorePermit) {
         let mut st = self.state();
         if st.generation == generation && st.status == Status::Held && st.lease == Lease::Watchdog {
-            st.local_turn = Some(turn);
+            st.queue_place = Some(place);
         }
     }
 
@@ -296,7 +322,7 @@ impl Hold {
             return;
         }
         // Given back after the state's lock: the next local waiter may start at once.
-        let turn = st.local_turn.take();
+        let place = st.queue_place.take();
         if st.counted() {
             let was_held = st.status == Status::Held;
             st.status = Status::Lost;
@@ -324,8 +350,15 @@ impl Hold {
         } else {
             drop(st);
         }
-        drop(turn);
+        drop(place);
         self.ended.notify_waiters();
+    }
+
+    /// Marks the hold's current generation lost (see [`mark_lost`](Self::mark_lost)): for news
+    /// that is about whatever the owner holds now (a re-entry told the hold is gone).
+    pub(crate) fn mark_current_lost(&self, why: &'static str, cause: LossReason) {
+        let generation = self.state().generation;
+        self.mark_lost(generation, why, cause);
     }
 
     /// Marks a held hold lost if its validity has passed; returns whether it did.
@@ -400,9 +433,9 @@ impl Hold {
                     let counted = st.counted();
                     st.status = Status::Idle;
                     let granted_at = st.granted_at;
-                    let turn = st.local_turn.take();
+                    let place = st.queue_place.take();
                     drop(st);
-                    drop(turn);
+                    drop(place);
                     if counted {
                         metrics::hold_ended(self.labels, granted_at);
                         tracing::debug!(lock = %self.name(), kind = self.kind.label(),
@@ -448,6 +481,15 @@ impl Hold {
 
     pub(crate) fn guard_added(&self) {
         self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A grant that no guard will own (it came too late to be trusted) is being given back:
+    /// it is not renewed from now on.
+    pub(crate) fn release_unguarded(&self) {
+        let mut st = self.state();
+        if st.status == Status::Held {
+            st.status = Status::Releasing;
+        }
     }
 
     /// Returns true when this was the last guard: renewal stops at once.
@@ -502,15 +544,15 @@ impl Drop for Hold {
 }
 
 /// The owner's turn to send a command about a hold; given back when dropped.
-pub(crate) struct Turn {
+pub(crate) struct CommandTurn {
     hold: Arc<Hold>,
     owned: bool,
 }
 
-impl Drop for Turn {
+impl Drop for CommandTurn {
     fn drop(&mut self) {
         if self.owned {
-            self.hold.turn.add_permits(1);
+            self.hold.commands.add_permits(1);
         }
     }
 }
@@ -582,10 +624,10 @@ mod tests {
     #[tokio::test]
     async fn the_owners_commands_take_turns() {
         let h = hold();
-        let first = h.turn().await;
+        let first = h.command_turn().await;
         let second = tokio::spawn({
             let h = h.clone();
-            async move { drop(h.turn().await) }
+            async move { drop(h.command_turn().await) }
         });
         tokio::task::yield_now().await;
         assert!(!second.is_finished());

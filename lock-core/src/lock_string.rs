@@ -47,9 +47,7 @@ pub(crate) async fn reenter(core: &GuardCore) -> Result<GuardCore, LockError> {
     if !core.is_held() {
         return Err(lost());
     }
-    // Read first: the state's lock must be released before `remaining` takes it again.
-    let kind = core.hold.state().lease;
-    let lease = match kind {
+    let lease = match core.hold.snapshot().lease {
         Lease::Watchdog => None,
         Lease::Fixed => Some(core.remaining().max(crate::util::MIN_LEASE)),
     };
@@ -73,12 +71,12 @@ macro_rules! lock_string_guard {
             /// The fencing token of this hold: strictly greater than the token of every
             /// earlier holder of this name (re-entries of one hold share its token).
             pub fn fencing_token(&self) -> u64 {
-                self.core.hold.state().token
+                self.core.hold.snapshot().token
             }
 
             /// The owner's hold count: how many guards (re-entries) share this hold.
             pub fn hold_count(&self) -> u32 {
-                self.core.hold.state().count
+                self.core.hold.snapshot().count
             }
 
             /// Re-enters the lock with the same owner: a second guard that shares this hold

@@ -82,7 +82,7 @@ impl Mutex {
         let mut call = Call::new(Op::ForceUnlock);
         call.key(keys.lock())
             .arg(keys.released())
-            .arg(millis(engine.config.fence_ttl));
+            .arg(millis(engine.config().fence_ttl));
         let freed: i64 = engine.invoke(&call).await?;
         Ok(freed == 1)
     }
@@ -163,7 +163,10 @@ impl Primitive for Take {
     }
 
     fn keep_turn(&self, guard: &LockGuard, turn: OwnedSemaphorePermit) {
-        guard.core.hold.keep_local_turn(guard.core.generation, turn);
+        guard
+            .core
+            .hold
+            .keep_queue_place(guard.core.generation, turn);
     }
 }
 

@@ -97,7 +97,7 @@ impl ReadWriteLock {
         call.key(keys.rw_writer())
             .key(keys.rw_readers())
             .arg(keys.rw_released())
-            .arg(millis(engine.config.fence_ttl));
+            .arg(millis(engine.config().fence_ttl));
         let freed: i64 = engine.invoke(&call).await?;
         Ok(freed == 1)
     }

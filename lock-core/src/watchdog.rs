@@ -85,7 +85,7 @@ pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
         let mut earliest = None::<Instant>;
         for (hold, _) in &holds {
             if !hold.expire_if_due(now) {
-                let until = hold.state().valid_until;
+                let until = hold.snapshot().valid_until;
                 earliest = Some(earliest.map_or(until, |e| e.min(until)));
             }
         }
@@ -107,7 +107,7 @@ type Batch = Vec<(Arc<Hold>, u64)>;
 fn batches(engine: &Engine, holds: &[(Arc<Hold>, u64)]) -> Vec<(Renewal, Batch)> {
     let mut groups: HashMap<(Renewal, Option<Slot>), Batch> = HashMap::new();
     for (hold, generation) in holds {
-        let slot = engine.backend.slot(hold.keys.lock());
+        let slot = engine.slot(hold.keys.lock());
         groups
             .entry((renewal(hold.kind), slot))
             .or_default()

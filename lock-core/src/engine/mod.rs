@@ -76,12 +76,12 @@ pub(crate) struct Config {
 
 /// The state shared by a client's handles, guards and background tasks.
 pub(crate) struct Engine {
-    pub(crate) backend: Backend,
+    backend: Backend,
     /// The Lua code, in the deployment's flavour, and how calls reach it.
     scripts: &'static Scripts,
     mode: Mode,
-    pub(crate) config: Config,
-    pub(crate) waiters: Waiters,
+    config: Config,
+    waiters: Waiters,
     client_id: String,
     registry: Mutex<Registry>,
     jobs: jobs::Sender,
@@ -129,6 +129,31 @@ impl Engine {
             }),
             jobs: jobs::start(),
         })
+    }
+
+    /// The client's configuration.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The client's pub/sub connection and its waiters.
+    pub(crate) fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// The slot of a key on a Cluster; None where all keys live together.
+    pub(crate) fn slot(&self, key: &str) -> Option<redis::cluster_routing::Slot> {
+        self.backend.slot(key)
+    }
+
+    /// How long the backend tries to get a connection.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.backend.connect_timeout()
+    }
+
+    /// Runs one plain single-key command (no script) where its key lives; sent once.
+    pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<redis::Value, LockError> {
+        self.backend.command(cmd).await
     }
 
     /// This client's id, the first part of every owner id.
@@ -227,11 +252,9 @@ impl Engine {
         candidates
             .into_iter()
             .filter_map(|hold| {
-                let st = hold.state();
-                let watched = st.lease == Lease::Watchdog && st.status == Status::Held;
-                let generation = st.generation;
-                drop(st);
-                watched.then_some((hold, generation))
+                let now = hold.snapshot();
+                let watched = now.lease == Lease::Watchdog && now.status == Status::Held;
+                watched.then_some((hold, now.generation))
             })
             .collect()
     }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{Claim, Engine};
 use crate::backend::convert;
 use crate::error::LockError;
-use crate::hold::{Hold, Kind, Released, Retry, Turn};
+use crate::hold::{CommandTurn, Hold, Kind, Released, Retry};
 use crate::metrics::{self, LossReason};
 use crate::name::{RELEASED, RW_RELEASED};
 use crate::scripts::{Call, Op};
@@ -34,7 +34,7 @@ impl Engine {
         generation: u64,
         keep_until: Option<Instant>,
     ) -> Result<bool, LockError> {
-        let turn = hold.turn().await;
+        let turn = hold.command_turn().await;
         let Some((count, token)) = hold.to_release(generation) else {
             return Ok(false);
         };
@@ -78,7 +78,7 @@ impl Engine {
 
     /// Sends a failed release again until Redis answers, or until the lease has run out (the
     /// lock is then gone from Redis, whatever happened to the release).
-    async fn retry_release(self: Arc<Self>, hold: Arc<Hold>, retry: Giveback, _turn: Turn) {
+    async fn retry_release(self: Arc<Self>, hold: Arc<Hold>, retry: Giveback, _turn: CommandTurn) {
         let Giveback {
             generation,
             count,
@@ -198,7 +198,7 @@ impl Engine {
             let token = if claim.expected == 0 {
                 0
             } else {
-                hold.state().token
+                hold.snapshot().token
             };
             let call = self.release_call(hold, claim.expected + 1, token);
             if let Err(e) = self.invoke::<i64>(&call).await {
@@ -223,7 +223,7 @@ impl Engine {
         if !hold.is_held(generation) {
             return Err(lost());
         }
-        let _turn = hold.turn().await;
+        let _turn = hold.command_turn().await;
         if !hold.is_held(generation) {
             return Err(lost());
         }

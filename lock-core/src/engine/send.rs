@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::Engine;
 use crate::error::LockError;
-use crate::hold::{Hold, Turn};
+use crate::hold::{CommandTurn, Hold};
 use crate::scripts::Call;
 
 type Request = Pin<Box<dyn Future<Output = Result<(Value, Option<u32>), LockError>> + Send>>;
@@ -29,7 +29,7 @@ type Request = Pin<Box<dyn Future<Output = Result<(Value, Option<u32>), LockErro
 pub(crate) struct Claim {
     pub(crate) hold: Arc<Hold>,
     pub(crate) expected: u32,
-    _turn: Turn,
+    _turn: CommandTurn,
 }
 
 /// The holds one acquisition is about: at least one.
@@ -117,7 +117,7 @@ fn needs_undo(result: &Result<Value, LockError>, applied: fn(&Value) -> bool) ->
 impl Engine {
     /// Claims the owner's turn on `hold` and reads the count an acquisition starts from.
     pub(crate) async fn claim(&self, hold: Arc<Hold>) -> Result<Claim, LockError> {
-        let turn = hold.turn().await;
+        let turn = hold.command_turn().await;
         let expected = hold.expected_count()?;
         Ok(Claim {
             hold,
@@ -248,8 +248,7 @@ impl Engine {
             return Some(generation);
         }
         tracing::debug!(lock = %hold.name(), "granted after its lease ran out; giving it back");
-        hold.guard_added();
-        hold.guard_removed();
+        hold.release_unguarded();
         self.release_in_background(hold.clone(), generation, None);
         None
     }

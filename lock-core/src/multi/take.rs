@@ -101,11 +101,8 @@ impl Primitive for Take {
         }
         // On a Cluster one script can only touch one slot.
         if let Some((first, _)) = keyed.first() {
-            let slot = engine.backend.slot(first.lock());
-            if let Some((other, _)) = keyed
-                .iter()
-                .find(|(k, _)| engine.backend.slot(k.lock()) != slot)
-            {
+            let slot = engine.slot(first.lock());
+            if let Some((other, _)) = keyed.iter().find(|(k, _)| engine.slot(k.lock()) != slot) {
                 if self.atomic {
                     return Err(LockError::CrossSlot {
                         first: first.name().to_owned(),
@@ -198,13 +195,7 @@ impl Primitive for Take {
             }
             [-1, i] => {
                 let hold = &self.holds[index(*i).ok_or_else(bad)?];
-                // Read first: the state's lock must be released before `mark_lost` takes it.
-                let generation = hold.state().generation;
-                hold.mark_lost(
-                    generation,
-                    "re-entry found the lock gone",
-                    LossReason::Deleted,
-                );
+                hold.mark_current_lost("re-entry found the lock gone", LossReason::Deleted);
                 Err(LockError::Lost {
                     name: hold.name().to_owned(),
                 })
