@@ -21,10 +21,10 @@
 use std::time::Duration;
 
 use crate::client::LockClient;
-use crate::driver::LockRequest;
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::held::HeldLock;
+use crate::request::LockRequest;
 use crate::run::locked;
 
 pub use crate::global::global_client;

@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::{LockRequest, TryLockRequest};
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
@@ -12,6 +11,7 @@ use crate::fair::FairLock;
 use crate::leader::Leader;
 use crate::multi::MultiLock;
 use crate::mutex::{LockGuard, Mutex};
+use crate::request::{LockRequest, TryLockRequest};
 use crate::rwlock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 

@@ -4,15 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::{
-    Attempt, LockRequest, Primitive, Request, TryLockRequest, attempt_one, started,
-};
-use crate::engine::Engine;
+use crate::driver::{Primitive, Request, Started};
+use crate::engine::{Attempt, Engine, Shape};
 use crate::error::LockError;
 use crate::hold::{Hold, Kind};
 use crate::info::{self, FairLockInfo};
 use crate::mutex::LockGuard;
 use crate::named::Named;
+use crate::request::{LockRequest, TryLockRequest};
 use crate::scripts::{Call, Op};
 use crate::util::{check_range, millis};
 
@@ -105,8 +104,6 @@ impl FairLock {
         Take {
             named: self.named.clone(),
             waiter_timeout: self.waiter_timeout,
-            hold: None,
-            request: Request::default(),
         }
     }
 }
@@ -120,37 +117,39 @@ impl fmt::Debug for FairLock {
     }
 }
 
-/// One acquisition of a fair lock.
+/// A request to take a fair lock, before it starts.
 struct Take {
     named: Named,
     waiter_timeout: Duration,
-    hold: Option<Arc<Hold>>,
+}
+
+/// One acquisition of a fair lock, started.
+struct Taking {
+    named: Named,
+    waiter_timeout: Duration,
+    hold: Arc<Hold>,
     request: Request,
 }
 
-impl Take {
+impl Taking {
     /// Our own wake channel.
     fn wake(&self) -> String {
-        let hold = started(&self.hold);
-        let owner = self.named.engine.owner(hold.holder);
-        format!("{}{owner}", hold.keys.fair_wake())
+        let owner = self.named.engine.owner(self.hold.holder);
+        format!("{}{owner}", self.hold.keys.fair_wake())
     }
 }
 
 impl Primitive for Take {
     type Guard = LockGuard;
+    type Started = Taking;
     const SPAN: &'static str = "fair_lock";
     const KIND: &'static str = "fair";
 
-    fn engine(&self) -> &Arc<Engine> {
-        &self.named.engine
+    fn named(&self) -> &Named {
+        &self.named
     }
 
-    fn name(&self) -> &str {
-        self.named.name()
-    }
-
-    fn start(&mut self, request: Request) -> Result<(), LockError> {
+    fn start(self, request: Request) -> Result<Taking, LockError> {
         let (min, max) = (Duration::from_millis(100), Duration::from_secs(3600));
         check_range("waiter_timeout", self.waiter_timeout, min, max)?;
         if request.hold_at_least.is_some() {
@@ -161,14 +160,29 @@ impl Primitive for Take {
                     .to_owned(),
             });
         }
-        self.hold = Some(self.named.hold_for_current_task(Kind::Fair)?);
-        self.request = request;
-        Ok(())
+        Ok(Taking {
+            hold: self.named.hold_for_current_task(Kind::Fair)?,
+            named: self.named,
+            waiter_timeout: self.waiter_timeout,
+            request,
+        })
+    }
+}
+
+impl Started for Taking {
+    type Guard = LockGuard;
+
+    fn named(&self) -> &Named {
+        &self.named
     }
 
     // Subscribed before we can be queued, so no wake-up is missed.
     fn early_channel(&self) -> Option<String> {
         Some(self.wake())
+    }
+
+    fn channel(&self, _index: usize) -> String {
+        self.wake()
     }
 
     // Call again at least every third of the waiter timeout to stay queued.
@@ -177,7 +191,7 @@ impl Primitive for Take {
     }
 
     async fn attempt(&mut self) -> Result<Attempt<LockGuard>, LockError> {
-        let (engine, hold) = (&self.named.engine, started(&self.hold));
+        let (engine, hold) = (&self.named.engine, &self.hold);
         let (_, lease_len) = engine.lease(self.request.lease);
         // Queued only by a request that waits; a single try does not queue.
         let queue_for = if self.request.will_wait {
@@ -185,12 +199,8 @@ impl Primitive for Take {
         } else {
             Duration::ZERO
         };
-        let attempt = attempt_one(
-            engine,
-            hold,
-            self.request.lease,
-            || self.wake(),
-            |expected| {
+        let attempt = engine
+            .attempt(hold, self.request.lease, Shape::Int, |expected| {
                 let keys = &hold.keys;
                 let mut call = Call::new(Op::FairAcquire);
                 call.key(keys.fair())
@@ -201,17 +211,14 @@ impl Primitive for Take {
                     .arg(expected)
                     .arg(millis(queue_for));
                 call
-            },
-        )
-        .await?;
+            })
+            .await?;
         Ok(attempt.map(|generation| LockGuard::new(hold.clone(), engine.clone(), generation)))
     }
 
     // Leave the queue at once, and pass the turn on if the lock is free.
     fn abandon(&mut self) {
-        let (engine, Some(hold)) = (&self.named.engine, &self.hold) else {
-            return;
-        };
+        let (engine, hold) = (&self.named.engine, &self.hold);
         let keys = &hold.keys;
         let mut call = Call::new(Op::FairLeave);
         call.key(keys.fair())

@@ -165,7 +165,7 @@
 //!
 //! [`LockRequest::run`] takes the lock, runs a body with the [`HeldLock`] (its fencing token,
 //! `is_held()`, `lost()`), drops the body at its next `.await` if the lock is lost (returning
-//! [`LockError::Lost`]) and releases the lock when the body returns; [`LockRequest::try_run`]
+//! [`LockError::Lost`]) and releases the lock when the body returns; [`TryLockRequest::run`]
 //! makes one attempt and returns `Ok(None)` when the lock is busy.
 //!
 //! ```no_run
@@ -182,7 +182,7 @@
 //!
 //! Every instance's timer fires at noon and exactly one must draw the winners. Name the lock
 //! after the period ([`Period`]), make one attempt, and keep the lock taken for most of the
-//! period with [`hold_at_least`](LockRequest::hold_at_least): without it, an instance whose
+//! period with [`hold_at_least`](TryLockRequest::hold_at_least): without it, an instance whose
 //! timer fires a moment after another one *finished* finds the lock free and draws again.
 //!
 //! ```no_run
@@ -192,10 +192,10 @@
 //!
 //! let period = Period::every(Duration::from_secs(24 * 3600))?;
 //! let drawn = client
-//!     .lock(period.name("lottery")) // "lottery:2026-11-24T00:00:00Z"
+//!     .try_lock(period.name("lottery")) // "lottery:2026-11-24T00:00:00Z"
 //!     .lease(Duration::from_secs(3600))
 //!     .hold_at_least(Duration::from_secs(3600))
-//!     .try_run(|held| async move {
+//!     .run(|held| async move {
 //!         // ... draw 10 winners, store them with held.fencing_token() ...
 //!     })
 //!     .await?;
@@ -362,6 +362,7 @@ mod name;
 mod named;
 mod period;
 mod redlock;
+mod request;
 mod run;
 mod rwlock;
 mod scope;
@@ -373,7 +374,6 @@ mod watchdog;
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use driver::{LockRequest, TryLockRequest};
 pub use error::LockError;
 pub use eviction::EvictionRisk;
 pub use fair::FairLock;
@@ -387,6 +387,7 @@ pub use mutex::{LockGuard, Mutex};
 pub use name::validate_name;
 pub use period::Period;
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard};
+pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{Semaphore, SemaphoreGuard};

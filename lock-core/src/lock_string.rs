@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::{Attempt, attempt_one};
-use crate::engine::Engine;
+use crate::engine::{Attempt, Engine, Shape};
 use crate::error::LockError;
 use crate::guard::GuardCore;
-use crate::hold::{Hold, Kind, Lease};
+use crate::hold::{Hold, Lease};
 use crate::scripts::{Call, Op};
 use crate::util::millis;
 
@@ -22,20 +21,17 @@ pub(crate) async fn attempt_lock_string(
     will_wait: bool,
 ) -> Result<Attempt<u64>, LockError> {
     let (_, lease_len) = engine.lease(lease);
-    let channel = || match hold.kind {
-        Kind::Write => hold.keys.rw_released(),
-        _ => hold.keys.released(),
-    };
-    attempt_one(engine, hold, lease, channel, |expected| {
-        let mut call = Call::new(Op::Acquire);
-        call.key(hold.kind.key(&hold.keys).as_ref())
-            .arg(engine.owner_arg(hold.holder))
-            .arg(millis(lease_len))
-            .arg(expected)
-            .arg(if will_wait { "1" } else { "0" });
-        call
-    })
-    .await
+    engine
+        .attempt(hold, lease, Shape::Int, |expected| {
+            let mut call = Call::new(Op::Acquire);
+            call.key(hold.kind.key(&hold.keys).as_ref())
+                .arg(engine.owner_arg(hold.holder))
+                .arg(millis(lease_len))
+                .arg(expected)
+                .arg(if will_wait { "1" } else { "0" });
+            call
+        })
+        .await
 }
 
 /// Re-enters the hold behind `core` with the same owner: a new guard core sharing its hold,

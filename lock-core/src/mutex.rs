@@ -1,14 +1,15 @@
 //! [`Mutex`]: the reentrant, owner-checked, leased lock with a fencing token, and its guard
 //! [`LockGuard`].
 
-use crate::driver::{Attempt, LockRequest, Primitive, Request, TryLockRequest, started};
-use crate::engine::Engine;
+use crate::driver::{Primitive, Request, Started};
+use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::{Hold, Kind};
 use crate::info::{self, LockInfo};
 use crate::lock_string::{attempt_lock_string, lock_string_guard};
 use crate::named::Named;
+use crate::request::{LockRequest, TryLockRequest};
 use crate::scripts::{Call, Op};
 use crate::util::{MAX_LEASE, millis};
 use std::fmt;
@@ -90,8 +91,6 @@ impl Mutex {
     fn take(&self) -> Take {
         Take {
             named: self.named.clone(),
-            hold: None,
-            request: Request::default(),
         }
     }
 }
@@ -102,28 +101,30 @@ impl fmt::Debug for Mutex {
     }
 }
 
-/// One acquisition of a mutex.
+/// A request to take a mutex, before it starts.
 struct Take {
     named: Named,
-    hold: Option<Arc<Hold>>,
+}
+
+/// One acquisition of a mutex, started: the hold it is for.
+struct Taking {
+    named: Named,
+    hold: Arc<Hold>,
     request: Request,
 }
 
 impl Primitive for Take {
     type Guard = LockGuard;
+    type Started = Taking;
     const SPAN: &'static str = "mutex";
     const KIND: &'static str = "mutex";
     const LOCAL_QUEUE: bool = true;
 
-    fn engine(&self) -> &Arc<Engine> {
-        &self.named.engine
+    fn named(&self) -> &Named {
+        &self.named
     }
 
-    fn name(&self) -> &str {
-        self.named.name()
-    }
-
-    fn start(&mut self, request: Request) -> Result<(), LockError> {
+    fn start(self, request: Request) -> Result<Taking, LockError> {
         if let Some(min_hold) = request.hold_at_least {
             let most = request.lease.unwrap_or(MAX_LEASE);
             if min_hold > most {
@@ -136,23 +137,38 @@ impl Primitive for Take {
                 });
             }
         }
-        self.hold = Some(self.named.hold_for_current_task(Kind::Lock)?);
-        self.request = request;
-        Ok(())
+        Ok(Taking {
+            hold: self.named.hold_for_current_task(Kind::Lock)?,
+            named: self.named,
+            request,
+        })
+    }
+}
+
+impl Started for Taking {
+    type Guard = LockGuard;
+
+    fn named(&self) -> &Named {
+        &self.named
     }
 
     fn queue_channel(&self) -> Option<String> {
-        let hold = self.hold.as_ref()?;
-        (hold.expected_count().ok()? == 0).then(|| hold.keys.released())
+        (self.hold.expected_count().ok()? == 0).then(|| self.hold.keys.released())
+    }
+
+    fn channel(&self, _index: usize) -> String {
+        self.hold.keys.released()
     }
 
     async fn attempt(&mut self) -> Result<Attempt<LockGuard>, LockError> {
-        let (engine, hold) = (&self.named.engine, started(&self.hold));
+        let (engine, hold) = (&self.named.engine, &self.hold);
         let Request {
-            lease, will_wait, ..
+            lease,
+            will_wait,
+            hold_at_least,
+            ..
         } = self.request;
         let attempt = attempt_lock_string(engine, hold, lease, will_wait).await?;
-        let hold_at_least = self.request.hold_at_least;
         Ok(attempt.map(|generation| {
             let mut guard = LockGuard::new(hold.clone(), engine.clone(), generation);
             if let Some(min_hold) = hold_at_least {
@@ -162,11 +178,11 @@ impl Primitive for Take {
         }))
     }
 
-    fn keep_turn(&self, guard: &LockGuard, turn: OwnedSemaphorePermit) {
+    fn keep_queue_place(&self, guard: &LockGuard, place: OwnedSemaphorePermit) {
         guard
             .core
             .hold
-            .keep_queue_place(guard.core.generation, turn);
+            .keep_queue_place(guard.core.generation, place);
     }
 }
 

@@ -24,6 +24,15 @@ impl Named {
         Self { engine, name, keys }
     }
 
+    /// A name that is not one lock's (a multi-lock's names joined), so it has no keys.
+    pub(crate) fn unkeyed(engine: Arc<Engine>, name: String) -> Self {
+        Self {
+            engine,
+            name,
+            keys: None,
+        }
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }

@@ -1,14 +1,14 @@
-//! A locked block in one call: [`LockRequest::run`] and [`LockRequest::try_run`] take the
+//! A locked block in one call: [`LockRequest::run`] and [`TryLockRequest::run`] take the
 //! lock, run a body with the [`HeldLock`], stop the body if the lock is lost, and release.
 
 use std::future::poll_fn;
 use std::pin::{Pin, pin};
 use std::task::{Poll, ready};
 
-use crate::driver::LockRequest;
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::held::HeldLock;
+use crate::request::{LockRequest, TryLockRequest};
 
 /// What to do when the lock is lost while a body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,20 +68,20 @@ impl<G: Guard + 'static> LockRequest<G> {
         let guard = self.await?;
         locked(guard, OnLost::Abort, body).await
     }
+}
 
-    /// As [`run`](Self::run), with a single attempt: `Ok(None)` without running the body when
-    /// someone else holds the lock.
-    pub async fn try_run<B, F, T>(self, body: B) -> Result<Option<T>, LockError>
+impl<G: Guard + 'static> TryLockRequest<G> {
+    /// As [`LockRequest::run`], with a single attempt: `Ok(None)` without running the body
+    /// when someone else holds the lock.
+    pub async fn run<B, F, T>(self, body: B) -> Result<Option<T>, LockError>
     where
         B: FnOnce(HeldLock) -> F,
         F: Future<Output = T>,
     {
-        let guard = match self.wait(std::time::Duration::ZERO).await {
-            Ok(guard) => guard,
-            Err(LockError::Timeout { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        locked(guard, OnLost::Abort, body).await.map(Some)
+        match self.await? {
+            Some(guard) => locked(guard, OnLost::Abort, body).await.map(Some),
+            None => Ok(None),
+        }
     }
 }
 

@@ -4,16 +4,15 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::driver::{
-    Attempt, LockRequest, Primitive, Request, TryLockRequest, attempt_one, started,
-};
-use crate::engine::Engine;
+use crate::driver::{Primitive, Request, Started};
+use crate::engine::{Attempt, Engine, Shape};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::{Hold, Kind};
 use crate::info::{self, ReadWriteLockInfo};
 use crate::lock_string::lock_string_guard;
 use crate::named::Named;
+use crate::request::{LockRequest, TryLockRequest};
 use crate::scripts::{Call, Op};
 use crate::util::millis;
 
@@ -105,8 +104,6 @@ impl ReadWriteLock {
     fn side<G>(&self) -> Side<G> {
         Side {
             named: self.named.clone(),
-            hold: None,
-            request: Request::default(),
             guard: PhantomData,
         }
     }
@@ -127,35 +124,53 @@ trait SideGuard: Send + 'static {
     fn new(core: GuardCore) -> Self;
 }
 
-/// One acquisition of one side of a read-write lock.
+/// A request to take one side of a read-write lock, before it starts.
 struct Side<G> {
     named: Named,
-    hold: Option<Arc<Hold>>,
+    guard: PhantomData<fn() -> G>,
+}
+
+/// One acquisition of one side, started.
+struct Taking<G> {
+    named: Named,
+    hold: Arc<Hold>,
     request: Request,
     guard: PhantomData<fn() -> G>,
 }
 
 impl<G: SideGuard> Primitive for Side<G> {
     type Guard = G;
+    type Started = Taking<G>;
     const SPAN: &'static str = G::SPAN;
     const KIND: &'static str = G::KIND.metric();
 
-    fn engine(&self) -> &Arc<Engine> {
-        &self.named.engine
+    fn named(&self) -> &Named {
+        &self.named
     }
 
-    fn name(&self) -> &str {
-        self.named.name()
+    fn start(self, request: Request) -> Result<Taking<G>, LockError> {
+        Ok(Taking {
+            hold: self.named.hold_for_current_task(G::KIND)?,
+            named: self.named,
+            request,
+            guard: PhantomData,
+        })
+    }
+}
+
+impl<G: SideGuard> Started for Taking<G> {
+    type Guard = G;
+
+    fn named(&self) -> &Named {
+        &self.named
     }
 
-    fn start(&mut self, request: Request) -> Result<(), LockError> {
-        self.hold = Some(self.named.hold_for_current_task(G::KIND)?);
-        self.request = request;
-        Ok(())
+    fn channel(&self, _index: usize) -> String {
+        self.hold.keys.rw_released()
     }
 
     async fn attempt(&mut self) -> Result<Attempt<G>, LockError> {
-        let (engine, hold) = (&self.named.engine, started(&self.hold));
+        let (engine, hold) = (&self.named.engine, &self.hold);
         let Request {
             lease, will_wait, ..
         } = self.request;
@@ -164,29 +179,27 @@ impl<G: SideGuard> Primitive for Side<G> {
             Kind::Read => Op::RwRead,
             _ => Op::RwWrite,
         };
-        let channel = || hold.keys.rw_released();
-        let attempt = attempt_one(engine, hold, lease, channel, |expected| {
-            let keys = &hold.keys;
-            let mut call = Call::new(op);
-            call.key(keys.rw_writer())
-                .key(keys.rw_readers())
-                .key(keys.rw_mark())
-                .arg(engine.owner_arg(hold.holder))
-                .arg(millis(lease_len))
-                .arg(expected)
-                .arg(if will_wait { "1" } else { "0" });
-            call
-        })
-        .await?;
+        let attempt = engine
+            .attempt(hold, lease, Shape::Int, |expected| {
+                let keys = &hold.keys;
+                let mut call = Call::new(op);
+                call.key(keys.rw_writer())
+                    .key(keys.rw_readers())
+                    .key(keys.rw_mark())
+                    .arg(engine.owner_arg(hold.holder))
+                    .arg(millis(lease_len))
+                    .arg(expected)
+                    .arg(if will_wait { "1" } else { "0" });
+                call
+            })
+            .await?;
         Ok(attempt
             .map(|generation| G::new(GuardCore::new(hold.clone(), engine.clone(), generation))))
     }
 
     // A writer removes its writer-waiting mark, so the readers it held back go on at once.
     fn abandon(&mut self) {
-        let (engine, Some(hold)) = (&self.named.engine, &self.hold) else {
-            return;
-        };
+        let (engine, hold) = (&self.named.engine, &self.hold);
         if G::KIND == Kind::Write {
             let mut call = Call::new(Op::RwUnmark);
             call.key(hold.keys.rw_mark())

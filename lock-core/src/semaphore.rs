@@ -4,16 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
-
-use crate::backend::convert;
-use crate::driver::{Attempt, LockRequest, Primitive, Request, TryLockRequest, started};
-use crate::engine::{Claims, Engine};
+use crate::driver::{Primitive, Request, Started};
+use crate::engine::{Attempt, Engine, Shape};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::{Hold, Kind};
 use crate::info::{self, SemaphoreInfo};
 use crate::named::Named;
+use crate::request::{LockRequest, TryLockRequest};
 use crate::scripts::{Call, Op};
 use crate::util::millis;
 
@@ -110,8 +108,6 @@ impl Semaphore {
             named: self.named.clone(),
             size: self.size,
             n,
-            hold: None,
-            lease: None,
         }
     }
 }
@@ -138,29 +134,33 @@ impl fmt::Debug for Semaphore {
     }
 }
 
-/// One acquisition of permits.
+/// A request to take permits, before it starts.
 struct Take {
     named: Named,
     size: u32,
     n: u32,
-    hold: Option<Arc<Hold>>,
+}
+
+/// One acquisition of permits, started.
+struct Taking {
+    named: Named,
+    size: u32,
+    n: u32,
+    hold: Arc<Hold>,
     lease: Option<Duration>,
 }
 
 impl Primitive for Take {
     type Guard = SemaphoreGuard;
+    type Started = Taking;
     const SPAN: &'static str = "semaphore";
     const KIND: &'static str = "semaphore";
 
-    fn engine(&self) -> &Arc<Engine> {
-        &self.named.engine
+    fn named(&self) -> &Named {
+        &self.named
     }
 
-    fn name(&self) -> &str {
-        self.named.name()
-    }
-
-    fn start(&mut self, request: Request) -> Result<(), LockError> {
+    fn start(self, request: Request) -> Result<Taking, LockError> {
         check_size(self.size)?;
         let n = self.n;
         if n == 0 || n > self.size || n > Semaphore::MAX_ACQUIRE {
@@ -173,52 +173,58 @@ impl Primitive for Take {
                 ),
             });
         }
-        // Every acquisition is an owner of its own: permits are never re-entered.
-        self.hold = Some(
-            self.named
+        Ok(Taking {
+            // Every acquisition is an owner of its own: permits are never re-entered.
+            hold: self
+                .named
                 .hold(Kind::Permits(n), crate::scope::next_holder())?,
-        );
-        self.lease = request.lease;
-        Ok(())
+            named: self.named,
+            size: self.size,
+            n,
+            lease: request.lease,
+        })
+    }
+}
+
+impl Started for Taking {
+    type Guard = SemaphoreGuard;
+
+    fn named(&self) -> &Named {
+        &self.named
+    }
+
+    fn channel(&self, _index: usize) -> String {
+        self.hold.keys.permits_released()
     }
 
     async fn attempt(&mut self) -> Result<Attempt<SemaphoreGuard>, LockError> {
-        let (engine, hold) = (&self.named.engine, started(&self.hold));
+        let (engine, hold) = (&self.named.engine, &self.hold);
         let (_, lease_len) = engine.lease(self.lease);
-        let claim = engine.claim(hold.clone()).await?;
-        let keys = &hold.keys;
-        let mut call = Call::new(Op::SemAcquire);
-        call.key(keys.permits())
-            .key(keys.permits_size())
-            .arg(engine.owner_arg(hold.holder))
-            .arg(self.n)
-            .arg(self.size)
-            .arg(millis(lease_len));
-        let applied = |v: &Value| matches!(v, Value::Array(a) if a.first() == Some(&Value::Int(1)));
-        let sent = engine.send(Claims::one(claim), call, applied).await?;
-        let reply: Vec<i64> = convert(sent.value)?;
-        match reply.as_slice() {
-            [1] => Ok(
-                match engine.grant(&sent.claims.first, 0, sent.sent_at, self.lease) {
-                    Some(generation) => Attempt::Acquired(SemaphoreGuard {
-                        core: GuardCore::new(hold.clone(), engine.clone(), generation),
-                    }),
-                    None => Attempt::Late,
+        let attempt = engine
+            .attempt(hold, self.lease, Shape::Table, |_| {
+                let keys = &hold.keys;
+                let mut call = Call::new(Op::SemAcquire);
+                call.key(keys.permits())
+                    .key(keys.permits_size())
+                    .arg(engine.owner_arg(hold.holder))
+                    .arg(self.n)
+                    .arg(self.size)
+                    .arg(millis(lease_len));
+                call
+            })
+            .await
+            .map_err(|e| match e {
+                // The engine knows what was recorded; the size asked for is ours.
+                LockError::SizeMismatch { name, recorded, .. } => LockError::SizeMismatch {
+                    name,
+                    requested: self.size,
+                    recorded,
                 },
-            ),
-            [0, ms] => Ok(Attempt::Busy {
-                retry_in: Some(Duration::from_millis(ms.unsigned_abs())),
-                channel: keys.permits_released(),
-            }),
-            [2, recorded] => Err(LockError::SizeMismatch {
-                name: self.named.name().to_owned(),
-                requested: self.size,
-                recorded: u32::try_from(*recorded).unwrap_or(u32::MAX),
-            }),
-            other => Err(LockError::UnexpectedReply(format!(
-                "sem_acquire returned {other:?}"
-            ))),
-        }
+                e => e,
+            })?;
+        Ok(attempt.map(|generation| SemaphoreGuard {
+            core: GuardCore::new(hold.clone(), engine.clone(), generation),
+        }))
     }
 }
 

@@ -1116,16 +1116,18 @@ fn expected(target: Target, reply: &Resp) -> Option<Outcome> {
                 _ => Outcome::Busy,
             })
         }
+        // Table answers (lock-core's engine/answer.rs): {1, tokens…} taken, {0, i, ms} busy,
+        // {2, recorded} another size, {3, i} lost.
         Target::SemaphoreTry => Some(match integers(reply)?.as_slice() {
             [1] => Outcome::Held(None),
-            [0, _] => Outcome::Busy,
+            [0, 1, _] => Outcome::Busy,
             [2, _] => Outcome::Failed("SizeMismatch".to_owned()),
             _ => unexpected(),
         }),
         Target::MultiTry => Some(match integers(reply)?.as_slice() {
-            [1, _, _] => Outcome::Held(None),
+            [1, t1, t2] if *t1 >= 0 && *t2 >= 0 => Outcome::Held(None),
             [0, 1 | 2, _] => Outcome::Busy,
-            [-1, 1 | 2] => lost(),
+            [3, 1 | 2] => lost(),
             _ => unexpected(),
         }),
         Target::ForceUnlock => Some(Outcome::Said(integer(reply)? == 1)),
@@ -1239,7 +1241,7 @@ fn any_script_reply_ends_every_call_in_a_value_or_a_typed_error() {
     }
 }
 
-/// A multi-lock attempt told that one of its names is no longer held (`[-1, i]`, i from 1) reports
+/// A multi-lock attempt told that one of its names is no longer held (`[3, i]`, i from 1) reports
 /// [`LockError::Lost`]. It used to deadlock on the hold's own state lock, taking the client's
 /// watchdog with it (found by the property test above). The attempt runs on a worker task, so
 /// a deadlock there fails this test instead of hanging it.
@@ -1252,7 +1254,7 @@ fn a_multi_lock_told_a_name_is_gone_reports_it_without_deadlocking() {
     let rt = runtime("multi-gone");
     let outcome = rt.block_on(async {
         let fake = Fake::start().await;
-        let gone = Resp::Array(vec![Resp::Int(-1), Resp::Int(1)]);
+        let gone = Resp::Array(vec![Resp::Int(3), Resp::Int(1)]);
         fake.answer("multi_acquire", vec![gone.bytes()]);
         let client = LockClient::builder(&fake.url())
             .build()

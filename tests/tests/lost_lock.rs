@@ -99,16 +99,15 @@ fn run_reports_a_body_that_finished_after_a_runtime_stall_as_lost() {
 }
 
 #[test]
-fn try_run_with_a_fixed_lease_reports_a_body_that_finished_after_a_stall_as_lost() {
+fn a_single_try_with_a_fixed_lease_reports_a_body_that_finished_after_a_stall_as_lost() {
     let server = RedisServer::start();
     current_thread().block_on(async {
         let client = client_with_lease(&server.url(), LEASE).await;
         for run in 0..RUNS {
             let outcome = client
-                .lock("try-run")
+                .try_lock("try-run")
                 .lease(LEASE)
-                .wait(Duration::from_secs(10))
-                .try_run(|held| wait_at_an_await(held, true))
+                .run(|held| wait_at_an_await(held, true))
                 .await;
             assert!(
                 matches!(outcome, Err(LockError::Lost { .. })),
@@ -116,10 +115,9 @@ fn try_run_with_a_fixed_lease_reports_a_body_that_finished_after_a_stall_as_lost
             );
         }
         let control = client
-            .lock("try-run")
+            .try_lock("try-run")
             .lease(Duration::from_secs(5))
-            .wait(Duration::from_secs(10))
-            .try_run(|held| wait_at_an_await(held, false))
+            .run(|held| wait_at_an_await(held, false))
             .await;
         assert_eq!(control.unwrap(), Some(true));
         assert_clean(&server).await;

@@ -1,6 +1,6 @@
 //! The patterns users write, as first-class features, against a real redis-server: a lock
 //! kept for a minimum time (`hold_at_least`), a locked block in one call (`run`,
-//! `try_run`), leader election (`Leader`, `Term`, `events`), and fenced writes at the resource
+//! `TryLockRequest::run`), leader election (`Leader`, `Term`, `events`), and fenced writes at the resource
 //! (`fenced::set`, `fenced::get`).
 
 use std::sync::Arc;
@@ -118,10 +118,10 @@ async fn a_minimum_hold_longer_than_the_lease_or_on_a_fair_lock_is_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// run, try_run
+// run, and run on a single try
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_returns_the_body_and_releases_try_run_skips_a_busy_lock() {
+async fn run_returns_the_body_and_releases_a_single_try_skips_a_busy_lock() {
     let server = RedisServer::start();
     let c = client(&server.url()).await;
     let other = client(&server.url()).await;
@@ -140,14 +140,14 @@ async fn run_returns_the_body_and_releases_try_run_skips_a_busy_lock() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     let skipped = c
-        .lock("block")
-        .try_run(|_| async move { flag.store(true, Ordering::SeqCst) })
+        .try_lock("block")
+        .run(|_| async move { flag.store(true, Ordering::SeqCst) })
         .await
         .unwrap();
     assert!(skipped.is_none() && !ran.load(Ordering::SeqCst));
     blocker.unlock().await.unwrap();
     assert_eq!(
-        c.lock("block").try_run(|_| async { 7 }).await.unwrap(),
+        c.try_lock("block").run(|_| async { 7 }).await.unwrap(),
         Some(7)
     );
     assert_clean(&server).await;

@@ -11,6 +11,8 @@
 //!   call;
 //! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`).
 
+mod answer;
+mod attempt;
 mod batch;
 mod jobs;
 mod release;
@@ -33,7 +35,8 @@ use crate::scripts::{Call, Mode, Scripts};
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
 
-pub(crate) use send::{Claim, Claims};
+pub(crate) use answer::Shape;
+pub(crate) use attempt::Attempt;
 
 /// An owner id, `<client id>:<holder>`, that writes itself into a command without a string
 /// of its own.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Claim, Engine};
+use super::Engine;
+use super::send::Claim;
 use crate::backend::convert;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold, Kind, Released, Retry};

@@ -49,6 +49,19 @@ impl Claims {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Claim> {
         std::iter::once(&self.first).chain(&self.rest)
     }
+
+    /// How many holds.
+    pub(crate) fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+
+    /// The `index`-th claim (the first if there is no such one).
+    pub(crate) fn get(&self, index: usize) -> &Claim {
+        index
+            .checked_sub(1)
+            .and_then(|i| self.rest.get(i))
+            .unwrap_or(&self.first)
+    }
 }
 
 impl IntoIterator for Claims {
@@ -248,8 +261,13 @@ impl Engine {
             return Some(generation);
         }
         tracing::debug!(lock = %hold.name(), "granted after its lease ran out; giving it back");
-        hold.release_unguarded();
-        self.release_in_background(hold.clone(), generation, None);
+        self.give_back_unguarded(hold.clone(), generation);
         None
+    }
+
+    /// Gives back a grant of `generation` that no guard will own, in the background.
+    pub(crate) fn give_back_unguarded(self: &Arc<Self>, hold: Arc<Hold>, generation: u64) {
+        hold.release_unguarded();
+        self.release_in_background(hold, generation, None);
     }
 }

@@ -7,10 +7,10 @@ mod take;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::driver::{LockRequest, TryLockRequest};
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::info::{self, LockInfo};
+use crate::request::{LockRequest, TryLockRequest};
 
 pub use guard::MultiLockGuard;
 use take::Take;

@@ -5,34 +5,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::Value;
 use tokio::time::Instant;
 
 use super::{MultiLock, MultiLockGuard};
-use crate::backend::convert;
-use crate::driver::{Attempt, Primitive, Request};
-use crate::engine::{Claims, Engine};
+use crate::driver::{Primitive, Request, Started};
+use crate::engine::{Attempt, Engine, Shape};
 use crate::error::LockError;
 use crate::hold::{Hold, Kind};
-use crate::metrics::LossReason;
 use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
+use crate::named::Named;
 use crate::scripts::{Call, Op};
 use crate::util::millis;
 
-/// One acquisition of several locks.
+/// A request to take several locks, before it starts.
 pub(super) struct Take {
-    engine: Arc<Engine>,
+    /// The names joined by `+`, for spans and errors.
+    label: Named,
     names: Vec<String>,
-    label: String,
     atomic: bool,
+}
+
+/// One acquisition of several locks, started.
+pub(super) struct Taking {
+    label: Named,
     /// The holds, sorted by key, so every request takes the owner's turns in the same order.
     holds: Vec<Arc<Hold>>,
     /// `order[i]`: where the i-th sorted hold's name was in the caller's list.
     order: Vec<usize>,
-    lease: Option<Duration>,
-    will_wait: bool,
-    deadline: Option<Instant>,
+    request: Request,
     /// Names in different Cluster slots: taken one by one.
     in_order: bool,
     /// The hold found busy by the last attempt.
@@ -42,42 +43,15 @@ pub(super) struct Take {
 impl Take {
     pub(super) fn new(engine: Arc<Engine>, names: Vec<String>, atomic: bool) -> Self {
         Take {
-            engine,
-            label: names.join("+"),
+            label: Named::unkeyed(engine, names.join("+")),
             names,
             atomic,
-            holds: Vec::new(),
-            order: Vec::new(),
-            lease: None,
-            will_wait: false,
-            deadline: None,
-            in_order: false,
-            busy: None,
         }
     }
-}
 
-impl Primitive for Take {
-    type Guard = MultiLockGuard;
-    const SPAN: &'static str = "multi_lock";
-    const KIND: &'static str = "multi";
-
-    fn engine(&self) -> &Arc<Engine> {
-        &self.engine
-    }
-
-    fn name(&self) -> &str {
-        &self.label
-    }
-
-    fn busy_name(&self) -> &str {
-        self.busy
-            .and_then(|i| self.holds.get(i))
-            .map_or(&self.label, |hold| hold.name())
-    }
-
-    fn start(&mut self, request: Request) -> Result<(), LockError> {
-        let engine = &self.engine;
+    /// The names' keys, sorted, each with where it was in the caller's list.
+    fn sorted_keys(&self) -> Result<Vec<(Keys, usize)>, LockError> {
+        let engine = &self.label.engine;
         if self.names.is_empty() || self.names.len() > MultiLock::MAX_NAMES {
             return Err(LockError::InvalidOption {
                 option: "names",
@@ -99,113 +73,120 @@ impl Primitive for Take {
                 reason: "a multi-lock cannot name the same lock twice".to_owned(),
             });
         }
-        // On a Cluster one script can only touch one slot.
-        if let Some((first, _)) = keyed.first() {
-            let slot = engine.slot(first.lock());
-            if let Some((other, _)) = keyed.iter().find(|(k, _)| engine.slot(k.lock()) != slot) {
-                if self.atomic {
-                    return Err(LockError::CrossSlot {
-                        first: first.name().to_owned(),
-                        second: other.name().to_owned(),
-                    });
-                }
-                self.in_order = true;
-            }
+        Ok(keyed)
+    }
+
+    /// Whether the names span Cluster slots (one script can only touch one slot); refused
+    /// with `CrossSlot` for an atomic multi-lock.
+    fn spans_slots(&self, keyed: &[(Keys, usize)]) -> Result<bool, LockError> {
+        let engine = &self.label.engine;
+        let Some((first, _)) = keyed.first() else {
+            return Ok(false);
+        };
+        let slot = engine.slot(first.lock());
+        match keyed.iter().find(|(k, _)| engine.slot(k.lock()) != slot) {
+            Some((other, _)) if self.atomic => Err(LockError::CrossSlot {
+                first: first.name().to_owned(),
+                second: other.name().to_owned(),
+            }),
+            Some(_) => Ok(true),
+            None => Ok(false),
         }
+    }
+}
+
+impl Primitive for Take {
+    type Guard = MultiLockGuard;
+    type Started = Taking;
+    const SPAN: &'static str = "multi_lock";
+    const KIND: &'static str = "multi";
+
+    fn named(&self) -> &Named {
+        &self.label
+    }
+
+    fn start(self, request: Request) -> Result<Taking, LockError> {
+        let keyed = self.sorted_keys()?;
+        let in_order = self.spans_slots(&keyed)?;
+        let engine = &self.label.engine;
         let holder = engine.holder_for_current_task();
-        for (keys, index) in keyed {
-            self.holds.push(engine.hold(Kind::Lock, &keys, holder));
-            self.order.push(index);
-        }
-        self.lease = request.lease;
-        self.will_wait = request.will_wait;
-        self.deadline = request.deadline;
-        Ok(())
+        let (holds, order) = keyed
+            .into_iter()
+            .map(|(keys, index)| (engine.hold(Kind::Lock, &keys, holder), index))
+            .unzip();
+        Ok(Taking {
+            label: self.label,
+            holds,
+            order,
+            request,
+            in_order,
+            busy: None,
+        })
+    }
+}
+
+impl Started for Taking {
+    type Guard = MultiLockGuard;
+
+    fn named(&self) -> &Named {
+        &self.label
+    }
+
+    fn busy_name(&self) -> &str {
+        self.busy
+            .and_then(|i| self.holds.get(i))
+            .map_or(self.label.name(), |hold| hold.name())
+    }
+
+    fn channel(&self, index: usize) -> String {
+        self.holds
+            .get(index)
+            .map_or_else(String::new, |hold| hold.keys.released())
     }
 
     async fn attempt(&mut self) -> Result<Attempt<MultiLockGuard>, LockError> {
         if self.in_order {
             return self.in_order().await.map(Attempt::Acquired);
         }
-        let engine = &self.engine;
-        let (_, lease_len) = engine.lease(self.lease);
-        let mut claims = Vec::with_capacity(self.holds.len());
-        for hold in &self.holds {
-            claims.push(engine.claim(hold.clone()).await?);
-        }
-        let mut call = Call::new(Op::MultiAcquire);
-        call.arg(engine.owner_arg(self.holds[0].holder))
-            .arg(millis(lease_len))
-            .arg(if self.will_wait { "1" } else { "0" });
-        for claim in &claims {
-            call.key(claim.hold.keys.lock()).arg(claim.expected);
-        }
-        let mut claims = claims.into_iter();
-        let Some(first) = claims.next() else {
-            unreachable!("start refuses an empty multi-lock");
-        };
-        let claims = Claims {
-            first,
-            rest: claims.collect(),
-        };
-        let applied = |v: &Value| matches!(v, Value::Array(a) if a.first() == Some(&Value::Int(1)));
-        let sent = engine.send(claims, call, applied).await?;
-        let reply: Vec<i64> = convert(sent.value)?;
-        let bad = || LockError::UnexpectedReply(format!("multi_acquire returned {reply:?}"));
-        let index = |i: i64| {
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| i.checked_sub(1))
-                .filter(|i| *i < self.holds.len())
-        };
-        match reply.as_slice() {
-            [1, tokens @ ..] if tokens.len() == self.holds.len() => {
-                let mut guards: Vec<Option<LockGuard>> =
-                    (0..self.holds.len()).map(|_| None).collect();
-                let mut late = false;
-                for ((claim, token), position) in sent.claims.iter().zip(tokens).zip(&self.order) {
-                    match engine.grant(claim, token.unsigned_abs(), sent.sent_at, self.lease) {
-                        Some(generation) => {
-                            guards[*position] = Some(LockGuard::new(
-                                claim.hold.clone(),
-                                engine.clone(),
-                                generation,
-                            ));
-                        }
-                        None => late = true,
-                    }
+        let engine = &self.label.engine;
+        let Request {
+            lease, will_wait, ..
+        } = self.request;
+        let (_, lease_len) = engine.lease(lease);
+        let attempt = engine
+            .attempt_all(&self.holds, lease, Shape::Table, |claims| {
+                let mut call = Call::new(Op::MultiAcquire);
+                call.arg(engine.owner_arg(claims.first.hold.holder))
+                    .arg(millis(lease_len))
+                    .arg(if will_wait { "1" } else { "0" });
+                for claim in claims.iter() {
+                    call.key(claim.hold.keys.lock()).arg(claim.expected);
                 }
-                drop(sent.claims);
-                if late {
-                    // Dropping the guards that were granted in time gives them back too.
-                    return Ok(Attempt::Late);
-                }
-                Ok(Attempt::Acquired(MultiLockGuard::new(
-                    self.label.clone(),
-                    guards.into_iter().flatten().collect(),
-                )))
-            }
-            [0, i, pttl] => {
-                let i = index(*i).ok_or_else(bad)?;
-                self.busy = Some(i);
-                Ok(Attempt::Busy {
-                    retry_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                    channel: self.holds[i].keys.released(),
-                })
-            }
-            [-1, i] => {
-                let hold = &self.holds[index(*i).ok_or_else(bad)?];
-                hold.mark_current_lost("re-entry found the lock gone", LossReason::Deleted);
-                Err(LockError::Lost {
-                    name: hold.name().to_owned(),
-                })
-            }
-            _ => Err(bad()),
+                call
+            })
+            .await?;
+        if let Attempt::Busy { index, .. } = attempt {
+            self.busy = Some(index);
         }
+        Ok(attempt.map(|generations| {
+            // Back in the caller's order.
+            let mut guards: Vec<(usize, LockGuard)> = generations
+                .into_iter()
+                .zip(&self.holds)
+                .zip(&self.order)
+                .map(|((generation, hold), position)| {
+                    let guard = LockGuard::new(hold.clone(), engine.clone(), generation);
+                    (*position, guard)
+                })
+                .collect();
+            guards.sort_by_key(|(position, _)| *position);
+            let label = self.label.name().to_owned();
+            MultiLockGuard::new(label, guards.into_iter().map(|(_, g)| g).collect())
+        }))
     }
 }
 
-impl Take {
+impl Taking {
     /// Takes the locks one by one in the order of their keys (the same order for every
     /// request, so two multi-locks over overlapping names cannot deadlock), each with what is
     /// left of the wait. If one cannot be had, the ones already taken are given back (awaited)
@@ -213,15 +194,21 @@ impl Take {
     /// earlier ones.
     async fn in_order(&self) -> Result<MultiLockGuard, LockError> {
         let mut taken: Vec<(usize, LockGuard)> = Vec::with_capacity(self.holds.len());
+        let Request {
+            lease,
+            will_wait,
+            deadline,
+            ..
+        } = self.request;
         for (hold, position) in self.holds.iter().zip(&self.order) {
-            let mutex = Mutex::new(self.engine.clone(), hold.name().to_owned());
+            let mutex = Mutex::new(self.label.engine.clone(), hold.name().to_owned());
             let mut request = mutex.lock();
-            request = match (self.will_wait, self.deadline) {
+            request = match (will_wait, deadline) {
                 (false, _) => request.wait(Duration::ZERO),
                 (true, Some(d)) => request.wait(d.saturating_duration_since(Instant::now())),
                 (true, None) => request,
             };
-            if let Some(lease) = self.lease {
+            if let Some(lease) = lease {
                 request = request.lease(lease);
             }
             match request.await {
@@ -236,7 +223,7 @@ impl Take {
         }
         taken.sort_by_key(|(position, _)| *position);
         Ok(MultiLockGuard::new(
-            self.label.clone(),
+            self.label.name().to_owned(),
             taken.into_iter().map(|(_, g)| g).collect(),
         ))
     }

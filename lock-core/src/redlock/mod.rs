@@ -13,9 +13,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::LockClient;
-use crate::driver::{LockRequest, Options, Spec, TryLockRequest};
+use crate::driver::Options;
 use crate::error::LockError;
 use crate::mutex::LockGuard;
+use crate::request::{ErasedTake, LockRequest, TryLockRequest};
 use crate::util::{MIN_LEASE, check_lease, shorten};
 
 pub use guard::RedLockGuard;
@@ -626,7 +627,7 @@ struct Take {
     name: String,
 }
 
-impl Spec<RedLockGuard> for Take {
+impl ErasedTake<RedLockGuard> for Take {
     fn start(
         self: Box<Self>,
         options: Options,

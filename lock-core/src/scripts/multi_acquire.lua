@@ -6,9 +6,11 @@
 -- ARGV[3]: '1' if the caller will wait for a release when a lock is busy
 -- ARGV[3 + i]: the hold count the caller believes the owner has on KEYS[i] (0: not held)
 --
--- Returns {1, token_1, ..., token_n}  all taken (also the answer to a repeat of an applied call)
+-- Returns a table answer (see engine/answer.rs):
+--         {1, token_1, ..., token_n}  all taken (also the answer to a repeat of an applied call)
 --         {0, i, pttl}   KEYS[i] is held by another owner (pttl ms left, -1: none); nothing taken
---         {-1, i}        the owner's hold count on KEYS[i] is not as expected; nothing taken
+--         {3, i}         the owner's hold count on KEYS[i] is not as expected (the hold was
+--                        lost); nothing taken
 local owner = ARGV[1]
 local plan = {}
 local applied, pending = 0, 0
@@ -20,13 +22,13 @@ for i, key in ipairs(KEYS) do
   local expected = tonumber(ARGV[3 + i])
   if o == '' then
     if expected ~= 0 then
-      return {-1, i}
+      return {3, i}
     end
     pending = pending + 1
     plan[i] = {fresh = true, token = t, released = r}
   elseif o ~= owner then
     if expected ~= 0 then
-      return {-1, i}
+      return {3, i}
     end
     if ARGV[3] == '1' and w == '' then
       redis.call('SET', key, value .. '1', 'KEEPTTL')
@@ -39,7 +41,7 @@ for i, key in ipairs(KEYS) do
     applied = applied + 1
     plan[i] = {token = t}
   else
-    return {-1, i}
+    return {3, i}
   end
 end
 local out = {1}
@@ -48,7 +50,7 @@ if applied > 0 then
     -- Some applied and some not: not a repeat of this call. Something else moved the counts.
     for i = 1, #KEYS do
       if not plan[i].fresh and plan[i].count == nil then
-        return {-1, i}
+        return {3, i}
       end
     end
   end

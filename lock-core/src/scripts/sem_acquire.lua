@@ -7,8 +7,9 @@
 -- ARGV[3]: the semaphore's size as the caller knows it
 -- ARGV[4]: lease in milliseconds
 --
--- Returns {1}            taken (also the answer to a repeat of an acquisition already applied)
---         {0, ms}        not enough free permits; ms (>= 1) until the first held permit's
+-- Returns a table answer (see engine/answer.rs):
+--         {1}            taken (also the answer to a repeat of an acquisition already applied)
+--         {0, 1, ms}     not enough free permits; ms (>= 1) until the first held permit's
 --                        lease runs out
 --         {2, recorded}  the permits held now were taken with another size; nothing taken
 -- Expired permits (crashed holders) are dropped before counting: they come back by themselves.
@@ -30,7 +31,7 @@ if held > 0 then
 end
 if held + n > size then
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, math.max(1, tonumber(oldest[2]) - now)}
+  return {0, 1, math.max(1, tonumber(oldest[2]) - now)}
 end
 local expiry = string.format('%.0f', now + lease)
 local args = {}

@@ -1,0 +1,218 @@
+//! [`Answer`]: what Redis answered to an acquisition, read in one place for every primitive.
+//!
+//! The acquisition scripts answer in one of two shapes ([`Shape`]):
+//!
+//! - **one integer**, for one hold (a mutex, a fair lock, a write lock, a read share), because
+//!   a table reply costs the server more on the hottest path: `n > 0` taken (`n` is the
+//!   fencing token; a read share answers 1), `0` the owner's hold was lost, `-1` held by
+//!   another owner with no expiry, `-2 - ms` held by another owner for `ms` more;
+//! - **a table**, whose first element says what it is: `{1, token_1, ..., token_n}` taken
+//!   (no tokens for kinds without them), `{0, i, ms}` held by another owner (the `i`-th key,
+//!   1-based; `ms < 0`: no expiry), `{2, recorded}` a semaphore recorded with another size,
+//!   `{3, i}` the owner's hold on the `i`-th key was lost.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::backend::convert;
+use crate::error::LockError;
+
+/// How an acquisition's reply is laid out (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Int,
+    Table,
+}
+
+/// The fencing tokens of a grant: one per hold (0 for kinds without one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tokens {
+    /// The same token for every hold (a grant of one hold, or one without tokens).
+    Each(u64),
+    /// One token per hold, in the order of the call's keys.
+    List(Vec<u64>),
+}
+
+impl Tokens {
+    /// The token of the `i`-th hold.
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        match self {
+            Tokens::Each(token) => *token,
+            Tokens::List(tokens) => tokens.get(i).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// What Redis answered to one acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Taken.
+    Granted(Tokens),
+    /// The `index`-th hold's lock is held by another owner; look again within `retry_in`
+    /// (None: nothing says when).
+    Busy {
+        index: usize,
+        retry_in: Option<Duration>,
+    },
+    /// The owner's `index`-th hold is not what the caller believed: it was lost.
+    Lost { index: usize },
+    /// A semaphore's permits are held with this other size.
+    SizeMismatch { recorded: u32 },
+}
+
+impl Shape {
+    /// Whether `value` is a grant in this shape, so that an acquisition whose caller went away
+    /// must be undone. Never false for a reply [`Answer::read`] reads as a grant.
+    pub(crate) fn applied(self) -> fn(&Value) -> bool {
+        match self {
+            Shape::Int => |value| match value {
+                Value::Int(n) => *n > 0,
+                // The fresh-name path answers the token as it built it, as text.
+                Value::BulkString(_) | Value::SimpleString(_) => true,
+                _ => false,
+            },
+            Shape::Table => {
+                |value| matches!(value, Value::Array(a) if a.first() == Some(&Value::Int(1)))
+            }
+        }
+    }
+}
+
+impl Answer {
+    /// Reads a reply of `shape` to an acquisition of `holds` holds.
+    pub(crate) fn read(shape: Shape, value: Value, holds: usize) -> Result<Answer, LockError> {
+        match shape {
+            Shape::Int => Ok(Self::from_int(convert(value)?)),
+            Shape::Table => {
+                // Only an array: the redis crate would also read one number as a table of one.
+                if !matches!(value, Value::Array(_)) {
+                    return Err(LockError::UnexpectedReply(format!(
+                        "acquisition answered {value:?}, not a table"
+                    )));
+                }
+                let table: Vec<i64> = convert(value)?;
+                Self::from_table(&table, holds).ok_or_else(|| {
+                    LockError::UnexpectedReply(format!("acquisition answered {table:?}"))
+                })
+            }
+        }
+    }
+
+    fn from_int(n: i64) -> Answer {
+        match n {
+            token if token > 0 => Answer::Granted(Tokens::Each(token.unsigned_abs())),
+            0 => Answer::Lost { index: 0 },
+            -1 => Answer::Busy {
+                index: 0,
+                retry_in: None,
+            },
+            busy => Answer::Busy {
+                index: 0,
+                retry_in: Some(Duration::from_millis((-2 - busy).unsigned_abs())),
+            },
+        }
+    }
+
+    fn from_table(table: &[i64], holds: usize) -> Option<Answer> {
+        let index = |i: i64| {
+            usize::try_from(i)
+                .ok()?
+                .checked_sub(1)
+                .filter(|i| *i < holds)
+        };
+        Some(match table {
+            [1] if holds == 1 => Answer::Granted(Tokens::Each(0)),
+            [1, tokens @ ..] if tokens.len() == holds => {
+                let tokens: Option<Vec<u64>> =
+                    tokens.iter().map(|t| u64::try_from(*t).ok()).collect();
+                Answer::Granted(Tokens::List(tokens?))
+            }
+            [0, i, ms] => Answer::Busy {
+                index: index(*i)?,
+                retry_in: u64::try_from(*ms).ok().map(Duration::from_millis),
+            },
+            [2, recorded] => Answer::SizeMismatch {
+                recorded: u32::try_from(*recorded).unwrap_or(u32::MAX),
+            },
+            [3, i] => Answer::Lost { index: index(*i)? },
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::util::arbitrary::{config, int, resp2_value};
+
+    #[test]
+    fn both_shapes_read_the_same_outcomes() {
+        let busy = |index, ms: Option<u64>| Answer::Busy {
+            index,
+            retry_in: ms.map(Duration::from_millis),
+        };
+        let int = |n| Answer::read(Shape::Int, Value::Int(n), 1).unwrap();
+        assert_eq!(int(42), Answer::Granted(Tokens::Each(42)));
+        assert_eq!(int(0), Answer::Lost { index: 0 });
+        assert_eq!(int(-1), busy(0, None));
+        assert_eq!(int(-2), busy(0, Some(0)));
+        assert_eq!(int(-1502), busy(0, Some(1500)));
+        let table = |t: &[i64], holds| {
+            let value = Value::Array(t.iter().map(|n| Value::Int(*n)).collect());
+            Answer::read(Shape::Table, value, holds)
+        };
+        assert_eq!(table(&[1], 1).unwrap(), Answer::Granted(Tokens::Each(0)));
+        assert_eq!(
+            table(&[1, 7, 9], 2).unwrap(),
+            Answer::Granted(Tokens::List(vec![7, 9]))
+        );
+        assert_eq!(table(&[0, 2, 30], 2).unwrap(), busy(1, Some(30)));
+        assert_eq!(table(&[0, 1, -1], 2).unwrap(), busy(0, None));
+        assert_eq!(table(&[3, 2], 2).unwrap(), Answer::Lost { index: 1 });
+        assert_eq!(
+            table(&[2, 5], 1).unwrap(),
+            Answer::SizeMismatch { recorded: 5 }
+        );
+        for bad in [&[1, 7][..], &[0, 3, 1], &[0, 0, 1], &[3, 0], &[4], &[]] {
+            assert!(matches!(table(bad, 2), Err(LockError::UnexpectedReply(_))));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(2000))]
+
+        /// Every reply that is read as a grant is one its shape counts as applied, so a grant
+        /// whose caller went away (or that too few replicas confirmed) is always given back.
+        ///
+        /// Over RESP2 only: the redis crate also reads a RESP3 double (truncated) or an
+        /// attribute-wrapped integer as an `i64`, which `applied` does not count. No script of
+        /// this crate can answer either (a Lua number is an integer reply in both protocols,
+        /// and no script returns a double), so such a reply only comes from something that is
+        /// not Redis running these scripts; it is then at worst an acquisition not undone when
+        /// its caller goes away, which its lease expires.
+        #[test]
+        fn every_reply_read_as_a_grant_counts_as_applied(
+            reply in prop_oneof![
+                resp2_value(),
+                int().prop_map(Value::Int),
+                int().prop_map(|n| Value::BulkString(n.to_string().into_bytes())),
+                proptest::collection::vec(int(), 0..4)
+                    .prop_map(|t| Value::Array(t.into_iter().map(Value::Int).collect())),
+            ],
+            holds in 1usize..4,
+        ) {
+            for shape in [Shape::Int, Shape::Table] {
+                let read = Answer::read(shape, reply.clone(), holds);
+                if matches!(read, Ok(Answer::Granted(_))) {
+                    prop_assert!(shape.applied()(&reply), "{:?} is read as a grant", reply);
+                }
+            }
+            if let Value::Int(n) = reply {
+                prop_assert_eq!(Shape::Int.applied()(&reply), n > 0);
+            }
+        }
+    }
+}
