@@ -18,23 +18,10 @@ use futures_util::StreamExt;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::backend::cluster::Seeds;
-use crate::backend::refusal;
-use crate::backend::sentinel::Discovery;
+use crate::backend::{PubSubNode, PubSubSource, refusal};
 use crate::error::{LockError, is_connection_error};
 use crate::metrics;
 use crate::util::lock;
-
-/// Where the pub/sub connection goes.
-pub(crate) enum Source {
-    /// One server: `SUBSCRIBE` there.
-    Server(Box<redis::Client>),
-    /// The primary the sentinels name: `SUBSCRIBE` there, and move when it changes.
-    Sentinel(Arc<Discovery>),
-    /// A Redis Cluster (its seed nodes): `SSUBSCRIBE` on the node that owns each channel's
-    /// slot, through a RESP3 cluster connection that follows slot moves and failovers.
-    Cluster(Seeds),
-}
 
 /// The waiters of one client.
 pub(crate) struct Waiters {
@@ -79,7 +66,7 @@ enum Command {
 
 impl Waiters {
     /// Starts the pub/sub task. It ends when the `Waiters` is dropped.
-    pub(crate) fn start(source: Source, connect_timeout: Duration) -> Self {
+    pub(crate) fn start(source: PubSubSource, connect_timeout: Duration) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
@@ -87,11 +74,16 @@ impl Waiters {
         });
         let shared_weak = Arc::downgrade(&shared);
         match source {
-            Source::Cluster(seeds) => {
-                tokio::spawn(run_sharded(shared_weak, rx, seeds, connect_timeout));
+            PubSubSource::Cluster(seeds) => {
+                tokio::spawn(run_sharded(
+                    shared_weak,
+                    rx,
+                    seeds.builder(),
+                    connect_timeout,
+                ));
             }
-            source => {
-                tokio::spawn(run(shared_weak, rx, source, connect_timeout));
+            PubSubSource::Node(node) => {
+                tokio::spawn(run(shared_weak, rx, node, connect_timeout));
             }
         }
         Self { shared }
@@ -220,27 +212,20 @@ impl Shared {
 async fn run(
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    source: Source,
+    node: PubSubNode,
     connect_timeout: Duration,
 ) {
     let mut backoff = Duration::from_millis(50);
     // Whether a refused subscription was reported (once per client).
     let mut warned = false;
-    let mut changes = match &source {
-        Source::Sentinel(discovery) => Some(discovery.changes()),
-        _ => None,
-    };
+    let mut changes = node.changes();
     loop {
         if let Some(changes) = changes.as_mut() {
             changes.borrow_and_update();
         }
-        let (client, generation) = match &source {
-            Source::Server(client) => (Ok((**client).clone()), 0),
-            Source::Sentinel(discovery) => match discovery.pubsub_client().await {
-                Ok((generation, client)) => (Ok(client), generation),
-                Err(e) => (Err(e.to_string()), 0),
-            },
-            Source::Cluster(_) => unreachable!("a Cluster runs `run_sharded`"),
+        let (client, generation) = match node.client().await {
+            Ok((generation, client)) => (Ok(client), generation),
+            Err(e) => (Err(e.to_string()), 0),
         };
         let connected = match &client {
             Ok(client) => tokio::time::timeout(connect_timeout, client.get_async_pubsub())
@@ -253,9 +238,7 @@ async fn run(
             Ok(p) => p,
             Err(reason) => {
                 tracing::warn!(%reason, "lock pub/sub connection failed; waiters fall back to lease expiry");
-                if let Source::Sentinel(discovery) = &source {
-                    discovery.pubsub_failed(generation).await;
-                }
+                node.failed(generation).await;
                 if !back_off(&mut commands, &mut backoff).await {
                     return;
                 }
@@ -408,11 +391,11 @@ async fn primary_changed(changes: &mut Option<watch::Receiver<u64>>) {
 async fn run_sharded(
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    seeds: Seeds,
+    builder: redis::RedisResult<redis::cluster::ClusterClientBuilder>,
     connect_timeout: Duration,
 ) {
     let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    let client = match seeds.builder().and_then(|builder| {
+    let client = match builder.and_then(|builder| {
         builder
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(push_tx)
