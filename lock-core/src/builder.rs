@@ -8,9 +8,8 @@ use std::time::Duration;
 use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 
-use crate::backend::cluster::Seeds;
 use crate::backend::tls::{self, TlsOptions};
-use crate::backend::{Backend, Cluster, Sentinel, Standalone, sentinel};
+use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
 use crate::client::LockClient;
 use crate::description;
 use crate::engine::{Config, Engine};
@@ -20,7 +19,7 @@ use crate::metrics::{self, Labeler};
 use crate::name::validate_prefix;
 use crate::scripts::Scripts;
 use crate::util::{MAX_LEASE, check_range};
-use crate::waiters::{Source, Waiters};
+use crate::waiters::Waiters;
 use crate::watchdog;
 
 const DEFAULT_KEY_PREFIX: &str = "lock:";
@@ -370,11 +369,11 @@ impl LockClientBuilder {
             });
         }
         metrics::describe();
-        let (backend, source) = self.connect().await?;
+        let backend = self.connect().await?;
         let scripts = Scripts::get(backend.is_sharded());
         let mode = backend.load_scripts(scripts).await?;
         let eviction = eviction_risk(&backend).await;
-        let waiters = Waiters::start(source, self.connect_timeout);
+        let waiters = Waiters::start(backend.pubsub_source(), self.connect_timeout);
         let engine = Engine::start(
             backend,
             (scripts, mode),
@@ -417,8 +416,8 @@ async fn eviction_risk(backend: &Backend) -> EvictionRisk {
 }
 
 impl LockClientBuilder {
-    /// Builds the backend of the deployment, and says where the pub/sub connection goes.
-    async fn connect(&mut self) -> Result<(Backend, Source), LockError> {
+    /// Builds the backend of the deployment.
+    async fn connect(&mut self) -> Result<Backend, LockError> {
         // URLs may carry a password: only the reason is reported.
         let invalid = |option, e: redis::RedisError| LockError::InvalidOption {
             option,
@@ -436,9 +435,8 @@ impl LockClientBuilder {
                     Some(pool) => Standalone::given_pool(pool),
                     None => Standalone::default_pool(&client, self.pool_size, connect_timeout)?,
                 };
-                let source = Source::Server(Box::new(client.clone()));
                 let backend = Standalone::new(pool, client, response_timeout, connect_timeout);
-                Ok((Backend::Standalone(Box::new(backend)), source))
+                Ok(Backend::Standalone(Box::new(backend)))
             }
             Deployment::Cluster { urls } => {
                 if urls.is_empty() {
@@ -460,10 +458,15 @@ impl LockClientBuilder {
                     ),
                     None => None,
                 };
-                let backend =
-                    Cluster::connect(&client, acks.as_ref(), connect_timeout, response_timeout)
-                        .await?;
-                Ok((Backend::Cluster(backend), Source::Cluster(seeds)))
+                let backend = Cluster::connect(
+                    seeds,
+                    &client,
+                    acks.as_ref(),
+                    connect_timeout,
+                    response_timeout,
+                )
+                .await?;
+                Ok(Backend::Cluster(backend))
             }
             Deployment::Sentinel {
                 urls,
@@ -501,7 +504,7 @@ impl LockClientBuilder {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let primary = self.tls.apply(primary, "sentinel_primary_url")?;
-                let discovery = sentinel::Discovery::new(sentinel::Settings {
+                let discovery = Discovery::new(SentinelSettings {
                     sentinels,
                     service: service.clone(),
                     primary,
@@ -510,8 +513,8 @@ impl LockClientBuilder {
                     response_timeout,
                 });
                 discovery.spawn_watcher();
-                let backend = Sentinel::new(discovery.clone());
-                Ok((Backend::Sentinel(backend), Source::Sentinel(discovery)))
+                let backend = Sentinel::new(discovery);
+                Ok(Backend::Sentinel(backend))
             }
         }
     }

@@ -13,7 +13,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 
 use super::tls::{self, TlsOptions};
-use super::{Invocation, Topology, acks, connect_error, load_code, map_error, wait_cmd};
+use super::{
+    Invocation, PubSubSource, Topology, acks, connect_error, load_code, map_error, wait_cmd,
+};
 use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
 
@@ -53,6 +55,8 @@ pub(crate) struct Cluster {
     acks: Option<ClusterConnection>,
     response_timeout: Duration,
     connect_timeout: Duration,
+    /// For the pub/sub connection.
+    seeds: Seeds,
 }
 
 /// Opens a cluster connection, bounded by the connect timeout.
@@ -84,13 +88,15 @@ impl Cluster {
             .build()
     }
 
-    /// Connects to the cluster (learning its slot map from the seed nodes).
+    /// Connects to the cluster (learning its slot map from the seed nodes); `seeds` are kept
+    /// for the pub/sub connection.
     ///
     /// With `acks` (a client built with a response timeout that covers `WAIT`, when the lock
     /// client has `min_replicas`), a second cluster connection carries the acquisitions that
     /// are followed by `WAIT`: `WAIT` blocks the node connection it runs on, and on this one it
     /// delays only other acknowledged acquisitions, never a renewal or a release.
     pub(crate) async fn connect(
+        seeds: Seeds,
         client: &ClusterClient,
         acks: Option<&ClusterClient>,
         connect_timeout: Duration,
@@ -106,6 +112,7 @@ impl Cluster {
             acks,
             response_timeout,
             connect_timeout,
+            seeds,
         };
         cluster.check_version().await?;
         Ok(cluster)
@@ -220,5 +227,9 @@ impl Topology for Cluster {
 
     fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    fn pubsub_source(&self) -> PubSubSource {
+        PubSubSource::Cluster(self.seeds.clone())
     }
 }

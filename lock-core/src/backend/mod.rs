@@ -5,24 +5,29 @@
 //! - [`Sentinel`]: the primary that a group of sentinels names, followed across failovers.
 //! - [`Cluster`]: a Redis Cluster through the redis crate's cluster connection (slots,
 //!   `MOVED`/`ASK` and topology refreshes handled there).
+//!
+//! Each also says where the client's pub/sub connection goes ([`PubSubSource`]), so the waiters
+//! need nothing else of it; the three modules are private to this one.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisResult, Value};
+use tokio::sync::watch;
 
 use crate::error::LockError;
 use crate::scripts::{Call, Mode, Scripts};
 
-pub(crate) mod cluster;
-pub(crate) mod sentinel;
-pub(crate) mod standalone;
+mod cluster;
+mod sentinel;
+mod standalone;
 pub(crate) mod tls;
 
-pub(crate) use cluster::Cluster;
-pub(crate) use sentinel::Sentinel;
+pub(crate) use cluster::{Cluster, Seeds};
+pub(crate) use sentinel::{Discovery, Sentinel, Settings as SentinelSettings};
 pub(crate) use standalone::Standalone;
 
 /// What the lock logic needs from a deployment.
@@ -67,6 +72,9 @@ trait Topology: Send + Sync {
 
     /// How long the backend tries to get a connection.
     fn connect_timeout(&self) -> Duration;
+
+    /// Where the client's pub/sub connection goes.
+    fn pubsub_source(&self) -> PubSubSource;
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -156,6 +164,56 @@ impl Backend {
     /// True when keys live in slots (a Cluster): messages go through sharded pub/sub.
     pub(crate) fn is_sharded(&self) -> bool {
         matches!(self, Backend::Cluster(_))
+    }
+
+    /// Where the client's pub/sub connection goes.
+    pub(crate) fn pubsub_source(&self) -> PubSubSource {
+        each!(self, b => b.pubsub_source())
+    }
+}
+
+/// Where a client's pub/sub connection goes, as its backend hands it out.
+pub(crate) enum PubSubSource {
+    /// One node, where channels are subscribed with `SUBSCRIBE`.
+    Node(PubSubNode),
+    /// A Redis Cluster (its seed nodes): `SSUBSCRIBE` on the node that owns each channel's
+    /// slot, through a RESP3 cluster connection ([`Seeds::builder`]) that follows slot moves
+    /// and failovers.
+    Cluster(Seeds),
+}
+
+/// The one node a plain pub/sub connection goes to.
+pub(crate) enum PubSubNode {
+    /// A standalone server.
+    Server(Box<redis::Client>),
+    /// The primary the sentinels name, which moves when they fail over.
+    Primary(Arc<Discovery>),
+}
+
+impl PubSubNode {
+    /// The node's client, with the generation of the primary it is (0 for a server); a
+    /// Sentinel primary is looked up first if none is known.
+    pub(crate) async fn client(&self) -> Result<(u64, redis::Client), LockError> {
+        match self {
+            PubSubNode::Server(client) => Ok((0, (**client).clone())),
+            PubSubNode::Primary(discovery) => discovery.pubsub_client().await,
+        }
+    }
+
+    /// Reports that connecting to the node of `generation` failed: under Sentinel, the
+    /// sentinels are asked again.
+    pub(crate) async fn failed(&self, generation: u64) {
+        if let PubSubNode::Primary(discovery) = self {
+            discovery.pubsub_failed(generation).await;
+        }
+    }
+
+    /// Changes of primary under Sentinel; None for a server, which never moves.
+    pub(crate) fn changes(&self) -> Option<watch::Receiver<u64>> {
+        match self {
+            PubSubNode::Server(_) => None,
+            PubSubNode::Primary(discovery) => Some(discovery.changes()),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use redis::cluster_routing::Slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::watch;
 
-use super::{Invocation, Standalone, Topology, refusal};
+use super::{Invocation, PubSubNode, PubSubSource, Standalone, Topology, refusal};
 use crate::error::{LockError, is_connection_error};
 use crate::scripts::{Mode, Scripts};
 
@@ -388,5 +388,10 @@ impl Topology for Sentinel {
 
     fn connect_timeout(&self) -> Duration {
         self.discovery.settings.connect_timeout
+    }
+
+    /// `SUBSCRIBE` on the current primary, moving with it.
+    fn pubsub_source(&self) -> PubSubSource {
+        PubSubSource::Node(PubSubNode::Primary(self.discovery.clone()))
     }
 }

@@ -10,7 +10,10 @@ use bb8_redis::RedisConnectionManager;
 use redis::cluster_routing::Slot;
 use redis::{Value, aio::MultiplexedConnection};
 
-use super::{Invocation, Topology, acks, connect_error, load_code, map_error, wait_cmd};
+use super::{
+    Invocation, PubSubNode, PubSubSource, Topology, acks, connect_error, load_code, map_error,
+    wait_cmd,
+};
 use crate::error::{LockError, is_connection_error};
 use crate::scripts::{Mode, Scripts};
 use crate::util::lock;
@@ -277,5 +280,10 @@ impl Topology for Standalone {
 
     fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// `SUBSCRIBE` on the server, through a connection of its own.
+    fn pubsub_source(&self) -> PubSubSource {
+        PubSubSource::Node(PubSubNode::Server(Box::new(self.client.clone())))
     }
 }
