@@ -9,6 +9,7 @@ use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 
 use crate::backend::cluster::Seeds;
+use crate::backend::primaries::{self, Timeouts};
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Sentinel, Standalone, sentinel};
 use crate::client::LockClient;
@@ -18,6 +19,7 @@ use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::metrics::{self, Labeler};
 use crate::name::validate_prefix;
+use crate::primaries::Primaries;
 use crate::scripts::Scripts;
 use crate::util::{MAX_LEASE, check_range};
 use crate::waiters::{Source, Waiters};
@@ -419,18 +421,10 @@ async fn eviction_risk(backend: &Backend) -> EvictionRisk {
 impl LockClientBuilder {
     /// Builds the backend of the deployment, and says where the pub/sub connection goes.
     async fn connect(&mut self) -> Result<(Backend, Source), LockError> {
-        // URLs may carry a password: only the reason is reported.
-        let invalid = |option, e: redis::RedisError| LockError::InvalidOption {
-            option,
-            reason: e.to_string(),
-        };
         let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
         match &self.deployment {
             Deployment::Standalone { url } => {
-                let info = tls::parse(url, "url")?;
-                self.tls.check(tls::is_tls(&info))?;
-                let client = redis::Client::open(self.tls.apply(info, "url")?)
-                    .map_err(|e| invalid("url", e))?;
+                let client = self.standalone_client(url)?;
                 Standalone::check_reachable(&client, connect_timeout).await?;
                 let pool = match self.pool.take() {
                     Some(pool) => Standalone::given_pool(pool),
@@ -441,14 +435,7 @@ impl LockClientBuilder {
                 Ok((Backend::Standalone(Box::new(backend)), source))
             }
             Deployment::Cluster { urls } => {
-                if urls.is_empty() {
-                    return Err(LockError::InvalidOption {
-                        option: "urls",
-                        reason: "no cluster node given".to_owned(),
-                    });
-                }
-                let seeds = Seeds::new(urls, self.tls.clone())?;
-                self.tls.check(seeds.is_tls())?;
+                let seeds = self.cluster_seeds(urls)?;
                 let client = Cluster::client(&seeds, connect_timeout, response_timeout)
                     .map_err(|e| invalid("urls", e))?;
                 // Acknowledged acquisitions get their own connection, whose response timeout
@@ -470,50 +457,150 @@ impl LockClientBuilder {
                 service,
                 primary_url,
             } => {
-                if urls.is_empty() {
-                    return Err(LockError::InvalidOption {
-                        option: "sentinels",
-                        reason: "no sentinel given".to_owned(),
-                    });
-                }
-                if service.is_empty() {
-                    return Err(LockError::InvalidOption {
-                        option: "service",
-                        reason: "the Sentinel service name is empty".to_owned(),
-                    });
-                }
-                // TLS to the sentinels and to the primary each follow their own URL's scheme.
-                let sentinels = urls
-                    .iter()
-                    .map(|url| tls::parse(url, "sentinels"))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let primary = tls::parse(
-                    primary_url.as_deref().unwrap_or("redis://primary/"),
-                    "sentinel_primary_url",
-                )?;
-                self.tls
-                    .check(sentinels.iter().any(tls::is_tls) || tls::is_tls(&primary))?;
-                let sentinels = sentinels
-                    .into_iter()
-                    .map(|info| {
-                        redis::Client::open(self.tls.apply(info, "sentinels")?)
-                            .map_err(|e| invalid("sentinels", e))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let primary = self.tls.apply(primary, "sentinel_primary_url")?;
-                let discovery = sentinel::Discovery::new(sentinel::Settings {
-                    sentinels,
-                    service: service.clone(),
-                    primary,
-                    pool_size: self.pool_size,
-                    connect_timeout,
-                    response_timeout,
-                });
+                let discovery = self.sentinel_discovery(urls, service, primary_url.as_deref())?;
                 discovery.spawn_watcher();
                 let backend = Sentinel::new(discovery.clone());
                 Ok((Backend::Sentinel(backend), Source::Sentinel(discovery)))
             }
         }
+    }
+
+    /// The standalone server's client, with the TLS options checked and applied.
+    fn standalone_client(&self, url: &str) -> Result<redis::Client, LockError> {
+        let info = tls::parse(url, "url")?;
+        self.tls.check(tls::is_tls(&info))?;
+        redis::Client::open(self.tls.apply(info, "url")?).map_err(|e| invalid("url", e))
+    }
+
+    /// The Cluster's seed nodes, with the TLS options checked.
+    fn cluster_seeds(&self, urls: &[String]) -> Result<Seeds, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::InvalidOption {
+                option: "urls",
+                reason: "no cluster node given".to_owned(),
+            });
+        }
+        let seeds = Seeds::new(urls, self.tls.clone())?;
+        self.tls.check(seeds.is_tls())?;
+        Ok(seeds)
+    }
+
+    /// How to find the primary the sentinels name (not started), with the TLS options
+    /// checked and applied.
+    fn sentinel_discovery(
+        &self,
+        urls: &[String],
+        service: &str,
+        primary_url: Option<&str>,
+    ) -> Result<Arc<sentinel::Discovery>, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::InvalidOption {
+                option: "sentinels",
+                reason: "no sentinel given".to_owned(),
+            });
+        }
+        if service.is_empty() {
+            return Err(LockError::InvalidOption {
+                option: "service",
+                reason: "the Sentinel service name is empty".to_owned(),
+            });
+        }
+        // TLS to the sentinels and to the primary each follow their own URL's scheme.
+        let sentinels = urls
+            .iter()
+            .map(|url| tls::parse(url, "sentinels"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let primary = tls::parse(
+            primary_url.unwrap_or("redis://primary/"),
+            "sentinel_primary_url",
+        )?;
+        self.tls
+            .check(sentinels.iter().any(tls::is_tls) || tls::is_tls(&primary))?;
+        let sentinels = sentinels
+            .into_iter()
+            .map(|info| {
+                redis::Client::open(self.tls.apply(info, "sentinels")?)
+                    .map_err(|e| invalid("sentinels", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let primary = self.tls.apply(primary, "sentinel_primary_url")?;
+        Ok(sentinel::Discovery::new(sentinel::Settings {
+            sentinels,
+            service: service.to_owned(),
+            primary,
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        }))
+    }
+
+    /// Connects to each primary of the deployment this builder names, **for operators and
+    /// tools such as `lockctl`**, without building a [`LockClient`]: nothing is loaded or
+    /// written, so an ACL user that may only read (`+scan +exists +get +psubscribe`, say) is
+    /// enough. Applications never need it.
+    ///
+    /// The primaries are found as a lock client finds them, with the same URLs, TLS options
+    /// ([`tls_root_certificate`](Self::tls_root_certificate), ...) and timeouts: the standalone
+    /// server; the primary the sentinels name now, checked with `ROLE` (a later failover is not
+    /// followed); every primary of a Cluster, from `CLUSTER SLOTS`. The builder is left as it
+    /// was, so it can [`build`](Self::build) a client for the same deployment as well.
+    ///
+    /// Errors are those of [`build`](Self::build) for the same cause: a bad URL or TLS option
+    /// ([`LockError::InvalidOption`]), a failed handshake ([`LockError::Tls`]), no connection
+    /// ([`LockError::Unavailable`]), no primary known to the sentinels
+    /// ([`LockError::NoPrimary`]).
+    ///
+    /// ```no_run
+    /// use lock_core::{LockClient, redis};
+    ///
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = LockClient::builder("rediss://redis.internal:6380")
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?);
+    /// let primaries = builder.connect_primaries().await?;
+    /// for primary in &primaries {
+    ///     let mut connection = primary.connection().await?;
+    ///     let config: Vec<String> = redis::cmd("CONFIG")
+    ///         .arg("GET")
+    ///         .arg("notify-keyspace-events")
+    ///         .query_async(&mut connection)
+    ///         .await?;
+    ///     println!("{}: {config:?}", primary.address());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_primaries(&self) -> Result<Primaries, LockError> {
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("response_timeout", self.response_timeout)?;
+        let timeouts = Timeouts {
+            connect: self.connect_timeout,
+            response: self.response_timeout,
+        };
+        let found = match &self.deployment {
+            Deployment::Standalone { url } => {
+                primaries::standalone(self.standalone_client(url)?, timeouts).await?
+            }
+            Deployment::Cluster { urls } => {
+                let seeds = self.cluster_seeds(urls)?;
+                primaries::cluster(urls, &seeds, &self.tls, timeouts).await?
+            }
+            Deployment::Sentinel {
+                urls,
+                service,
+                primary_url,
+            } => {
+                let discovery = self.sentinel_discovery(urls, service, primary_url.as_deref())?;
+                primaries::sentinel(discovery, timeouts).await?
+            }
+        };
+        Ok(Primaries::new(found, timeouts))
+    }
+}
+
+/// A URL the redis crate refuses: only the reason is reported (URLs may carry a password).
+fn invalid(option: &'static str, e: redis::RedisError) -> LockError {
+    LockError::InvalidOption {
+        option,
+        reason: e.to_string(),
     }
 }
 

@@ -17,6 +17,7 @@ use crate::error::LockError;
 use crate::scripts::{Call, Mode, Scripts};
 
 pub(crate) mod cluster;
+pub(crate) mod primaries;
 pub(crate) mod sentinel;
 pub(crate) mod standalone;
 pub(crate) mod tls;
