@@ -332,6 +332,10 @@
 //! Every key of a lock named `N` starts with `P{N}` (`P` the client's key prefix), so a Redis
 //! Cluster keeps them in one slot; each primitive's docs list its keys. The scripts live in
 //! `src/scripts/*.lua`, behind one prelude that defines the lock-string format.
+//!
+//! For operators and tools such as `lockctl`: [`layout`] names every key and channel of a
+//! lock and reads keys and channels back, and [`LockClientBuilder::connect_primaries`] gives
+//! plain connections to each primary of a deployment, TLS included, without building a client.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
