@@ -422,11 +422,12 @@ impl LockClientBuilder {
     /// Builds the backend of the deployment, and says where the pub/sub connection goes.
     async fn connect(&mut self) -> Result<(Backend, Source), LockError> {
         let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
-        match &self.deployment {
-            Deployment::Standalone { url } => {
-                let client = self.standalone_client(url)?;
+        // `build` refused a pool for any deployment but a standalone server.
+        let given_pool = self.pool.take();
+        match self.prepare()? {
+            Prepared::Standalone(client) => {
                 Standalone::check_reachable(&client, connect_timeout).await?;
-                let pool = match self.pool.take() {
+                let pool = match given_pool {
                     Some(pool) => Standalone::given_pool(pool),
                     None => Standalone::default_pool(&client, self.pool_size, connect_timeout)?,
                 };
@@ -434,8 +435,7 @@ impl LockClientBuilder {
                 let backend = Standalone::new(pool, client, response_timeout, connect_timeout);
                 Ok((Backend::Standalone(Box::new(backend)), source))
             }
-            Deployment::Cluster { urls } => {
-                let seeds = self.cluster_seeds(urls)?;
+            Prepared::Cluster { seeds, .. } => {
                 let client = Cluster::client(&seeds, connect_timeout, response_timeout)
                     .map_err(|e| invalid("urls", e))?;
                 // Acknowledged acquisitions get their own connection, whose response timeout
@@ -452,12 +452,7 @@ impl LockClientBuilder {
                         .await?;
                 Ok((Backend::Cluster(backend), Source::Cluster(seeds)))
             }
-            Deployment::Sentinel {
-                urls,
-                service,
-                primary_url,
-            } => {
-                let discovery = self.sentinel_discovery(urls, service, primary_url.as_deref())?;
+            Prepared::Sentinel(discovery) => {
                 discovery.spawn_watcher();
                 let backend = Sentinel::new(discovery.clone());
                 Ok((Backend::Sentinel(backend), Source::Sentinel(discovery)))
@@ -465,79 +460,83 @@ impl LockClientBuilder {
         }
     }
 
-    /// The standalone server's client, with the TLS options checked and applied.
-    fn standalone_client(&self, url: &str) -> Result<redis::Client, LockError> {
-        let info = tls::parse(url, "url")?;
-        self.tls.check(tls::is_tls(&info))?;
-        redis::Client::open(self.tls.apply(info, "url")?).map_err(|e| invalid("url", e))
-    }
-
-    /// The Cluster's seed nodes, with the TLS options checked.
-    fn cluster_seeds(&self, urls: &[String]) -> Result<Seeds, LockError> {
-        if urls.is_empty() {
-            return Err(LockError::InvalidOption {
-                option: "urls",
-                reason: "no cluster node given".to_owned(),
-            });
+    /// The deployment's URLs parsed, with the TLS options checked and applied: what
+    /// [`build`](Self::build) and [`connect_primaries`](Self::connect_primaries) connect with.
+    fn prepare(&self) -> Result<Prepared<'_>, LockError> {
+        match &self.deployment {
+            Deployment::Standalone { url } => {
+                let info = tls::parse(url, "url")?;
+                self.tls.check(tls::is_tls(&info))?;
+                let client = redis::Client::open(self.tls.apply(info, "url")?)
+                    .map_err(|e| invalid("url", e))?;
+                Ok(Prepared::Standalone(client))
+            }
+            Deployment::Cluster { urls } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "urls",
+                        reason: "no cluster node given".to_owned(),
+                    });
+                }
+                let seeds = Seeds::new(urls, self.tls.clone())?;
+                self.tls.check(seeds.is_tls())?;
+                Ok(Prepared::Cluster { urls, seeds })
+            }
+            Deployment::Sentinel {
+                urls,
+                service,
+                primary_url,
+            } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "sentinels",
+                        reason: "no sentinel given".to_owned(),
+                    });
+                }
+                if service.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "service",
+                        reason: "the Sentinel service name is empty".to_owned(),
+                    });
+                }
+                // TLS to the sentinels and to the primary each follow their own URL's scheme.
+                let sentinels = urls
+                    .iter()
+                    .map(|url| tls::parse(url, "sentinels"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let primary = tls::parse(
+                    primary_url.as_deref().unwrap_or("redis://primary/"),
+                    "sentinel_primary_url",
+                )?;
+                self.tls
+                    .check(sentinels.iter().any(tls::is_tls) || tls::is_tls(&primary))?;
+                let sentinels = sentinels
+                    .into_iter()
+                    .map(|info| {
+                        redis::Client::open(self.tls.apply(info, "sentinels")?)
+                            .map_err(|e| invalid("sentinels", e))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let primary = self.tls.apply(primary, "sentinel_primary_url")?;
+                Ok(Prepared::Sentinel(sentinel::Discovery::new(
+                    sentinel::Settings {
+                        sentinels,
+                        service: service.clone(),
+                        primary,
+                        pool_size: self.pool_size,
+                        connect_timeout: self.connect_timeout,
+                        response_timeout: self.response_timeout,
+                    },
+                )))
+            }
         }
-        let seeds = Seeds::new(urls, self.tls.clone())?;
-        self.tls.check(seeds.is_tls())?;
-        Ok(seeds)
-    }
-
-    /// How to find the primary the sentinels name (not started), with the TLS options
-    /// checked and applied.
-    fn sentinel_discovery(
-        &self,
-        urls: &[String],
-        service: &str,
-        primary_url: Option<&str>,
-    ) -> Result<Arc<sentinel::Discovery>, LockError> {
-        if urls.is_empty() {
-            return Err(LockError::InvalidOption {
-                option: "sentinels",
-                reason: "no sentinel given".to_owned(),
-            });
-        }
-        if service.is_empty() {
-            return Err(LockError::InvalidOption {
-                option: "service",
-                reason: "the Sentinel service name is empty".to_owned(),
-            });
-        }
-        // TLS to the sentinels and to the primary each follow their own URL's scheme.
-        let sentinels = urls
-            .iter()
-            .map(|url| tls::parse(url, "sentinels"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let primary = tls::parse(
-            primary_url.unwrap_or("redis://primary/"),
-            "sentinel_primary_url",
-        )?;
-        self.tls
-            .check(sentinels.iter().any(tls::is_tls) || tls::is_tls(&primary))?;
-        let sentinels = sentinels
-            .into_iter()
-            .map(|info| {
-                redis::Client::open(self.tls.apply(info, "sentinels")?)
-                    .map_err(|e| invalid("sentinels", e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let primary = self.tls.apply(primary, "sentinel_primary_url")?;
-        Ok(sentinel::Discovery::new(sentinel::Settings {
-            sentinels,
-            service: service.to_owned(),
-            primary,
-            pool_size: self.pool_size,
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
-        }))
     }
 
     /// Connects to each primary of the deployment this builder names, **for operators and
-    /// tools such as `lockctl`**, without building a [`LockClient`]: nothing is loaded or
-    /// written, so an ACL user that may only read (`+scan +exists +get +psubscribe`, say) is
-    /// enough. Applications never need it.
+    /// tools such as `lockctl`**, without building a [`LockClient`]. Nothing is loaded or
+    /// written: it sends only `SENTINEL GET-MASTER-ADDR-BY-NAME` and `ROLE` behind Sentinel and
+    /// `CLUSTER SLOTS` on a Cluster, so a user that may only read is enough. Applications never
+    /// need it.
     ///
     /// The primaries are found as a lock client finds them, with the same URLs, TLS options
     /// ([`tls_root_certificate`](Self::tls_root_certificate), ...) and timeouts: the standalone
@@ -575,25 +574,26 @@ impl LockClientBuilder {
             connect: self.connect_timeout,
             response: self.response_timeout,
         };
-        let found = match &self.deployment {
-            Deployment::Standalone { url } => {
-                primaries::standalone(self.standalone_client(url)?, timeouts).await?
-            }
-            Deployment::Cluster { urls } => {
-                let seeds = self.cluster_seeds(urls)?;
+        let found = match self.prepare()? {
+            Prepared::Standalone(client) => primaries::standalone(client, timeouts).await?,
+            Prepared::Cluster { urls, seeds } => {
                 primaries::cluster(urls, &seeds, &self.tls, timeouts).await?
             }
-            Deployment::Sentinel {
-                urls,
-                service,
-                primary_url,
-            } => {
-                let discovery = self.sentinel_discovery(urls, service, primary_url.as_deref())?;
-                primaries::sentinel(discovery, timeouts).await?
-            }
+            Prepared::Sentinel(discovery) => primaries::sentinel(discovery, timeouts).await?,
         };
         Ok(Primaries::new(found, timeouts))
     }
+}
+
+/// A deployment, ready to connect to (see [`LockClientBuilder::prepare`]).
+enum Prepared<'a> {
+    Standalone(redis::Client),
+    Cluster {
+        urls: &'a [String],
+        seeds: Seeds,
+    },
+    /// How to find the primary (not started).
+    Sentinel(Arc<sentinel::Discovery>),
 }
 
 /// A URL the redis crate refuses: only the reason is reported (URLs may carry a password).
