@@ -8,6 +8,7 @@ use std::time::Duration;
 use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 
+use crate::backend::primaries::{self, Timeouts};
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
 use crate::client::LockClient;
@@ -17,6 +18,7 @@ use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::metrics::{self, Labeler};
 use crate::name::validate_prefix;
+use crate::primaries::Primaries;
 use crate::scripts::Scripts;
 use crate::util::{MAX_LEASE, check_range};
 use crate::waiters::Waiters;
@@ -418,35 +420,20 @@ async fn eviction_risk(backend: &Backend) -> EvictionRisk {
 impl LockClientBuilder {
     /// Builds the backend of the deployment.
     async fn connect(&mut self) -> Result<Backend, LockError> {
-        // URLs may carry a password: only the reason is reported.
-        let invalid = |option, e: redis::RedisError| LockError::InvalidOption {
-            option,
-            reason: e.to_string(),
-        };
         let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
-        match &self.deployment {
-            Deployment::Standalone { url } => {
-                let info = tls::parse(url, "url")?;
-                self.tls.check(tls::is_tls(&info))?;
-                let client = redis::Client::open(self.tls.apply(info, "url")?)
-                    .map_err(|e| invalid("url", e))?;
+        // `build` refused a pool for any deployment but a standalone server.
+        let given_pool = self.pool.take();
+        match self.prepare()? {
+            Prepared::Standalone(client) => {
                 Standalone::check_reachable(&client, connect_timeout).await?;
-                let pool = match self.pool.take() {
+                let pool = match given_pool {
                     Some(pool) => Standalone::given_pool(pool),
                     None => Standalone::default_pool(&client, self.pool_size, connect_timeout)?,
                 };
                 let backend = Standalone::new(pool, client, response_timeout, connect_timeout);
                 Ok(Backend::Standalone(Box::new(backend)))
             }
-            Deployment::Cluster { urls } => {
-                if urls.is_empty() {
-                    return Err(LockError::InvalidOption {
-                        option: "urls",
-                        reason: "no cluster node given".to_owned(),
-                    });
-                }
-                let seeds = Seeds::new(urls, self.tls.clone())?;
-                self.tls.check(seeds.is_tls())?;
+            Prepared::Cluster { seeds, .. } => {
                 let client = Cluster::client(&seeds, connect_timeout, response_timeout)
                     .map_err(|e| invalid("urls", e))?;
                 // Acknowledged acquisitions get their own connection, whose response timeout
@@ -467,6 +454,36 @@ impl LockClientBuilder {
                 )
                 .await?;
                 Ok(Backend::Cluster(backend))
+            }
+            Prepared::Sentinel(discovery) => {
+                discovery.spawn_watcher();
+                let backend = Sentinel::new(discovery);
+                Ok(Backend::Sentinel(backend))
+            }
+        }
+    }
+
+    /// The deployment's URLs parsed, with the TLS options checked and applied: what
+    /// [`build`](Self::build) and [`connect_primaries`](Self::connect_primaries) connect with.
+    fn prepare(&self) -> Result<Prepared<'_>, LockError> {
+        match &self.deployment {
+            Deployment::Standalone { url } => {
+                let info = tls::parse(url, "url")?;
+                self.tls.check(tls::is_tls(&info))?;
+                let client = redis::Client::open(self.tls.apply(info, "url")?)
+                    .map_err(|e| invalid("url", e))?;
+                Ok(Prepared::Standalone(client))
+            }
+            Deployment::Cluster { urls } => {
+                if urls.is_empty() {
+                    return Err(LockError::InvalidOption {
+                        option: "urls",
+                        reason: "no cluster node given".to_owned(),
+                    });
+                }
+                let seeds = Seeds::new(urls, self.tls.clone())?;
+                self.tls.check(seeds.is_tls())?;
+                Ok(Prepared::Cluster { urls, seeds })
             }
             Deployment::Sentinel {
                 urls,
@@ -504,19 +521,89 @@ impl LockClientBuilder {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let primary = self.tls.apply(primary, "sentinel_primary_url")?;
-                let discovery = Discovery::new(SentinelSettings {
-                    sentinels,
-                    service: service.clone(),
-                    primary,
-                    pool_size: self.pool_size,
-                    connect_timeout,
-                    response_timeout,
-                });
-                discovery.spawn_watcher();
-                let backend = Sentinel::new(discovery);
-                Ok(Backend::Sentinel(backend))
+                Ok(Prepared::Sentinel(Discovery::new(
+                    SentinelSettings {
+                        sentinels,
+                        service: service.clone(),
+                        primary,
+                        pool_size: self.pool_size,
+                        connect_timeout: self.connect_timeout,
+                        response_timeout: self.response_timeout,
+                    },
+                )))
             }
         }
+    }
+
+    /// Connects to each primary of the deployment this builder names, **for operators and
+    /// tools such as `lockctl`**, without building a [`LockClient`]. Nothing is loaded or
+    /// written: it sends only `SENTINEL GET-MASTER-ADDR-BY-NAME` and `ROLE` behind Sentinel and
+    /// `CLUSTER SLOTS` on a Cluster, so a user that may only read is enough. Applications never
+    /// need it.
+    ///
+    /// The primaries are found as a lock client finds them, with the same URLs, TLS options
+    /// ([`tls_root_certificate`](Self::tls_root_certificate), ...) and timeouts: the standalone
+    /// server; the primary the sentinels name now, checked with `ROLE` (a later failover is not
+    /// followed); every primary of a Cluster, from `CLUSTER SLOTS`. The builder is left as it
+    /// was, so it can [`build`](Self::build) a client for the same deployment as well.
+    ///
+    /// Errors are those of [`build`](Self::build) for the same cause: a bad URL or TLS option
+    /// ([`LockError::InvalidOption`]), a failed handshake ([`LockError::Tls`]), no connection
+    /// ([`LockError::Unavailable`]), no primary known to the sentinels
+    /// ([`LockError::NoPrimary`]).
+    ///
+    /// ```no_run
+    /// use lock_core::{LockClient, redis};
+    ///
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let builder = LockClient::builder("rediss://redis.internal:6380")
+    ///     .tls_root_certificate(std::fs::read("/etc/redis/tls/ca.crt")?);
+    /// let primaries = builder.connect_primaries().await?;
+    /// for primary in &primaries {
+    ///     let mut connection = primary.connection().await?;
+    ///     let config: Vec<String> = redis::cmd("CONFIG")
+    ///         .arg("GET")
+    ///         .arg("notify-keyspace-events")
+    ///         .query_async(&mut connection)
+    ///         .await?;
+    ///     println!("{}: {config:?}", primary.address());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_primaries(&self) -> Result<Primaries, LockError> {
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("response_timeout", self.response_timeout)?;
+        let timeouts = Timeouts {
+            connect: self.connect_timeout,
+            response: self.response_timeout,
+        };
+        let found = match self.prepare()? {
+            Prepared::Standalone(client) => primaries::standalone(client, timeouts).await?,
+            Prepared::Cluster { urls, seeds } => {
+                primaries::cluster(urls, &seeds, &self.tls, timeouts).await?
+            }
+            Prepared::Sentinel(discovery) => primaries::sentinel(discovery, timeouts).await?,
+        };
+        Ok(Primaries::new(found, timeouts))
+    }
+}
+
+/// A deployment, ready to connect to (see [`LockClientBuilder::prepare`]).
+enum Prepared<'a> {
+    Standalone(redis::Client),
+    Cluster {
+        urls: &'a [String],
+        seeds: Seeds,
+    },
+    /// How to find the primary (not started).
+    Sentinel(Arc<Discovery>),
+}
+
+/// A URL the redis crate refuses: only the reason is reported (URLs may carry a password).
+fn invalid(option: &'static str, e: redis::RedisError) -> LockError {
+    LockError::InvalidOption {
+        option,
+        reason: e.to_string(),
     }
 }
 

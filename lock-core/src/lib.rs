@@ -332,6 +332,10 @@
 //! Every key of a lock named `N` starts with `P{N}` (`P` the client's key prefix), so a Redis
 //! Cluster keeps them in one slot; each primitive's docs list its keys. The scripts live in
 //! `src/scripts/*.lua`, behind one prelude that defines the lock-string format.
+//!
+//! For operators and tools such as `lockctl`: [`layout`] names every key and channel of a
+//! lock and reads keys and channels back, and [`LockClientBuilder::connect_primaries`] gives
+//! plain connections to each primary of a deployment, TLS included, without building a client.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -353,6 +357,7 @@ mod guard;
 mod held;
 mod hold;
 mod info;
+pub mod layout;
 mod leader;
 mod lock_string;
 pub mod metrics;
@@ -361,6 +366,7 @@ mod mutex;
 mod name;
 mod named;
 mod period;
+mod primaries;
 mod redlock;
 mod request;
 mod run;
@@ -384,8 +390,9 @@ pub use info::{FairLockInfo, LockInfo, ReadWriteLockInfo, SemaphoreInfo};
 pub use leader::{Leader, LeaderEvent, Term};
 pub use multi::{MultiLock, MultiLockGuard};
 pub use mutex::{LockGuard, Mutex};
-pub use name::validate_name;
+pub use name::{validate_name, validate_prefix};
 pub use period::Period;
+pub use primaries::{KeyedConnection, Primaries, Primary};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard};
 pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};

@@ -74,9 +74,21 @@ const BRACES: &str = "it contains `{` or `}`, which would break the Redis Cluste
 const WHITESPACE: &str = "it contains whitespace";
 const CONTROL: &str = "it contains a control character";
 
-/// Checks a key prefix: at most 128 bytes, no braces, whitespace or control characters. An
-/// empty prefix is allowed.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
+/// Checks a key prefix: at most 128 bytes, without braces (the `{` after the prefix starts the
+/// hash tag), whitespace or control characters; an empty prefix is allowed. Returns
+/// [`LockError::InvalidOption`] with option `"key_prefix"` otherwise.
+///
+/// [`LockClientBuilder::build`](crate::LockClientBuilder::build) checks its
+/// [`key_prefix`](crate::LockClientBuilder::key_prefix) this way; tools that take a prefix
+/// from their user (lockctl's `--prefix`, lock-tower's layer prefix) call it to apply the same
+/// rule.
+///
+/// ```
+/// assert!(lock_core::validate_prefix("shop:lock:").is_ok());
+/// assert!(lock_core::validate_prefix("").is_ok());
+/// assert!(lock_core::validate_prefix("shop {lock}").is_err());
+/// ```
+pub fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     let bad = prefix.len() > MAX_PREFIX_LEN
         || prefix.contains(['{', '}'])
         || prefix.chars().any(|c| c.is_whitespace() || c.is_control());
@@ -102,7 +114,7 @@ pub(crate) fn client_key(prefix: &str, client_id: &str) -> String {
 }
 
 /// What follows the prefix in a client's key.
-const CLIENT: &str = "client:";
+pub(crate) const CLIENT: &str = "client:";
 
 /// The keys and channels of one lock name under one prefix, for every primitive. Cheap to
 /// clone: one shared string, `P{N}`.
@@ -207,19 +219,48 @@ impl Keys {
     }
 }
 
-/// The suffixes after `P{N}`: the one place that spells them.
+/// The suffixes after `P{N}`: the one place that spells them (the public
+/// [`layout`](crate::layout) names each by its role). The mutex's key is `P{N}` itself.
+pub(crate) const MUTEX: &str = "";
 pub(crate) const RELEASED: &str = ":released";
 pub(crate) const FAIR: &str = ":fair";
-const FAIR_QUEUE: &str = ":fair:queue";
-const FAIR_DEADLINES: &str = ":fair:deadlines";
-const FAIR_WAKE: &str = ":fair:wake:";
+pub(crate) const FAIR_QUEUE: &str = ":fair:queue";
+pub(crate) const FAIR_DEADLINES: &str = ":fair:deadlines";
+pub(crate) const FAIR_WAKE: &str = ":fair:wake:";
 pub(crate) const RW_WRITER: &str = ":rw";
-const RW_READERS: &str = ":rw:readers";
-const RW_MARK: &str = ":rw:writer-waiting";
+pub(crate) const RW_READERS: &str = ":rw:readers";
+pub(crate) const RW_MARK: &str = ":rw:writer-waiting";
 pub(crate) const RW_RELEASED: &str = ":rw:released";
 pub(crate) const PERMITS: &str = ":permits";
-const PERMITS_SIZE: &str = ":permits:size";
-const PERMITS_RELEASED: &str = ":permits:released";
+pub(crate) const PERMITS_SIZE: &str = ":permits:size";
+pub(crate) const PERMITS_RELEASED: &str = ":permits:released";
+
+/// The lock name in `key` and what follows it, if `key` is `prefix` + `{name}` + anything with
+/// a valid name: the inverse of [`Keys::new`]. A name has no braces, so the first `}` ends it.
+pub(crate) fn split<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, &'a str)> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix('{')?;
+    let (name, after) = rest.split_once('}')?;
+    validate_name(name).ok()?;
+    Some((name, after))
+}
+
+/// The Redis glob (`SCAN MATCH`, `PSUBSCRIBE`) of every key and channel of the names that
+/// match the glob `names` under `prefix`, the prefix matched literally.
+pub(crate) fn glob(prefix: &str, names: &str) -> String {
+    format!("{}{{{names}}}*", escape_glob(prefix))
+}
+
+/// `text` with Redis glob characters escaped, to match literally.
+pub(crate) fn escape_glob(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
 
 /// A key or channel name, `base` + `suffix`, that writes itself into a command without a
 /// string of its own.

@@ -16,9 +16,17 @@ const VALID: &str = "`key`, `client`, `wait`, `lease`, `on_lost`, `held`, `kind`
 /// The largest semaphore lock-core accepts (`Semaphore::MAX_SIZE`).
 const MAX_PERMITS: u32 = 100_000;
 
-/// The shortest and longest lease lock-core accepts (`MIN_LEASE`, `MAX_LEASE`).
+/// The shortest and longest lease lock-core accepts (`LockClient::MIN_LEASE`, `MAX_LEASE`).
 const MIN_LEASE_MS: u64 = 10;
 const MAX_LEASE_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// The limits above as the expression `(MIN_LEASE_MS, MAX_LEASE_MS, MAX_PERMITS)`, typed
+/// `(u64, u64, u32)`: what the hidden `__limits!()` expands to. lock-macros cannot depend on
+/// lock-core (lock-core re-exports it), so these are copies, and the lock-tests suite
+/// `macro_limits` checks them against lock-core's constants.
+pub(crate) fn limits() -> proc_macro2::TokenStream {
+    quote::quote!((#MIN_LEASE_MS, #MAX_LEASE_MS, #MAX_PERMITS))
+}
 
 /// The parsed arguments. Only syntax and literal values are checked here; the key's
 /// placeholders are checked against the signature in `expand`.
@@ -396,6 +404,23 @@ mod tests {
         ] {
             assert_eq!(parse_millis(bad), None, "{bad}");
         }
+    }
+
+    /// The checks use the limits (which `macro_limits` pins to lock-core's), bounds included.
+    #[test]
+    fn the_limits_are_what_the_checks_use() {
+        let lease = |ms: u64| parse(&format!(r#"key = "a", lease = "{ms}ms""#));
+        assert!(lease(MIN_LEASE_MS).is_ok() && lease(MAX_LEASE_MS).is_ok());
+        assert!(lease(MIN_LEASE_MS - 1).is_err() && lease(MAX_LEASE_MS + 1).is_err());
+        let hold = |ms: u64| parse(&format!(r#"key = "a", hold_at_least = "{ms}ms""#));
+        assert!(hold(MAX_LEASE_MS).is_ok() && hold(MAX_LEASE_MS + 1).is_err());
+        let permits = |n: u32| parse(&format!(r#"key = "a", permits = {n}"#));
+        assert!(permits(1).is_ok() && permits(MAX_PERMITS).is_ok());
+        assert!(permits(0).is_err() && permits(MAX_PERMITS + 1).is_err());
+        assert_eq!(
+            limits().to_string(),
+            format!("({MIN_LEASE_MS}u64 , {MAX_LEASE_MS}u64 , {MAX_PERMITS}u32)")
+        );
     }
 
     #[test]

@@ -315,3 +315,17 @@ use proc_macro::TokenStream;
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()
 }
+
+/// Not public API: the limits `#[distributed_lock]` checks literal arguments against, as the
+/// expression `(min lease in ms, max lease in ms, max permits)` of type `(u64, u64, u32)`, so
+/// that a test can pin them to lock-core's constants. May change in any release.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __limits(input: TokenStream) -> TokenStream {
+    if let Some(token) = input.into_iter().next() {
+        return syn::Error::new(token.span().into(), "`__limits!()` takes no arguments")
+            .into_compile_error()
+            .into();
+    }
+    args::limits().into()
+}

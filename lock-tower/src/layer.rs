@@ -47,14 +47,12 @@ impl<K> DistributedLockLayer<K> {
 impl<K, R> DistributedLockLayer<K, R> {
     /// The namespace of this layer's locks: the lock name is `prefix + key` (e.g. prefix
     /// `order:` and key `42` lock `order:42`), so a request can only lock names under it.
-    /// Default `"http:"`. It must be 1 to 128 bytes without braces, whitespace or control
-    /// characters.
+    /// Default `"http:"`. It must not be empty, and follows lock-core's rule for prefixes
+    /// ([`validate_prefix`](lock_core::validate_prefix)): at most 128 bytes without braces,
+    /// whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        let valid = !prefix.is_empty()
-            && prefix.len() <= 128
-            && !prefix.contains(['{', '}'])
-            && !prefix.chars().any(|c| c.is_whitespace() || c.is_control());
+        let valid = !prefix.is_empty() && lock_core::validate_prefix(&prefix).is_ok();
         self.settings.check(
             "prefix",
             (!valid).then(|| {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::keys::Kind;
+use crate::kind::Kind;
 
 /// The exit codes, as `--help` shows them (the crate docs say the same).
 pub(crate) const EXIT_CODES: &str = "\

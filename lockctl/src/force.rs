@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::cli::ForceUnlockArgs;
 use crate::connect::Target;
 use crate::exit::{Code, Failure};
-use crate::keys::Kind;
+use crate::kind::Kind;
 use crate::output::{Output, duration, notice};
 use crate::state::LockState;
 use crate::status;

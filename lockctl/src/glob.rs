@@ -1,7 +1,8 @@
 //! Redis-style glob matching (`*`, `?`, `[abc]`, `[^a-z]`, `\` escapes), for lock names
 //! that arrive by subscription: Redis's ACL grants a `PSUBSCRIBE` only for exactly an allowed
 //! pattern (`&lock:*`), so lockctl subscribes to everything under the prefix and matches the
-//! names here, the way `SCAN MATCH` matches keys on the server.
+//! names here, the way `SCAN MATCH` matches keys on the server. And which patterns can match a
+//! lock name at all.
 
 /// A compiled glob.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,22 @@ impl Glob {
         let text: Vec<char> = text.chars().collect();
         matches(&self.0, &text)
     }
+}
+
+/// Why `pattern` cannot be a glob over lock names, if it cannot: names never contain braces,
+/// whitespace or control characters, so a pattern with them would match nothing lock-core
+/// wrote (or, with a brace, another part of the key).
+pub(crate) fn check_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.is_empty() {
+        return Err("the pattern is empty (use * for every name)".to_owned());
+    }
+    if pattern.contains(['{', '}']) || pattern.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "pattern {pattern:?}: lock names never contain braces, whitespace or control characters"
+        ));
+    }
+    Ok(())
 }
 
 fn matches(pattern: &[char], text: &[char]) -> bool {
@@ -117,6 +134,14 @@ mod tests {
         ];
         for (pattern, text) in no {
             assert!(!Glob::new(pattern).matches(text), "{pattern} {text}");
+        }
+    }
+
+    #[test]
+    fn patterns_that_match_no_name_are_refused() {
+        assert!(check_pattern("order:*").is_ok());
+        for bad in ["", "a{b", "a b", "a}"] {
+            assert!(check_pattern(bad).is_err(), "{bad:?}");
         }
     }
 }

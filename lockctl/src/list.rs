@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::cli::ListArgs;
 use crate::connect::Target;
 use crate::exit::{Code, Failure};
-use crate::keys;
+use crate::glob::check_pattern;
 use crate::output::{Output, notice};
 use crate::scan::Scan;
 use crate::state::{LockState, describe, read_many};
@@ -27,7 +27,7 @@ pub(crate) async fn held(
     target: &Target,
     args: &ListArgs,
 ) -> Result<(Vec<LockState>, bool), Failure> {
-    keys::check_pattern(&args.pattern).map_err(Failure::Usage)?;
+    check_pattern(&args.pattern).map_err(Failure::Usage)?;
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let mut scan = Scan::new(target, &args.pattern, args.kind);
     let mut held = Vec::new();

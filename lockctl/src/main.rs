@@ -26,8 +26,8 @@
 //! and, last, the first owner's description (`DESCRIPTION`; `-` when its client set none with
 //! `LockClientBuilder::owner_description` or is gone). Every state is read through
 //! lock-core's `info()`; which kinds exist under a name is read from its keys (`EXISTS`), as
-//! laid out in DESIGN.md ("Keys"); each description with one `GET` per distinct client among
-//! the rows shown (`LockClient::owner_description`).
+//! lock-core names them (`lock_core::layout`); each description with one `GET` per distinct
+//! client among the rows shown (`LockClient::owner_description`).
 //!
 //! `list` finds locks with `SCAN` (never `KEYS`) on every primary, stops once it has found
 //! more than `--limit` held locks (default 1000), shows the first `--limit` found sorted by
@@ -65,8 +65,11 @@
 //!   the primary's own URL instead works as well, as long as it stays the primary. `watch`
 //!   does not follow a failover.
 //!
+//! lock-core finds the primaries for lockctl's own commands as for its lock client
+//! (`LockClientBuilder::connect_primaries`), with the same options.
+//!
 //! TLS: `--tls-ca`, `--tls-cert`/`--tls-key`, `--tls-insecure` (development only), as
-//! lock-core's builder options. The URL and prefix may also come from `LOCKCTL_URL` (comma
+//! lock-core's builder options, which lock-core applies to every connection. The URL and prefix may also come from `LOCKCTL_URL` (comma
 //! separated) and `LOCKCTL_PREFIX`.
 //!
 //! # Output
@@ -103,7 +106,7 @@ mod connect;
 mod exit;
 mod force;
 mod glob;
-mod keys;
+mod kind;
 mod list;
 mod notify;
 mod output;
@@ -130,7 +133,7 @@ fn check(command: &Command) -> Result<(), Failure> {
         }
         Command::List(cli::ListArgs { pattern, .. })
         | Command::Watch(cli::WatchArgs { pattern, .. }) => {
-            keys::check_pattern(pattern).map_err(Failure::Usage)
+            glob::check_pattern(pattern).map_err(Failure::Usage)
         }
     }
 }

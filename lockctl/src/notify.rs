@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
+use lock_core::Primary;
 use lock_core::redis::{self, aio::MultiplexedConnection};
 
-use crate::connect::Node;
 use crate::exit::{Failure, cause};
 
 /// The classes watch uses, and what it does not see without each.
@@ -88,7 +88,7 @@ pub(crate) enum Setting {
 /// Reads `node`'s setting. A refused `CONFIG GET` is [`Setting::Refused`], not a failure;
 /// a lost connection is one.
 pub(crate) async fn read(
-    node: &Node,
+    node: &Primary,
     conn: &mut MultiplexedConnection,
 ) -> Result<Setting, Failure> {
     let reply: Result<HashMap<String, String>, _> = redis::cmd("CONFIG")
@@ -104,7 +104,7 @@ pub(crate) async fn read(
             )),
         },
         Err(e) if cause(&e).is_none() => Ok(Setting::Refused(e.to_string())),
-        Err(e) => Err(Failure::from_redis(e, &node.label)),
+        Err(e) => Err(Failure::from_redis(e, node.address())),
     }
 }
 

@@ -155,7 +155,7 @@ pub(crate) fn notice(text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::Kind;
+    use crate::kind::Kind;
 
     #[test]
     fn durations_read_well() {

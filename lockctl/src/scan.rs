@@ -3,11 +3,12 @@
 
 use std::collections::HashSet;
 
+use lock_core::layout::{self, ParsedKey};
 use lock_core::redis::{self, aio::MultiplexedConnection};
 
 use crate::connect::Target;
 use crate::exit::Failure;
-use crate::keys::{self, Kind};
+use crate::kind::Kind;
 
 /// Keys asked for per `SCAN` call.
 const PAGE: usize = 1000;
@@ -36,11 +37,11 @@ impl std::fmt::Debug for Scan<'_> {
 
 impl<'a> Scan<'a> {
     /// A scan of the locks (of `kind`, or every kind) whose names match `pattern` (checked
-    /// with [`keys::check_pattern`]).
+    /// with [`check_pattern`](crate::glob::check_pattern)).
     pub(crate) fn new(target: &'a Target, pattern: &str, kind: Option<Kind>) -> Scan<'a> {
         Scan {
             target,
-            glob: keys::key_glob(&target.prefix, pattern),
+            glob: layout::key_glob(&target.prefix, pattern),
             kind,
             node: 0,
             conn: None,
@@ -52,7 +53,7 @@ impl<'a> Scan<'a> {
     /// The locks first seen on the next page (maybe none), or None once every primary has
     /// been scanned to its end.
     pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<(String, Kind)>>, Failure> {
-        let Some(node) = self.target.nodes.get(self.node) else {
+        let Some(node) = self.target.primaries.as_slice().get(self.node) else {
             return Ok(None);
         };
         let conn = match &mut self.conn {
@@ -67,7 +68,7 @@ impl<'a> Scan<'a> {
             .arg(PAGE)
             .query_async(conn)
             .await
-            .map_err(|e| Failure::from_redis(e, &node.label))?;
+            .map_err(|e| Failure::from_redis(e, node.address()))?;
         if cursor == 0 {
             self.node += 1;
             self.conn = None;
@@ -78,7 +79,11 @@ impl<'a> Scan<'a> {
             let Ok(key) = String::from_utf8(key) else {
                 continue; // lock-core's keys are UTF-8: not one of them
             };
-            let Some((name, kind, _)) = keys::parse_key(&self.target.prefix, &key) else {
+            let Some(ParsedKey::Lock { name, role }) = layout::parse_key(&self.target.prefix, &key)
+            else {
+                continue;
+            };
+            let Some(kind) = Kind::of(role.kind()) else {
                 continue;
             };
             if self.kind.is_some_and(|k| k != kind) {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::{LockClient, LockError, LockInfo, Semaphore};
 use serde::Serialize;
 
-use crate::keys::Kind;
+use crate::kind::Kind;
 
 /// What Redis knows about one lock of one kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,12 +1,13 @@
 //! `lockctl status NAME`: every kind of lock that exists under NAME, held or free.
 
 use futures_util::future::try_join_all;
+use lock_core::layout::LockKeys;
 use serde::Serialize;
 
 use crate::cli::StatusArgs;
 use crate::connect::Target;
 use crate::exit::{Code, Failure};
-use crate::keys::{self, Kind};
+use crate::kind::Kind;
 use crate::output::Output;
 use crate::state::{LockState, describe};
 
@@ -28,18 +29,14 @@ pub(crate) async fn kinds_present(
     name: &str,
     only: Option<Kind>,
 ) -> Result<Vec<Kind>, Failure> {
-    lock_core::validate_name(name).map_err(|e| Failure::Usage(e.to_string()))?;
+    let layout = LockKeys::new(&target.prefix, name).map_err(|e| Failure::Usage(e.to_string()))?;
     let kinds: Vec<Kind> = Kind::ALL
         .into_iter()
         .filter(|k| only.is_none_or(|o| o == *k))
         .collect();
     let keys: Vec<(Kind, String)> = kinds
         .iter()
-        .flat_map(|k| {
-            keys::keys_of(&target.prefix, name, *k)
-                .into_iter()
-                .map(move |key| (*k, key))
-        })
+        .flat_map(|k| layout.keys_of(k.lock_kind()).map(move |(_, key)| (*k, key)))
         .collect();
     let names: Vec<String> = keys.iter().map(|(_, key)| key.clone()).collect();
     let exists = target.exists(&names).await?;

@@ -17,15 +17,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use futures_util::stream::{BoxStream, select_all};
+use lock_core::layout::{self, KeyRole, ParsedKey};
 use lock_core::redis::Msg;
 use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::cli::{Source, WatchArgs};
-use crate::connect::{Deployment, Target};
+use crate::connect::Target;
 use crate::exit::{Cause, Code, Failure, is_broken_pipe};
 use crate::glob::Glob;
-use crate::keys::{self, Kind};
+use crate::glob::check_pattern;
+use crate::kind::Kind;
 use crate::notify::{self, Setting};
 use crate::output::{Output, duration, notice};
 use crate::scan::Scan;
@@ -226,7 +228,14 @@ impl Watcher<'_> {
         if event == "expire" {
             return Ok(Vec::new());
         }
-        let Some((name, kind, shown)) = keys::parse_key(&self.target.prefix, key) else {
+        let Some(ParsedKey::Lock { name, role }) = layout::parse_key(&self.target.prefix, key)
+        else {
+            return Ok(Vec::new());
+        };
+        // The fair lock's deadlines and the semaphore's recorded size change together with
+        // another key of theirs: their changes show nothing new.
+        let shown = !matches!(role, KeyRole::FairDeadlines | KeyRole::PermitsSize);
+        let Some(kind) = Kind::of(role.kind()) else {
             return Ok(Vec::new());
         };
         if !shown || !self.names.matches(name) {
@@ -243,14 +252,17 @@ impl Watcher<'_> {
 
     /// The event of a message on a release channel.
     fn channel(&self, channel: &str, payload: &str) -> Vec<Event> {
-        let Some((name, kind, woken)) = keys::parse_channel(&self.target.prefix, channel) else {
+        let Some(parsed) = layout::parse_channel(&self.target.prefix, channel) else {
             return Vec::new();
         };
-        if !self.names.matches(name) {
+        let Some(kind) = Kind::of(parsed.role.kind()) else {
+            return Vec::new();
+        };
+        if !self.names.matches(parsed.name) {
             return Vec::new();
         }
-        let mut event = Event::new("released", kind, name, "channel");
-        event.woken = woken.map(str::to_owned);
+        let mut event = Event::new("released", kind, parsed.name, "channel");
+        event.woken = parsed.waiter.map(str::to_owned);
         // A release publishes its fencing token; `0` (a force-unlock, a waiter leaving) and
         // `1` (a read share, a permit) are not tokens.
         event.fencing_token = payload.parse().ok().filter(|t| *t > 1);
@@ -271,7 +283,7 @@ async fn choose(target: &Target, asked: Source) -> Result<Listen, Failure> {
         Source::Channels => return Ok(Listen::Channels),
         Source::Auto => {}
     }
-    for node in &target.nodes {
+    for node in &target.primaries {
         let mut conn = target.connection(node).await?;
         match notify::read(node, &mut conn).await? {
             Setting::Refused(why) => {
@@ -279,7 +291,7 @@ async fn choose(target: &Target, asked: Source) -> Result<Listen, Failure> {
                     "cannot read notify-keyspace-events on {}: CONFIG GET was refused ({why}); \
                      managed services often refuse CONFIG. Taking keyspace notifications for \
                      off; if they are on (K$hzxg), run watch --source keyspace",
-                    node.label
+                    node.address()
                 ));
                 return Ok(Listen::Channels);
             }
@@ -287,7 +299,7 @@ async fn choose(target: &Target, asked: Source) -> Result<Listen, Failure> {
                 notice(&format!(
                     "keyspace notifications are off on {} (notify-keyspace-events is {:?}); to \
                      see acquisitions and releases: {}",
-                    node.label,
+                    node.address(),
                     classes.value,
                     classes.suggestion()
                 ));
@@ -303,7 +315,7 @@ async fn choose(target: &Target, asked: Source) -> Result<Listen, Failure> {
                     notice(&format!(
                         "notify-keyspace-events on {} is {:?}, so these are not seen: {}; to \
                          see them: {}",
-                        node.label,
+                        node.address(),
                         classes.value,
                         unseen.join(", "),
                         classes.suggestion()
@@ -318,10 +330,10 @@ async fn choose(target: &Target, asked: Source) -> Result<Listen, Failure> {
 /// Subscribes on every primary: the stream of their messages.
 async fn subscribe(target: &Target, pattern: &str) -> Result<BoxStream<'static, Msg>, Failure> {
     let mut streams = Vec::new();
-    for node in &target.nodes {
+    for node in &target.primaries {
         let mut pubsub = target.pubsub(node).await?;
         pubsub.psubscribe(pattern).await.map_err(|e| {
-            match Failure::from_redis(e, &node.label) {
+            match Failure::from_redis(e, node.address()) {
                 Failure::Refused(why) => Failure::Refused(format!(
                     "{why} (PSUBSCRIBE {pattern}: an ACL user needs exactly this channel \
                      pattern, &{pattern})"
@@ -354,7 +366,7 @@ pub(crate) async fn run(
     args: &WatchArgs,
     out: &mut Output,
 ) -> Result<Code, Failure> {
-    keys::check_pattern(&args.pattern).map_err(Failure::Usage)?;
+    check_pattern(&args.pattern).map_err(Failure::Usage)?;
     let deadline = args.duration.map(|d| Instant::now() + d);
     let listen = choose(target, args.source).await?;
     // Everything under the prefix (what an ACL grant like `&lock:*` allows): the names are
@@ -363,9 +375,9 @@ pub(crate) async fn run(
         Listen::Keyspace => format!(
             "__keyspace@{}__:{}",
             target.db,
-            keys::prefix_glob(&target.prefix)
+            layout::prefix_glob(&target.prefix)
         ),
-        Listen::Channels if target.deployment == Deployment::Cluster => {
+        Listen::Channels if target.primaries.is_cluster() => {
             return Err(Failure::Refused(
                 "on a Redis Cluster the release channels are sharded (SPUBLISH), which cannot be \
                  subscribed by pattern: enable keyspace notifications on every primary \
@@ -373,7 +385,7 @@ pub(crate) async fn run(
                     .to_owned(),
             ));
         }
-        Listen::Channels => keys::prefix_glob(&target.prefix),
+        Listen::Channels => layout::prefix_glob(&target.prefix),
     };
     let mut messages = subscribe(target, &pattern).await?;
     let mut watcher = Watcher {
@@ -395,8 +407,8 @@ pub(crate) async fn run(
     };
     notice(&format!(
         "watching {} on {} node(s) through {how}; Ctrl-C stops",
-        keys::key_glob(&target.prefix, &args.pattern),
-        target.nodes.len()
+        layout::key_glob(&target.prefix, &args.pattern),
+        target.primaries.as_slice().len()
     ));
     let mut printed: u64 = 0;
     loop {

@@ -1,13 +1,15 @@
 //! Production Redis: `rediss://` with a private CA, mutual TLS, a wrong CA and bad PEMs (typed
 //! errors, no hang), the development opt-out; an ACL user with exactly the permissions
 //! lock-core's docs list uses every primitive, one without a permission gets
-//! `LockError::NoPermission`; TLS and ACL users through Sentinel and on a Cluster. Every server
-//! is a private `redis-server` with a throwaway CA made by `openssl`.
+//! `LockError::NoPermission`; TLS and ACL users through Sentinel and on a Cluster, for the lock
+//! client and for operators' plain connections to each primary (`connect_primaries`). Every
+//! server is a private `redis-server` with a throwaway CA made by `openssl`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lock_core::{LockClient, LockClientBuilder, LockError};
+use lock_core::redis;
+use lock_core::{LockClient, LockClientBuilder, LockError, Primaries};
 use lock_tests::fixtures::{blocking, eventually, woken};
 use lock_tests::{ClientAuth, RedisCluster, RedisServer, TlsFiles};
 use tokio::time::Instant;
@@ -16,6 +18,18 @@ use tokio::time::Instant;
 const DOCS: &str = include_str!("../../lock-core/src/lib.rs");
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Each primary answers `PING` on a connection of its own.
+async fn ping_each(primaries: &Primaries) {
+    for primary in primaries {
+        let mut connection = primary.connection().await.unwrap();
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(pong, "PONG", "{}", primary.address());
+    }
+}
 
 fn tls_server(files: &TlsFiles, auth: ClientAuth) -> RedisServer {
     RedisServer::start_tls(files, auth, None, &[])
@@ -272,6 +286,14 @@ async fn an_untrusted_server_certificate_is_a_typed_error_within_the_connect_tim
         assert!(took < CONNECT_TIMEOUT, "{what}: took {took:?}");
         assert!(err.to_string().contains("TLS"), "{what}: {err}");
     }
+    // An operator's connections fail the same way.
+    let err = LockClient::builder(&server.tls_url())
+        .tls_root_certificate(other.ca_pem())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_primaries()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Tls { .. }), "{err:?}");
 
     // A plain server behind a rediss:// URL reads the TLS hello as the start of an inline
     // command and waits for its end: the connect timeout bounds that.
@@ -380,7 +402,13 @@ fn the_documented_acl_covers_every_command_the_library_sends() {
         } else if path.extension().is_some_and(|e| e == "lua") {
             lua.push(std::fs::read_to_string(&path).unwrap());
         } else if path.extension().is_some_and(|e| e == "rs") {
-            rust.push(std::fs::read_to_string(&path).unwrap());
+            // Without comments: a doc example's command is the reader's, not the library's.
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code: Vec<&str> = text
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .collect();
+            rust.push(code.join("\n"));
         }
     }
     assert!(
@@ -620,20 +648,34 @@ async fn tls_and_acl_users_through_a_sentinel() {
     })
     .await;
 
-    let client = |sentinel_url: String| {
+    let builder = |sentinel_url: String| {
         LockClient::builder_sentinel([sentinel_url], SERVICE)
             .sentinel_primary_url(as_user("rediss://primary/", "locks"))
             .tls_root_certificate(files.ca_pem())
             .tls_client_identity(files.client_cert_pem(), files.client_key_pem())
             .watchdog_lease(Duration::from_millis(600))
             .connect_timeout(CONNECT_TIMEOUT)
-            .build()
     };
     // TLS to the sentinel and to the primary, as ACL users on both.
-    let a = client(as_user(&sentinel.tls_url(), "locks")).await.unwrap();
+    let a = builder(as_user(&sentinel.tls_url(), "locks"))
+        .build()
+        .await
+        .unwrap();
     // A plain connection to the sentinel (its own setting), TLS to the primary.
-    let b = client(as_user(&sentinel.url(), "locks")).await.unwrap();
+    let b = builder(as_user(&sentinel.url(), "locks"))
+        .build()
+        .await
+        .unwrap();
     every_primitive(&a, &b, "sentinel", || channels(&primary)).await;
+    // An operator's tool reaches the primary the sentinel names, with the same TLS options.
+    let primaries = builder(as_user(&sentinel.tls_url(), "locks"))
+        .connect_primaries()
+        .await
+        .unwrap();
+    assert!(!primaries.is_cluster());
+    let addresses: Vec<&str> = primaries.iter().map(|p| p.address()).collect();
+    assert_eq!(addresses, [format!("127.0.0.1:{primary_tls}")]);
+    ping_each(&primaries).await;
     assert_eq!(
         refusals(&primary),
         Vec::<String>::new(),
@@ -680,15 +722,14 @@ async fn tls_and_an_acl_user_on_a_cluster() {
         .iter()
         .map(|u| as_user(u, "locks"))
         .collect();
-    let client = || {
+    let builder = || {
         LockClient::builder_cluster(urls.clone())
             .tls_root_certificate(files.ca_pem())
             .watchdog_lease(Duration::from_millis(600))
             .connect_timeout(CONNECT_TIMEOUT)
-            .build()
     };
-    let a = client().await.unwrap();
-    let b = client().await.unwrap();
+    let a = builder().build().await.unwrap();
+    let b = builder().build().await.unwrap();
     let shard_channels = || -> usize {
         cluster
             .nodes()
@@ -697,6 +738,11 @@ async fn tls_and_an_acl_user_on_a_cluster() {
             .sum()
     };
     every_primitive(&a, &b, "cluster", shard_channels).await;
+    // An operator's tool reaches every primary over TLS, as the lock client's ACL user.
+    let primaries = builder().connect_primaries().await.unwrap();
+    assert!(primaries.is_cluster());
+    assert_eq!(primaries.as_slice().len(), cluster.nodes().len());
+    ping_each(&primaries).await;
     for node in cluster.nodes() {
         assert_eq!(
             refusals(node),

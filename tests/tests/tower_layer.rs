@@ -1290,6 +1290,11 @@ async fn a_setting_that_cannot_work_answers_500_and_never_panics() {
             DistributedLockLayer::new(c.clone(), PathParam::new("id")).prefix(""),
         ),
         (
+            // lock-core's prefix rule (`validate_prefix`): no braces.
+            "/braces/{id}",
+            DistributedLockLayer::new(c.clone(), PathParam::new("id")).prefix("a{b}:"),
+        ),
+        (
             "/lease/{id}",
             DistributedLockLayer::new(c.clone(), PathParam::new("id"))
                 .lease(Duration::from_millis(1)),
@@ -1306,6 +1311,7 @@ async fn a_setting_that_cannot_work_answers_500_and_never_panics() {
     let app = App::serve(router).await;
     for (path, option) in [
         ("/prefix/1", "prefix"),
+        ("/braces/1", "prefix"),
         ("/lease/1", "lease"),
         ("/permits/1", "permits"),
     ] {

@@ -22,6 +22,7 @@ use crate::error::LockError;
 use crate::scripts::{Call, Mode, Scripts};
 
 mod cluster;
+pub(crate) mod primaries;
 mod sentinel;
 mod standalone;
 pub(crate) mod tls;
