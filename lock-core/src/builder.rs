@@ -521,16 +521,14 @@ impl LockClientBuilder {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let primary = self.tls.apply(primary, "sentinel_primary_url")?;
-                Ok(Prepared::Sentinel(Discovery::new(
-                    SentinelSettings {
-                        sentinels,
-                        service: service.clone(),
-                        primary,
-                        pool_size: self.pool_size,
-                        connect_timeout: self.connect_timeout,
-                        response_timeout: self.response_timeout,
-                    },
-                )))
+                Ok(Prepared::Sentinel(Discovery::new(SentinelSettings {
+                    sentinels,
+                    service: service.clone(),
+                    primary,
+                    pool_size: self.pool_size,
+                    connect_timeout: self.connect_timeout,
+                    response_timeout: self.response_timeout,
+                })))
             }
         }
     }
