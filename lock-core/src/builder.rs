@@ -11,15 +11,15 @@ use bb8_redis::RedisConnectionManager;
 use crate::backend::primaries::{self, Timeouts};
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
+use crate::capabilities::MutexProtocol;
 use crate::client::LockClient;
 use crate::description;
-use crate::engine::{Config, Engine};
+use crate::engine::{Config, Engine, Speech};
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::metrics::{self, Labeler};
 use crate::name::validate_prefix;
 use crate::primaries::Primaries;
-use crate::scripts::Scripts;
 use crate::util::{MAX_LEASE, check_range};
 use crate::waiters::Waiters;
 use crate::watchdog;
@@ -71,6 +71,7 @@ pub struct LockClientBuilder {
     tls: TlsOptions,
     metric_label: Option<Labeler>,
     owner_description: Option<String>,
+    mutex_protocol: MutexProtocol,
 }
 
 impl LockClientBuilder {
@@ -88,7 +89,18 @@ impl LockClientBuilder {
             tls: TlsOptions::default(),
             metric_label: None,
             owner_description: None,
+            mutex_protocol: MutexProtocol::Auto,
         }
+    }
+
+    /// How the mutex is kept in Redis (default [`MutexProtocol::Auto`]: the server's native
+    /// compare-and-set commands where every primary has them, Valkey 9.0 or later, else this
+    /// crate's scripts). [`MutexProtocol::Native`] makes [`build`](Self::build) fail with
+    /// [`LockError::Unsupported`] on a server without them. Every client of a deployment
+    /// must speak the same protocol: see [`MutexProtocol`].
+    pub fn mutex_protocol(mut self, protocol: MutexProtocol) -> Self {
+        self.mutex_protocol = protocol;
+        self
     }
 
     /// The prefix of every Redis key and channel of this client (default `"lock:"`). At most
@@ -372,13 +384,13 @@ impl LockClientBuilder {
         }
         metrics::describe();
         let backend = self.connect().await?;
-        let scripts = Scripts::get(backend.is_sharded());
-        let mode = backend.load_scripts(scripts).await?;
+        let speech =
+            Speech::negotiate(&backend, self.mutex_protocol, self.min_replicas.is_some()).await?;
         let eviction = eviction_risk(&backend).await;
         let waiters = Waiters::start(backend.pubsub_source(), self.connect_timeout);
         let engine = Engine::start(
             backend,
-            (scripts, mode),
+            speech,
             Config {
                 prefix: self.prefix,
                 watchdog_lease: self.watchdog_lease,

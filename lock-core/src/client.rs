@@ -143,6 +143,12 @@ impl LockClient {
         &self.engine.config().prefix
     }
 
+    /// What the Redis deployment can do, as found when this client connected, and the mutex
+    /// protocol it speaks (see [`MutexProtocol`](crate::MutexProtocol)).
+    pub fn server_capabilities(&self) -> &crate::ServerCapabilities {
+        self.engine.capabilities()
+    }
+
     /// This client's id: 32 lowercase hex digits, random per client, the part before the `:`
     /// of every owner id it writes to Redis (`LockInfo::owner` is `<client id>:<holder>`).
     ///

@@ -153,6 +153,29 @@ pub enum LockError {
     /// Redis answered something the lock scripts never return.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),
+
+    /// The server cannot do what this feature needs: it has no scripting (a Valkey built or
+    /// started without Lua) and the feature runs scripts, or a command the native mutex
+    /// protocol uses is gone (a failover to an older server). Nothing retries it; the lock
+    /// is not touched (a held one expires with its lease). See
+    /// [`LockClient::server_capabilities`](crate::LockClient::server_capabilities).
+    #[error("{feature} needs {missing}, which the Redis server does not have{}", detail_of(.detail))]
+    Unsupported {
+        /// What could not run: `"fair lock"`, `"read-write lock"`, `"semaphore"`,
+        /// `"multi-lock"`, `"mutex"`, `"the native mutex protocol"`.
+        feature: &'static str,
+        /// What the server lacks: `"scripting (EVAL/FCALL)"`, `"the DELIFEQ command"`, ...
+        missing: &'static str,
+        /// The server's own message, when it said one.
+        detail: Option<String>,
+    },
+}
+
+fn detail_of(detail: &Option<String>) -> String {
+    detail
+        .as_deref()
+        .map(|d| format!(" (Redis said: {d})"))
+        .unwrap_or_default()
 }
 
 impl LockError {

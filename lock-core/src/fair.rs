@@ -96,7 +96,7 @@ impl FairLock {
             .key(keys.fair_deadlines())
             .arg(keys.fair_wake())
             .arg(millis(engine.config().fence_ttl));
-        let freed: i64 = engine.invoke(&call).await?;
+        let freed: i64 = engine.invoke(&call.into()).await?;
         Ok(freed == 1)
     }
 
@@ -210,7 +210,7 @@ impl Started for Taking {
                     .arg(millis(lease_len))
                     .arg(expected)
                     .arg(millis(queue_for));
-                call
+                call.into()
             })
             .await?;
         Ok(attempt.map(|generation| LockGuard::new(hold.clone(), engine.clone(), generation)))

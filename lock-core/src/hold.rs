@@ -396,6 +396,13 @@ impl Hold {
             .flatten()
     }
 
+    /// Of this generation, held or being given back, and within its validity: the lock is
+    /// still the owner's as far as this process knows.
+    pub(crate) fn valid(&self, generation: u64) -> bool {
+        let st = self.state();
+        st.generation == generation && st.counted() && Instant::now() < st.valid_until
+    }
+
     /// Held, of this generation, and within its validity.
     pub(crate) fn is_held(&self, generation: u64) -> bool {
         let st = self.state();

@@ -9,14 +9,33 @@ use redis::Value;
 use crate::backend::convert;
 use crate::engine::Engine;
 use crate::error::LockError;
+use crate::hold::Kind;
 use crate::name::Keys;
 use crate::scripts::{Call, Op};
 
-/// What Redis knows about the lock string at `key`.
-pub(crate) async fn lock(engine: &Engine, key: &str) -> Result<LockInfo, LockError> {
+/// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
+/// the native protocol keeps neither its hold count nor its token in Redis: when this client
+/// is its holder they come from the hold here; otherwise the count reads 1 and the token
+/// `None`.
+pub(crate) async fn lock(
+    engine: &Engine,
+    kind: Kind,
+    keys: &Keys,
+    key: &str,
+) -> Result<LockInfo, LockError> {
     let (pttl, value): (i64, Option<String>) =
-        engine.invoke(Call::new(Op::Inspect).key(key)).await?;
-    Ok(LockInfo::parse(pttl, value.as_deref()))
+        engine.invoke(&engine.inspect_command(kind, key)).await?;
+    let mut info = LockInfo::parse(pttl, value.as_deref());
+    if engine.native(kind)
+        && let Some(held) = info
+            .owner
+            .as_deref()
+            .and_then(|o| engine.own_hold(kind, keys, o))
+    {
+        info.hold_count = held.count;
+        info.fencing_token = Some(held.token);
+    }
+    Ok(info)
 }
 
 /// A lock's state as Redis sees it: made by [`Mutex::info`](crate::Mutex::info) (and, for
@@ -44,7 +63,20 @@ pub struct LockInfo {
 
 impl LockInfo {
     fn parse(pttl: i64, value: Option<&str>) -> Self {
-        let mut fields = value.unwrap_or("").split('|');
+        let value = value.unwrap_or("");
+        if !value.is_empty() && !value.contains('|') {
+            // A mutex of the native protocol: its owner, the lease; the hold count is the
+            // holder's and the fencing token its counter's, neither kept in the key.
+            return LockInfo {
+                held: true,
+                owner: Some(value.to_owned()),
+                ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                hold_count: 1,
+                fencing_token: None,
+                contended: false,
+            };
+        }
+        let mut fields = value.split('|');
         let owner = fields.next().unwrap_or("");
         let count = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
         let token = fields.next().and_then(|t| t.parse().ok());
@@ -65,13 +97,13 @@ impl LockInfo {
 
 /// What Redis knows about a fair lock and its queue.
 pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
-    let lock = lock(engine, &keys.fair()).await?;
+    let lock = lock(engine, Kind::Fair, keys, &keys.fair()).await?;
     let mut call = Call::new(Op::FairInspect);
     call.key(keys.fair())
         .key(keys.fair_queue())
         .key(keys.fair_deadlines())
         .arg("");
-    let (_, _, queued, _): (i64, Option<String>, u32, i64) = engine.invoke(&call).await?;
+    let (_, _, queued, _): (i64, Option<String>, u32, i64) = engine.invoke(&call.into()).await?;
     Ok(FairLockInfo { lock, queued })
 }
 
@@ -90,12 +122,12 @@ pub(crate) async fn read_write(
     engine: &Engine,
     keys: &Keys,
 ) -> Result<ReadWriteLockInfo, LockError> {
-    let writer = lock(engine, &keys.rw_writer()).await?;
+    let writer = lock(engine, Kind::Write, keys, &keys.rw_writer()).await?;
     let mut call = Call::new(Op::RwInspect);
     call.key(keys.rw_writer())
         .key(keys.rw_readers())
         .key(keys.rw_mark());
-    let reply: Vec<Value> = engine.invoke(&call).await?;
+    let reply: Vec<Value> = engine.invoke(&call.into()).await?;
     ReadWriteLockInfo::parse(writer, reply)
 }
 
@@ -159,7 +191,7 @@ pub(crate) async fn semaphore(
 ) -> Result<SemaphoreInfo, LockError> {
     let mut call = Call::new(Op::SemInspect);
     call.key(keys.permits()).key(keys.permits_size());
-    let reply: Vec<Value> = engine.invoke(&call).await?;
+    let reply: Vec<Value> = engine.invoke(&call.into()).await?;
     SemaphoreInfo::parse(size, reply)
 }
 

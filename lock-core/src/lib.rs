@@ -101,13 +101,17 @@
 //! Cluster node), with the default key prefix `lock:` (use yours in `~…*` and `&…*`):
 //!
 //! ```text
-//! ACL SETUSER locks reset on >CHANGE-ME ~lock:* &lock:* +ping +fcall +function|load +subscribe +unsubscribe +publish +get +set +del +exists +pexpire +pttl +time +hget +hset +hdel +hgetall +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
+//! ACL SETUSER locks reset on >CHANGE-ME ~lock:* &lock:* +ping +info +command|info +fcall +function|load +subscribe +unsubscribe +publish +get +set +del +exists +pexpire +pttl +time +hget +hset +hdel +hgetall +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
 //! ```
 //!
 //! The lock code is one Redis function library (`FUNCTION LOAD` at connect, `FCALL` per
 //! call); it runs as the user, so the commands it calls are listed too (`get` … `zscore`,
 //! `publish`). A user without `+fcall +function|load` but with `+evalsha +script|load` gets
-//! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
+//! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. `+info
+//! +command|info` let the client find out at connect what the server can do
+//! ([`LockClient::server_capabilities`]); on Valkey 9.0 or later, where the mutex then speaks
+//! the native protocol ([`MutexProtocol`]), add `+multi +exec +incr +delifeq` (without
+//! `+command|info` the client keeps to the scripts). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
 //! (sharded pub/sub, the slot map, the version check at connect). Optionally `+config|get`:
@@ -344,7 +348,9 @@
 
 mod backend;
 mod builder;
+mod capabilities;
 mod client;
+mod command;
 mod description;
 mod driver;
 mod engine;
@@ -365,6 +371,7 @@ mod multi;
 mod mutex;
 mod name;
 mod named;
+mod native;
 mod period;
 mod primaries;
 mod redlock;
@@ -379,6 +386,7 @@ mod waiters;
 mod watchdog;
 
 pub use builder::LockClientBuilder;
+pub use capabilities::{MutexProtocol, ServerCapabilities};
 pub use client::LockClient;
 pub use error::LockError;
 pub use eviction::EvictionRisk;

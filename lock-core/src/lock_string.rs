@@ -9,11 +9,9 @@ use crate::engine::{Attempt, Engine, Shape};
 use crate::error::LockError;
 use crate::guard::GuardCore;
 use crate::hold::{Hold, Lease};
-use crate::scripts::{Call, Op};
-use crate::util::millis;
 
 /// One attempt (or re-entry) on a lock string hold (mutex, fair lock re-entry, write lock
-/// re-entry) with `acquire.lua`.
+/// re-entry), in the protocol the client speaks for its kind.
 pub(crate) async fn attempt_lock_string(
     engine: &Arc<Engine>,
     hold: &Arc<Hold>,
@@ -23,13 +21,7 @@ pub(crate) async fn attempt_lock_string(
     let (_, lease_len) = engine.lease(lease);
     engine
         .attempt(hold, lease, Shape::Int, |expected| {
-            let mut call = Call::new(Op::Acquire);
-            call.key(hold.kind.key(&hold.keys).as_ref())
-                .arg(engine.owner_arg(hold.holder))
-                .arg(millis(lease_len))
-                .arg(expected)
-                .arg(if will_wait { "1" } else { "0" });
-            call
+            engine.acquire_command(hold, expected, lease_len, will_wait)
         })
         .await
 }

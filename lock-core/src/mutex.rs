@@ -10,8 +10,7 @@ use crate::info::{self, LockInfo};
 use crate::lock_string::{attempt_lock_string, lock_string_guard};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::scripts::{Call, Op};
-use crate::util::{MAX_LEASE, millis};
+use crate::util::MAX_LEASE;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +71,8 @@ impl Mutex {
 
     /// What Redis knows about the lock right now, for operators and tests.
     pub async fn info(&self) -> Result<LockInfo, LockError> {
-        info::lock(&self.named.engine, self.named.keys()?.lock()).await
+        let keys = self.named.keys()?;
+        info::lock(&self.named.engine, Kind::Lock, &keys, keys.lock()).await
     }
 
     /// Frees the lock whoever holds it, and wakes its waiters; returns whether it was held.
@@ -80,11 +80,7 @@ impl Mutex {
     /// or extension finds the lock gone. The fencing counter stays.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let (engine, keys) = (&self.named.engine, self.named.keys()?);
-        let mut call = Call::new(Op::ForceUnlock);
-        call.key(keys.lock())
-            .arg(keys.released())
-            .arg(millis(engine.config().fence_ttl));
-        let freed: i64 = engine.invoke(&call).await?;
+        let freed: i64 = engine.invoke(&engine.force_unlock_command(&keys)).await?;
         Ok(freed == 1)
     }
 

@@ -97,7 +97,7 @@ impl ReadWriteLock {
             .key(keys.rw_readers())
             .arg(keys.rw_released())
             .arg(millis(engine.config().fence_ttl));
-        let freed: i64 = engine.invoke(&call).await?;
+        let freed: i64 = engine.invoke(&call.into()).await?;
         Ok(freed == 1)
     }
 
@@ -190,7 +190,7 @@ impl<G: SideGuard> Started for Taking<G> {
                     .arg(millis(lease_len))
                     .arg(expected)
                     .arg(if will_wait { "1" } else { "0" });
-                call
+                call.into()
             })
             .await?;
         Ok(attempt

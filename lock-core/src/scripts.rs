@@ -45,6 +45,22 @@ macro_rules! ops {
                 }
             }
 
+            /// What needs the operation, for an error that says it cannot run.
+            pub(crate) fn feature(self) -> &'static str {
+                let name = self.name();
+                if name.starts_with("fair") {
+                    "fair lock"
+                } else if name.starts_with("rw") {
+                    "read-write lock"
+                } else if name.starts_with("sem") {
+                    "semaphore"
+                } else if name.starts_with("multi") {
+                    "multi-lock"
+                } else {
+                    "mutex"
+                }
+            }
+
             fn source(self) -> &'static str {
                 match self {
                     $(Op::$op => include_str!(concat!("scripts/", $file, ".lua")),)*

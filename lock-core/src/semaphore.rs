@@ -99,7 +99,7 @@ impl Semaphore {
         call.key(keys.permits())
             .key(keys.permits_size())
             .arg(keys.permits_released());
-        let freed: i64 = engine.invoke(&call).await?;
+        let freed: i64 = engine.invoke(&call.into()).await?;
         Ok(freed == 1)
     }
 
@@ -210,7 +210,7 @@ impl Started for Taking {
                     .arg(self.n)
                     .arg(self.size)
                     .arg(millis(lease_len));
-                call
+                call.into()
             })
             .await
             .map_err(|e| match e {

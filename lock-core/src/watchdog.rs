@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
+use crate::command::Command;
 use crate::description;
 use crate::engine::Engine;
 use crate::hold::{Hold, Kind};
@@ -32,17 +33,20 @@ const BATCH: usize = 256;
 /// they are pipelined there).
 const CONCURRENT_BATCHES: usize = 32;
 
-/// Which renew script a hold needs.
+/// Which renew call a hold needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Renewal {
-    /// A lock string: mutex, fair lock, writer.
+    /// A lock string of the scripts: mutex, fair lock, writer.
     String,
+    /// A mutex of the native protocol.
+    Native,
     Read,
     Permits,
 }
 
-fn renewal(kind: Kind) -> Renewal {
+fn renewal(engine: &Engine, kind: Kind) -> Renewal {
     match kind {
+        Kind::Lock if engine.native(kind) => Renewal::Native,
         Kind::Lock | Kind::Fair | Kind::Write => Renewal::String,
         Kind::Read => Renewal::Read,
         Kind::Permits(_) => Renewal::Permits,
@@ -109,7 +113,7 @@ fn batches(engine: &Engine, holds: &[(Arc<Hold>, u64)]) -> Vec<(Renewal, Batch)>
     for (hold, generation) in holds {
         let slot = engine.slot(hold.keys.lock());
         groups
-            .entry((renewal(hold.kind), slot))
+            .entry((renewal(engine, hold.kind), slot))
             .or_default()
             .push((hold.clone(), *generation));
     }
@@ -125,12 +129,15 @@ fn batches(engine: &Engine, holds: &[(Arc<Hold>, u64)]) -> Vec<(Renewal, Batch)>
 }
 
 /// The renew call for one batch.
-fn renew_call(engine: &Engine, kind: Renewal, batch: &Batch, lease: Duration) -> Call {
-    let mut call = Call::new(match kind {
-        Renewal::String => Op::Renew,
+fn renew_call(engine: &Engine, kind: Renewal, batch: &Batch, lease: Duration) -> Command {
+    let op = match kind {
+        Renewal::String | Renewal::Native => {
+            return engine.renew_command(batch.iter().map(|(hold, _)| hold.as_ref()), lease);
+        }
         Renewal::Read => Op::RwReadRenew,
         Renewal::Permits => Op::SemRenew,
-    });
+    };
+    let mut call = Call::new(op);
     call.arg(millis(lease));
     for (hold, _) in batch {
         call.key(hold.kind.key(&hold.keys).as_ref())
@@ -139,7 +146,7 @@ fn renew_call(engine: &Engine, kind: Renewal, batch: &Batch, lease: Duration) ->
             call.key(hold.keys.permits_size()).arg(n);
         }
     }
-    call
+    call.into()
 }
 
 /// Renews one batch; returns false when Redis could not be asked or did not answer.

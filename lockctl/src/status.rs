@@ -21,6 +21,18 @@ struct Status<'a> {
     found: bool,
     held: bool,
     locks: &'a [LockState],
+    /// What the server can do and the mutex protocol the client speaks there (as lock-core's
+    /// `ServerCapabilities` says it).
+    server: Server<'a>,
+}
+
+/// The deployment, as `status` reports it.
+#[derive(Debug, Serialize)]
+struct Server<'a> {
+    version: &'a str,
+    mutex_protocol: String,
+    native_compare: bool,
+    scripting: bool,
 }
 
 /// The kinds of lock (of `only`, or every kind) whose keys exist under `name`.
@@ -77,6 +89,7 @@ pub(crate) async fn run(
         .await
         .map_err(|e| Failure::from_lock(e, &target.label))?;
     let held = states.iter().any(|s| s.held);
+    let caps = target.client.server_capabilities();
     let written = if out.is_json() {
         out.json_line(&Status {
             name: &args.name,
@@ -84,6 +97,12 @@ pub(crate) async fn run(
             found: !states.is_empty(),
             held,
             locks: &states,
+            server: Server {
+                version: &caps.server,
+                mutex_protocol: caps.mutex_protocol.to_string(),
+                native_compare: caps.native_compare,
+                scripting: caps.scripting,
+            },
         })
     } else if states.is_empty() {
         out.line(&format!(
@@ -95,6 +114,7 @@ pub(crate) async fn run(
                 .unwrap_or_default()
         ))
     } else {
+        crate::output::notice(&format!("server {caps}"));
         out.table(&states)
     };
     written.map_err(Failure::Output)?;

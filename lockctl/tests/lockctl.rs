@@ -263,6 +263,11 @@ async fn status_shows_every_kind_held_then_free() {
     // The table says the same.
     let table = lockctl(&["--url", &url, "status", "m"]).await;
     assert_eq!(table.code, 0);
+    // The server it read, and the mutex protocol its client speaks there, on standard error.
+    assert!(
+        table.stderr.contains("server redis") && table.stderr.contains("mutex protocol"),
+        "{table:?}"
+    );
     let lines: Vec<&str> = table.stdout.lines().collect();
     assert!(
         lines[0].starts_with("KIND") && lines[0].contains("OWNER"),

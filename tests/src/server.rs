@@ -317,6 +317,18 @@ impl RedisServer {
         }
     }
 
+    /// Starts the server again on the same port and in the same directory, as
+    /// [`RedisServer::restart`] does, with `args` in place of the extra arguments it was
+    /// started with (a server that has lost a command, say).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server does not come back within 10 seconds.
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.extra_args = args.iter().map(|s| (*s).to_owned()).collect();
+        self.restart();
+    }
+
     /// Stops the server process with `SIGSTOP`: connections stay open but
     /// nothing is answered until [`RedisServer::resume`].
     ///

@@ -9,6 +9,7 @@ use lock_core::{LockClient, LockError};
 use lock_tests::RedisServer;
 use lock_tests::fixtures::{
     assert_clean, client, client_with_lease, command_calls, eventually, lock_keys, lua_calls,
+    scripted_client,
 };
 use tokio::time::Instant;
 
@@ -307,8 +308,8 @@ async fn the_wait_deadline_is_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_makes_exactly_one_attempt() {
     let server = RedisServer::start();
-    let a = client(&server.url()).await;
-    let b = client(&server.url()).await;
+    let a = scripted_client(&server.url()).await;
+    let b = scripted_client(&server.url()).await;
     let guard = a.lock("once").await.unwrap();
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let start = Instant::now();
@@ -362,7 +363,7 @@ async fn fencing_tokens_strictly_increase_across_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreated_fencing_counter_stays_ahead() {
     let server = RedisServer::start();
-    let c = client(&server.url()).await;
+    let c = scripted_client(&server.url()).await;
     let first = c.lock("recreated").await.unwrap().fencing_token();
     // Let the (dropped) guard's release land, then burn through tokens quickly.
     eventually("released", || lock_keys(&server).is_empty()).await;
@@ -527,7 +528,7 @@ async fn many_local_waiters_queue_and_all_get_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_waiters_ask_redis_only_once_the_lock_is_given_back() {
     let server = RedisServer::start();
-    let c = client(&server.url()).await;
+    let c = scripted_client(&server.url()).await;
     const TASKS: usize = 8;
     const SECTIONS: usize = 10;
     let inside = Arc::new(AtomicUsize::new(0));
@@ -575,7 +576,7 @@ async fn local_waiters_ask_redis_only_once_the_lock_is_given_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_waiter_takes_a_lock_whose_fixed_lease_ran_out() {
     let server = RedisServer::start();
-    let c = client(&server.url()).await;
+    let c = scripted_client(&server.url()).await;
     let first = c.lock("fixed").await.unwrap();
     let base = lua_calls(&server);
     let second = tokio::spawn({
@@ -634,7 +635,13 @@ async fn a_client_can_share_an_application_pool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_goes_quiet_after_release_and_with_the_client() {
     let server = RedisServer::start();
-    let c = client_with_lease(&server.url(), SHORT).await;
+    // Renewals counted as calls of the scripts' renew function.
+    let c = LockClient::builder(&server.url())
+        .watchdog_lease(SHORT)
+        .mutex_protocol(lock_core::MutexProtocol::Scripted)
+        .build()
+        .await
+        .unwrap();
     let g = c.lock("quiet").await.unwrap();
     // It renews while the guard lives...
     server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -724,7 +731,7 @@ async fn scripts_serve_where_functions_are_refused() {
         "-function",
     ]);
     let url = format!("redis://scripts:pw@{}", server.addr());
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let g = c.lock("via-scripts").await.unwrap();
     assert!(c.try_lock("via-scripts").await.unwrap().is_none());
@@ -741,7 +748,7 @@ async fn scripts_serve_where_functions_are_refused() {
 async fn requests_that_queue_go_out_in_batches_each_answered_alone() {
     let server = RedisServer::start();
     server.cmd(&["SET", "lock:{foreign}", "someone else's string"]);
-    let c = client(&server.url()).await;
+    let c = scripted_client(&server.url()).await;
     const TASKS: usize = 48;
     const CYCLES: usize = 20;
     const NAMES: usize = 6;

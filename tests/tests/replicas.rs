@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
-use lock_tests::fixtures::assert_clean;
+use lock_tests::fixtures::{assert_clean, is_lock_of};
 use lock_tests::{RedisServer, Reply};
 
 /// How long `WAIT` waits for the replica: generous, so a loaded machine does not fail a grant.
@@ -64,9 +64,9 @@ async fn an_acknowledged_lock_is_on_the_replica_when_granted() {
         let guard = c.lock(name.clone()).await.unwrap();
         // WAIT returned 1: the replica has the write, at once, not eventually.
         let on_replica = replica.cmd(&["GET", &format!("lock:{{{name}}}")]);
-        let token = guard.fencing_token().to_string();
+        let token = guard.fencing_token();
         assert!(
-            on_replica.contains(&token),
+            is_lock_of(&on_replica, &c, token),
             "replica has {on_replica:?}, token {token}"
         );
         guard.unlock().await.unwrap();
@@ -158,10 +158,10 @@ async fn every_primitive_is_acknowledged_or_given_back() {
     let (primary, replica) = primary_and_replica().await;
     let c = acked_client(&primary.url()).await;
     let multi = c.multi_lock(["m1", "m2"]).lock().await.unwrap();
+    let on_replica = replica.cmd(&["GET", "lock:{m2}"]);
     assert!(
-        replica
-            .cmd(&["GET", "lock:{m2}"])
-            .contains(&multi.fencing_tokens()[1].to_string())
+        is_lock_of(&on_replica, &c, multi.fencing_tokens()[1]),
+        "{on_replica}"
     );
     assert!(multi.unlock().await.unwrap());
     let permit = c.semaphore("sem", 2).acquire(1).await.unwrap();

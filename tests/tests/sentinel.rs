@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
 use lock_tests::checkers::FencedStore;
-use lock_tests::fixtures::{blocking, eventually, lock_replicated, recovered, renewed, woken};
+use lock_tests::fixtures::{
+    blocking, eventually, is_lock_of, lock_replicated, recovered, renewed, woken,
+};
 use lock_tests::{FaultProxy, SentinelGroup};
 use tokio::time::Instant;
 
@@ -27,7 +29,7 @@ async fn the_client_finds_the_primary_and_its_locks_live_there() {
     let c = sentinel_client(&group, Duration::from_secs(5)).await;
     let g = c.lock("found").await.unwrap();
     let value = group.primary().cmd(&["GET", "lock:{found}"]);
-    assert!(value.contains(&g.fencing_token().to_string()), "{value}");
+    assert!(is_lock_of(&value, &c, g.fencing_token()), "{value}");
     assert!(g.unlock().await.unwrap());
 
     // A wrong service name is a typed error, not a hang.

@@ -10,12 +10,15 @@ use std::time::Duration;
 use redis::Value;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr,
+};
 
 use super::tls::{self, TlsOptions};
 use super::{
     Invocation, PubSubSource, Topology, acks, connect_error, load_code, map_error, wait_cmd,
 };
+use crate::command::Wire;
 use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
 
@@ -114,38 +117,7 @@ impl Cluster {
             connect_timeout,
             seeds,
         };
-        cluster.check_version().await?;
         Ok(cluster)
-    }
-
-    /// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) needs Redis 7.0: refuse older clusters with
-    /// a clear error instead of failing at the first wait.
-    async fn check_version(&self) -> Result<(), LockError> {
-        let mut connection = self.connection.clone();
-        let mut info = redis::cmd("INFO");
-        info.arg("server");
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
-        let value = self.bounded(connection.route_command(info, route)).await?;
-        let text: String = super::convert(value)?;
-        let version = text
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("")
-            .trim()
-            .to_owned();
-        let major = version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse::<u32>().ok());
-        match major {
-            Some(m) if m >= 7 => Ok(()),
-            _ => Err(LockError::InvalidOption {
-                option: "urls",
-                reason: format!(
-                    "a Redis Cluster needs Redis 7.0 or later (sharded pub/sub); the nodes run {version:?}"
-                ),
-            }),
-        }
     }
 
     /// The longest a command may take: its retries after redirects and failures included.
@@ -165,9 +137,37 @@ impl Cluster {
 }
 
 impl Topology for Cluster {
+    /// A native call's `MULTI`/`EXEC` that meets a moved slot is aborted whole, and the redis
+    /// crate follows `MOVED` for commands, not for a transaction: a plain read of the key
+    /// then teaches it where the slot went, and the transaction (aborted, so not applied)
+    /// goes again. One that meets a slot being migrated (`TRYAGAIN`: its two keys, the lock
+    /// and its slot's fencing counter, may be split for a moment) goes again a moment later.
+    /// Up to three times each.
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
         let mut connection = self.connection.clone();
-        self.bounded(invocation.invoke_async(&mut connection)).await
+        let mut tries = 0;
+        loop {
+            let result = self.bounded(invocation.invoke_async(&mut connection)).await;
+            let (Err(LockError::Redis(e)), Wire::Native(native)) = (&result, invocation.command)
+            else {
+                return result;
+            };
+            let text = e.to_string();
+            let moved = text.contains("Transaction aborted") && text.contains("Moved");
+            let again = text.contains("TryAgain");
+            if tries == 3 || !(moved || again) {
+                return result;
+            }
+            tries += 1;
+            if again {
+                tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+            }
+            let mut read = redis::cmd("PTTL");
+            read.arg(native.key());
+            let _ = self
+                .bounded(read.query_async::<Value>(&mut connection))
+                .await;
+        }
     }
 
     /// The script and `WAIT` go to the primary of the script's slot on the acknowledgement
@@ -213,6 +213,19 @@ impl Topology for Cluster {
         let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
         self.bounded(connection.route_command(super::policy_cmd(), route))
             .await
+    }
+
+    async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
+        let mut connection = self.connection.clone();
+        let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        // Without a response policy the replies come as a map: node address → reply.
+        match self
+            .bounded(connection.route_command(cmd.clone(), route))
+            .await?
+        {
+            Value::Map(replies) => Ok(replies.into_iter().map(|(_, reply)| reply).collect()),
+            other => Ok(vec![other]),
+        }
     }
 
     /// The cluster connection routes the command by its key, to the primary of its slot.

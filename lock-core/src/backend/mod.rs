@@ -18,11 +18,13 @@ use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisResult, Value};
 use tokio::sync::watch;
 
+use crate::command::Wire;
 use crate::error::LockError;
 use crate::scripts::{Call, Mode, Scripts};
 
 mod cluster;
 pub(crate) mod primaries;
+mod probe;
 mod sentinel;
 mod standalone;
 pub(crate) mod tls;
@@ -67,6 +69,13 @@ trait Topology: Send + Sync {
     /// Runs one plain single-key command (no script) where that key lives: the server, the
     /// current primary, or on a Cluster the primary of the key's slot. Sent once.
     fn command(&self, cmd: &redis::Cmd) -> impl Future<Output = Result<Value, LockError>> + Send;
+
+    /// Runs one keyless command on every primary (the server, the current primary, each
+    /// primary of a Cluster), one reply each. Sent once.
+    fn each_primary(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> impl Future<Output = Result<Vec<Value>, LockError>> + Send;
 
     /// The slot of a key where keys live in slots (Cluster); None where all keys live together.
     fn slot(&self, key: &str) -> Option<Slot>;
@@ -152,6 +161,13 @@ impl Backend {
         boxed.await
     }
 
+    /// Runs one keyless command on every primary, one reply each; sent once.
+    pub(crate) async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
+        let boxed: BoxFuture<'_, _> =
+            Box::pin(async move { each!(self, b => b.each_primary(cmd).await) });
+        boxed.await
+    }
+
     /// The slot of a key on a Cluster; None where all keys live together.
     pub(crate) fn slot(&self, key: &str) -> Option<Slot> {
         each!(self, b => b.slot(key))
@@ -218,25 +234,41 @@ impl PubSubNode {
     }
 }
 
-/// A [`Call`] on its way: the code it calls and how.
+/// A command on its way: for a script call, the code it calls and how.
 pub(crate) struct Invocation<'a> {
-    pub(crate) call: &'a Call,
+    pub(crate) command: Wire<'a>,
     pub(crate) scripts: &'static Scripts,
     pub(crate) mode: Mode,
+    /// How many times it was sent (a backend sends it again after a connection failure).
+    pub(crate) sends: std::sync::atomic::AtomicU32,
 }
 
 impl Invocation<'_> {
-    /// Sends the call on `con`. When the server does not have the code (a restart without
-    /// persistence, a `SCRIPT FLUSH` or `FUNCTION FLUSH`), loads it on that connection and
-    /// sends the call once more.
+    /// Whether it was sent more than once: a reply may then answer a repeat of a command the
+    /// server already applied.
+    pub(crate) fn resent(&self) -> bool {
+        self.sends.load(std::sync::atomic::Ordering::Relaxed) > 1
+    }
+
+    /// Sends the command on `con`. When the server does not have the code a script call
+    /// runs (a restart without persistence, a `SCRIPT FLUSH` or `FUNCTION FLUSH`), loads it
+    /// on that connection and sends the call once more.
     pub(crate) async fn invoke_async<T: FromRedisValue>(
         &self,
         con: &mut (impl ConnectionLike + Send),
     ) -> RedisResult<T> {
-        let cmd = self.call.cmd(self.scripts, self.mode);
+        self.sends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let call = match self.command {
+            Wire::Script(call) => call,
+            Wire::Native(native) => return native.pipeline().query_async(con).await,
+        };
+        let cmd = call.cmd(self.scripts, self.mode);
         match cmd.query_async(con).await {
             // Boxed: the common path's future then holds a pointer, not the reload's state.
-            Err(e) if self.code_missing(&e) => Box::pin(self.reload_and_resend(con, &cmd)).await,
+            Err(e) if self.code_missing(&e) => {
+                Box::pin(self.reload_and_resend(con, call, &cmd)).await
+            }
             result => result,
         }
     }
@@ -249,15 +281,16 @@ impl Invocation<'_> {
         }
     }
 
-    /// Loads the code on `con` and sends `cmd` once more.
+    /// Loads the code on `con` and sends `cmd` (of `call`) once more.
     async fn reload_and_resend<T: FromRedisValue>(
         &self,
         con: &mut (impl ConnectionLike + Send),
+        call: &Call,
         cmd: &redis::Cmd,
     ) -> RedisResult<T> {
         match self.mode {
             Mode::Script => {
-                self.scripts.script(self.call.op()).load_async(con).await?;
+                self.scripts.script(call.op()).load_async(con).await?;
             }
             Mode::Function => load_library(con, self.scripts).await?,
         }
@@ -323,6 +356,8 @@ pub(crate) fn map_error(e: redis::RedisError, response_timeout: Duration) -> Loc
         LockError::ResponseTimeout(response_timeout)
     } else if let Some(refused) = no_permission(&e) {
         refused
+    } else if let Some(missing) = unsupported(&e) {
+        missing
     } else {
         LockError::Redis(e)
     }
@@ -385,6 +420,26 @@ fn no_permission(e: &redis::RedisError) -> Option<LockError> {
         "a permission Redis did not name".to_owned()
     };
     Some(LockError::NoPermission { missing, detail })
+}
+
+/// A command or a scripting engine the server does not have (`ERR unknown command
+/// 'DELIFEQ'`, `ERR Could not find scripting engine 'lua'`, `ERR Engine 'lua' not found`).
+pub(crate) fn unsupported(e: &redis::RedisError) -> Option<LockError> {
+    // A pipeline's error carries its commands' errors in its text.
+    let detail = e.to_string();
+    let lower = detail.to_ascii_lowercase();
+    let (feature, missing) = if lower.contains("unknown command 'delifeq'") {
+        ("the native mutex protocol", "the DELIFEQ command")
+    } else if lower.contains("scripting engine") || lower.contains("engine 'lua' not found") {
+        ("this lock", "scripting (EVAL/FCALL)")
+    } else {
+        return None;
+    };
+    Some(LockError::Unsupported {
+        feature,
+        missing,
+        detail: Some(detail.trim().to_owned()),
+    })
 }
 
 /// `CONFIG GET maxmemory-policy`, for [`Topology::max_memory_policy`].

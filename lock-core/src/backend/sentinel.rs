@@ -382,6 +382,10 @@ impl Topology for Sentinel {
             .await
     }
 
+    async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
+        Ok(vec![self.command(cmd).await?])
+    }
+
     fn slot(&self, _key: &str) -> Option<Slot> {
         None
     }

@@ -267,6 +267,10 @@ impl Topology for Standalone {
             .map_err(|e| self.map_error(e))
     }
 
+    async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
+        Ok(vec![self.command(cmd).await?])
+    }
+
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
         let mut conn = self.connection().await?;
         cmd.query_async(&mut conn)

@@ -10,10 +10,10 @@ use tokio::time::Instant;
 use super::Engine;
 use super::answer::{Answer, Shape, Tokens};
 use super::send::{Claim, Claims, Sent};
+use crate::command::Command;
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::metrics::LossReason;
-use crate::scripts::Call;
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<G> {
@@ -49,7 +49,7 @@ impl Engine {
         hold: &Arc<Hold>,
         lease: Option<Duration>,
         shape: Shape,
-        build: impl FnOnce(u32) -> Call,
+        build: impl FnOnce(u32) -> Command,
     ) -> Result<Attempt<u64>, LockError> {
         let claims = Claims::one(self.claim(hold.clone()).await?);
         let call = build(claims.first.expected);
@@ -65,7 +65,7 @@ impl Engine {
         holds: &[Arc<Hold>],
         lease: Option<Duration>,
         shape: Shape,
-        build: impl FnOnce(&Claims) -> Call,
+        build: impl FnOnce(&Claims) -> Command,
     ) -> Result<Attempt<Vec<u64>>, LockError> {
         let mut claimed = Vec::with_capacity(holds.len());
         for hold in holds {
@@ -91,7 +91,7 @@ impl Engine {
     async fn attempt_claims(
         self: &Arc<Self>,
         claims: Claims,
-        call: Call,
+        call: Command,
         lease: Option<Duration>,
         shape: Shape,
     ) -> Result<Attempt<(u64, Vec<u64>)>, LockError> {

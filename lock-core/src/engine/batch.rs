@@ -22,6 +22,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use super::Engine;
+use crate::command::Command;
 use crate::error::LockError;
 use crate::metrics;
 use crate::scripts::{Call, Op};
@@ -69,10 +70,15 @@ impl Drop for Place {
 impl Engine {
     /// Runs `call` and returns its raw reply: batched with other acquisitions and releases
     /// when there is a batcher and calls are already in flight (see the module docs).
-    pub(crate) async fn invoke_batched(self: &Arc<Self>, call: Call) -> Result<Value, LockError> {
-        let batcher = match &self.batcher {
-            Some(b) if matches!(call.op(), Op::Acquire | Op::Release) => b,
-            _ => return self.invoke_value(&call).await,
+    pub(crate) async fn invoke_batched(
+        self: &Arc<Self>,
+        command: Command,
+    ) -> Result<Value, LockError> {
+        let (batcher, call) = match (&self.batcher, command) {
+            (Some(b), Command::Script(call)) if matches!(call.op(), Op::Acquire | Op::Release) => {
+                (b, call)
+            }
+            (_, command) => return self.invoke_value(&command).await,
         };
         let answer = {
             let mut state = lock(&batcher.state);
@@ -89,7 +95,7 @@ impl Engine {
             Route::Queued(answer) => answer,
             Route::Now(call) => {
                 let _place = Place(self.clone());
-                return self.invoke_value(&call).await;
+                return self.invoke_script(&call).await;
             }
         };
         answer.await.unwrap_or_else(|_| {
@@ -143,19 +149,19 @@ impl Engine {
             let Some(Queued { call, reply }) = batch.into_iter().next() else {
                 return;
             };
-            let _ = reply.send(self.invoke_value(&call).await);
+            let _ = reply.send(self.invoke_script(&call).await);
             return;
         }
         let calls: Vec<&Call> = batch.iter().map(|q| &q.call).collect();
         let Some(call) = Call::batch(&calls) else {
             // Only batchable calls are queued; should one not be, each goes alone.
             for Queued { call, reply } in batch {
-                let _ = reply.send(self.invoke_value(&call).await);
+                let _ = reply.send(self.invoke_script(&call).await);
             }
             return;
         };
         match self
-            .invoke_value(&call)
+            .invoke_script(&call)
             .await
             .and_then(|v| answers(v, batch.len()))
         {

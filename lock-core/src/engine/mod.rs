@@ -15,19 +15,25 @@ mod answer;
 mod attempt;
 mod batch;
 mod jobs;
+mod protocol;
 mod release;
 mod send;
+mod speech;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::backend::convert;
 use crate::backend::{Backend, Invocation};
+use crate::capabilities::{MutexProtocol, ServerCapabilities};
+use crate::command::{Command, Wire};
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
-use crate::hold::{Hold, Kind, Lease, Status};
+use crate::hold::{Hold, Kind, Lease, Snapshot, Status};
 use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
 use crate::scope;
@@ -37,6 +43,7 @@ use crate::waiters::Waiters;
 
 pub(crate) use answer::Shape;
 pub(crate) use attempt::Attempt;
+pub(crate) use speech::Speech;
 
 /// An owner id, `<client id>:<holder>`, that writes itself into a command without a string
 /// of its own.
@@ -83,6 +90,8 @@ pub(crate) struct Engine {
     /// The Lua code, in the deployment's flavour, and how calls reach it.
     scripts: &'static Scripts,
     mode: Mode,
+    capabilities: ServerCapabilities,
+    clock: (u64, Instant),
     config: Config,
     waiters: Waiters,
     client_id: String,
@@ -113,16 +122,20 @@ impl Engine {
     /// runtime.
     pub(crate) fn start(
         backend: Backend,
-        (scripts, mode): (&'static Scripts, Mode),
+        speech: Speech,
         config: Config,
         waiters: Waiters,
     ) -> Arc<Engine> {
-        let batching = !backend.is_sharded() && config.min_replicas.is_none();
+        let batching = !backend.is_sharded()
+            && config.min_replicas.is_none()
+            && speech.capabilities.mutex_protocol == MutexProtocol::Scripted;
         Arc::new(Engine {
             batcher: batching.then(batch::Batcher::default),
             backend,
-            scripts,
-            mode,
+            scripts: speech.scripts,
+            mode: speech.mode,
+            capabilities: speech.capabilities,
+            clock: speech.clock,
             config,
             waiters,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -137,6 +150,11 @@ impl Engine {
     /// The client's configuration.
     pub(crate) fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the deployment can do, and the mutex protocol spoken with it.
+    pub(crate) fn capabilities(&self) -> &ServerCapabilities {
+        &self.capabilities
     }
 
     /// The client's pub/sub connection and its waiters.
@@ -223,6 +241,24 @@ impl Engine {
         hold
     }
 
+    /// The hold of `kind` on `keys` that the owner id `owner` names, if it is one of this
+    /// client's and still held here.
+    pub(crate) fn own_hold(&self, kind: Kind, keys: &Keys, owner: &str) -> Option<Snapshot> {
+        let holder = owner
+            .strip_prefix(self.client_id.as_str())?
+            .strip_prefix(':')?
+            .parse()
+            .ok()?;
+        let id = HoldId {
+            keys: keys.clone(),
+            kind,
+            holder,
+        };
+        let hold = lock(&self.registry).holds.get(&id)?.upgrade()?;
+        let now = hold.snapshot();
+        (now.status == Status::Held).then_some(now)
+    }
+
     /// Drops `hold` from the registry if nothing else uses it (its last release is done).
     pub(crate) fn forget(&self, hold: Arc<Hold>) {
         let mut registry = lock(&self.registry);
@@ -267,49 +303,116 @@ impl Engine {
         self.jobs.send(work);
     }
 
-    /// The call as it goes to the backend.
-    fn invocation<'a>(&self, call: &'a Call) -> Invocation<'a> {
+    /// The command as it goes to the backend.
+    fn invocation<'a>(&self, command: Wire<'a>) -> Invocation<'a> {
         Invocation {
-            call,
+            command,
             scripts: self.scripts,
             mode: self.mode,
+            sends: Default::default(),
         }
     }
 
-    /// Runs `call` and returns its raw reply.
-    pub(crate) async fn invoke_value(&self, call: &Call) -> Result<redis::Value, LockError> {
-        self.backend.invoke_value(&self.invocation(call)).await
+    /// A script call on a server without scripting fails before it is sent.
+    fn check_scripting(&self, command: Wire<'_>) -> Result<(), LockError> {
+        match command {
+            Wire::Script(call) if !self.capabilities.scripting => Err(LockError::Unsupported {
+                feature: call.op().feature(),
+                missing: "scripting (EVAL/FCALL)",
+                detail: None,
+            }),
+            _ => Ok(()),
+        }
     }
 
-    /// Runs `call` and converts its reply.
+    /// Runs `command` and returns its reply as sent (a native call's: one reply per
+    /// command).
+    pub(crate) async fn invoke_raw(&self, command: &Command) -> Result<redis::Value, LockError> {
+        Ok(self.invoke_wire(command.wire()).await?.0)
+    }
+
+    /// Runs a script call and returns its reply.
+    pub(crate) async fn invoke_script(&self, call: &Call) -> Result<redis::Value, LockError> {
+        Ok(self.invoke_wire(Wire::Script(call)).await?.0)
+    }
+
+    /// The reply, and whether the command was sent more than once.
+    async fn invoke_wire(&self, command: Wire<'_>) -> Result<(redis::Value, bool), LockError> {
+        self.check_scripting(command)?;
+        let invocation = self.invocation(command);
+        let reply = self.backend.invoke_value(&invocation).await?;
+        Ok((reply, invocation.resent()))
+    }
+
+    /// Runs `command` and returns its reply (a native call's read into the shape the
+    /// script of the same operation answers in).
+    pub(crate) async fn invoke_value(&self, command: &Command) -> Result<redis::Value, LockError> {
+        let (reply, _) = self.invoke_wire(command.wire()).await?;
+        read(command, reply, false)
+    }
+
+    /// As [`invoke_value`](Self::invoke_value), for a release of a hold that was still the
+    /// owner's when it was sent (`ours`): sent more than once (`again`, or by the backend
+    /// after a connection failure), a native release that finds the lock gone answers as a
+    /// repeat of an applied one.
+    pub(crate) async fn invoke_release(
+        &self,
+        command: &Command,
+        ours: bool,
+        again: bool,
+    ) -> Result<redis::Value, LockError> {
+        let (reply, resent) = self.invoke_wire(command.wire()).await?;
+        read(command, reply, ours && (again || resent))
+    }
+
+    /// Runs `command` and converts its reply.
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
-        call: &Call,
+        command: &Command,
     ) -> Result<T, LockError> {
-        convert(self.invoke_value(call).await?)
+        convert(self.invoke_value(command).await?)
     }
 
-    /// Runs `call` (whose first key is `key`), then `WAIT`; returns the reply and how many
-    /// replicas confirmed.
-    pub(crate) async fn invoke_acked(
+    /// Runs `command` (whose first key is `key`), then `WAIT`; returns the reply as sent and
+    /// how many replicas confirmed.
+    pub(crate) async fn invoke_acked_raw(
         &self,
-        call: &Call,
+        command: &Command,
         key: &str,
         replicas: u32,
         timeout: Duration,
     ) -> Result<(redis::Value, u32), LockError> {
+        self.check_scripting(command.wire())?;
         self.backend
-            .invoke_acked(&self.invocation(call), key, replicas, timeout)
+            .invoke_acked(&self.invocation(command.wire()), key, replicas, timeout)
             .await
     }
 
     /// Runs a best-effort cleanup call in the background, logging a failure.
-    pub(crate) fn call_in_background(self: &Arc<Self>, call: Call, what: &'static str) {
-        let engine = self.clone();
+    pub(crate) fn call_in_background(
+        self: &Arc<Self>,
+        command: impl Into<Command>,
+        what: &'static str,
+    ) {
+        let (engine, command) = (self.clone(), command.into());
         self.background(async move {
-            if let Err(e) = engine.invoke_value(&call).await {
+            if let Err(e) = engine.invoke_value(&command).await {
                 tracing::warn!(error = %e, "background {what} failed");
             }
         });
+    }
+}
+
+/// A reply read as its command's (a native call's into its script's shape; `resent`: it may
+/// answer a repeat of a command the server already applied).
+pub(crate) fn read(
+    command: &Command,
+    reply: redis::Value,
+    resent: bool,
+) -> Result<redis::Value, LockError> {
+    match command {
+        Command::Native(native) if resent => native.read_repeat(reply),
+        Command::Native(native) => native.read(reply),
+        Command::Script(_) => Ok(reply),
     }
 }

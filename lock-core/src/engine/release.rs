@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use super::Engine;
 use super::send::Claim;
 use crate::backend::convert;
+use crate::command::Command;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold, Kind, Released, Retry};
 use crate::metrics::{self, LossReason};
-use crate::name::{RELEASED, RW_RELEASED};
 use crate::scripts::{Call, Op};
 use crate::util::millis;
 
@@ -40,7 +40,13 @@ impl Engine {
             return Ok(false);
         };
         let call = self.give_back_call(hold, count, token, keep_until);
-        let reply = self.invoke_batched(call).await;
+        let reply = match call {
+            Command::Native(_) => {
+                let ours = hold.valid(generation);
+                self.invoke_release(&call, ours, false).await
+            }
+            call => self.invoke_batched(call).await,
+        };
         match reply.and_then(convert::<i64>) {
             Ok(reply) => apply_release(hold, generation, reply),
             Err(e) => {
@@ -95,7 +101,10 @@ impl Engine {
             }
             let call = self.give_back_call(&hold, count, token, keep_until);
             metrics::release_retry();
-            match self.invoke::<i64>(&call).await {
+            let ours = hold.valid(generation);
+            let reply = self.invoke_release(&call, ours, true).await;
+            let reply = reply.and_then(convert::<i64>);
+            match reply {
                 Ok(reply) => {
                     if let Err(e) = apply_release(&hold, generation, reply) {
                         tracing::warn!(lock = %hold.name(), error = %e, "retried release");
@@ -119,15 +128,11 @@ impl Engine {
         count: u32,
         token: u64,
         keep_until: Option<Instant>,
-    ) -> Call {
+    ) -> Command {
         let left = keep_until.map(|t| t.saturating_duration_since(Instant::now()));
         match left {
             Some(left) if count == 1 && hold.kind == Kind::Lock && left.as_millis() >= 1 => {
-                let mut call = Call::new(Op::ReleaseKeep);
-                call.key(hold.keys.lock())
-                    .arg(self.owner_arg(hold.holder))
-                    .arg(millis(left));
-                call
+                self.keep_command(hold, left)
             }
             _ => self.release_call(hold, count, token),
         }
@@ -135,28 +140,12 @@ impl Engine {
 
     /// The call that gives back one hold when the owner's count is `count`: answers 1
     /// released, 2 decremented, 3 a repeat, 0 not held (permits: how many were still held).
-    fn release_call(&self, hold: &Hold, count: u32, token: u64) -> Call {
+    fn release_call(&self, hold: &Hold, count: u32, token: u64) -> Command {
         let keys = &hold.keys;
         let owner = self.owner_arg(hold.holder);
         let fence_ttl = millis(self.config.fence_ttl);
-        match hold.kind {
-            Kind::Lock | Kind::Write => {
-                let mut call = Call::new(Op::Release);
-                match hold.kind {
-                    Kind::Write => call.key(keys.with(crate::name::RW_WRITER)),
-                    _ => call.key(keys.lock()),
-                };
-                let channel = match hold.kind {
-                    Kind::Write => keys.with(RW_RELEASED),
-                    _ => keys.with(RELEASED),
-                };
-                call.arg(owner)
-                    .arg(count)
-                    .arg(token)
-                    .arg(channel)
-                    .arg(fence_ttl);
-                call
-            }
+        let call = match hold.kind {
+            Kind::Lock | Kind::Write => return self.release_command(hold, count, token),
             Kind::Fair => {
                 let mut call = Call::new(Op::FairRelease);
                 call.key(keys.fair())
@@ -186,7 +175,8 @@ impl Engine {
                     .arg(keys.permits_released());
                 call
             }
-        }
+        };
+        call.into()
     }
 
     /// Undoes acquisitions whose answer never reached their caller (cancelled, or failed in
@@ -229,10 +219,7 @@ impl Engine {
             return Err(lost());
         }
         let sent_at = Instant::now();
-        let mut call = Call::new(Op::Renew);
-        call.key(hold.kind.key(&hold.keys).as_ref())
-            .arg(millis(lease))
-            .arg(self.owner_arg(hold.holder));
+        let call = self.renew_command([hold.as_ref()], lease);
         let reply: Vec<i64> = self.invoke(&call).await?;
         if reply.first() == Some(&1) {
             hold.renewed(generation, sent_at, lease);

@@ -19,9 +19,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Engine;
+use crate::command::Command;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold};
-use crate::scripts::Call;
+use crate::native::{self, Found};
 
 type Request = Pin<Box<dyn Future<Output = Result<(Value, Option<u32>), LockError>> + Send>>;
 
@@ -148,7 +149,7 @@ impl Engine {
     pub(crate) async fn send(
         self: &Arc<Self>,
         claims: Claims,
-        call: Call,
+        call: Command,
         applied: fn(&Value) -> bool,
     ) -> Result<Sent, LockError> {
         let first = &claims.first.hold;
@@ -208,20 +209,59 @@ impl Engine {
     /// must confirm (`ack`).
     async fn invoke_acquisition(
         self: &Arc<Self>,
-        call: Call,
+        call: Command,
         ack: Option<Ack>,
     ) -> Result<(Value, Option<u32>), LockError> {
+        if let Command::Native(native) = &call
+            && native.is_acquisition()
+        {
+            return self.native_acquisition(native, &call, ack.as_ref()).await;
+        }
         match ack {
-            Some(Ack {
-                key,
-                required,
-                timeout,
-            }) => {
-                let (value, acked) = self.invoke_acked(&call, &key, required, timeout).await?;
-                Ok((value, Some(acked)))
+            Some(ack) => {
+                let (value, acked) = self.acked(&call, &ack).await?;
+                Ok((super::read(&call, value, false)?, Some(acked)))
             }
             None => Ok((self.invoke_batched(call).await?, None)),
         }
+    }
+
+    /// The call, then `WAIT`; the reply as sent.
+    async fn acked(&self, call: &Command, ack: &Ack) -> Result<(Value, u32), LockError> {
+        self.invoke_acked_raw(call, &ack.key, ack.required, ack.timeout)
+            .await
+    }
+
+    /// A native acquisition. A free lock string of the scripted protocol in the name's place
+    /// (kept by a client of that protocol for its fencing counter) is deleted, if it is still
+    /// the same, and the acquisition sent once more; found again, the name counts as busy
+    /// for now.
+    async fn native_acquisition(
+        &self,
+        native: &native::Call,
+        call: &Command,
+        ack: Option<&Ack>,
+    ) -> Result<(Value, Option<u32>), LockError> {
+        for _ in 0..2 {
+            let (raw, acked) = match ack {
+                Some(ack) => self.acked(call, ack).await.map(|(v, n)| (v, Some(n)))?,
+                None => (self.invoke_raw(call).await?, None),
+            };
+            match native.found(raw)? {
+                Found::Reply(value) => return Ok((value, acked)),
+                Found::Partial { answer, give_back } => {
+                    if !give_back.is_empty() {
+                        self.invoke_raw(&give_back.into()).await?;
+                    }
+                    return Ok((answer, acked));
+                }
+                Found::Scripted(old) => {
+                    let clear = native::Call::delete_if(native.key(), old);
+                    self.invoke_raw(&clear.into()).await?;
+                }
+            }
+        }
+        Ok((Value::Int(-2), None))
     }
 
     /// Undoes `claims` in the background (their turns kept until it is done).

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::engine::Engine;
 use crate::error::LockError;
+use crate::hold::Kind;
 use crate::info::{self, LockInfo};
 use crate::request::{LockRequest, TryLockRequest};
 
@@ -96,7 +97,7 @@ impl MultiLock {
         let mut infos = Vec::with_capacity(self.names.len());
         for name in &self.names {
             let keys = self.engine.keys(name)?;
-            infos.push(info::lock(&self.engine, keys.lock()).await?);
+            infos.push(info::lock(&self.engine, Kind::Lock, &keys, keys.lock()).await?);
         }
         Ok(infos)
     }

@@ -15,8 +15,6 @@ use crate::hold::{Hold, Kind};
 use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
 use crate::named::Named;
-use crate::scripts::{Call, Op};
-use crate::util::millis;
 
 /// A request to take several locks, before it starts.
 pub(super) struct Take {
@@ -155,14 +153,7 @@ impl Started for Taking {
         let (_, lease_len) = engine.lease(lease);
         let attempt = engine
             .attempt_all(&self.holds, lease, Shape::Table, |claims| {
-                let mut call = Call::new(Op::MultiAcquire);
-                call.arg(engine.owner_arg(claims.first.hold.holder))
-                    .arg(millis(lease_len))
-                    .arg(if will_wait { "1" } else { "0" });
-                for claim in claims.iter() {
-                    call.key(claim.hold.keys.lock()).arg(claim.expected);
-                }
-                call
+                engine.multi_acquire_command(claims, lease_len, will_wait)
             })
             .await?;
         if let Attempt::Busy { index, .. } = attempt {

@@ -270,6 +270,12 @@ pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> 
         let keys = strings(query(addr, &["KEYS", &format!("{KEY_PREFIX}*")], timeout)?);
         scan.keys += keys.len();
         for key in keys {
+            // The native protocol's fencing counters (one per slot) never expire, by design.
+            if key == format!("{KEY_PREFIX}fence")
+                || key.starts_with(&format!("{KEY_PREFIX}fence:{{"))
+            {
+                continue;
+            }
             let replies = query_many(
                 addr,
                 &[
@@ -297,11 +303,16 @@ pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> 
                             });
                         }
                     } else if value != "(nil)" {
-                        // A waiting writer's mark holds the writer's owner id.
+                        // A waiting writer's mark, and a native mutex, hold an owner id.
+                        let what = if key.ends_with(":writer-waiting") {
+                            format!("writer-waiting mark of {value}, PTTL {pttl} ms")
+                        } else {
+                            format!("held (native): {value}, PTTL {pttl} ms")
+                        };
                         scan.live.push(Live {
                             key: key.clone(),
                             owner: value.clone(),
-                            what: format!("writer-waiting mark of {value}, PTTL {pttl} ms"),
+                            what,
                             waiter: false,
                             left_ms: Some(pttl),
                         });

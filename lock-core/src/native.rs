@@ -1,0 +1,620 @@
+//! The native mutex protocol: a mutex kept with the server's own compare-and-set commands
+//! (Valkey 9's `SET … IFEQ` and `DELIFEQ`) instead of scripts. Pure: it builds the commands
+//! and reads their replies into the shapes the scripts answer in, so the engine above treats
+//! both protocols alike; the backend sends them.
+//!
+//! **Keys.** The lock `P{N}` is a string holding exactly its owner id while held, with the
+//! lease as its time to live, and no key while free: a release deletes it. The fencing
+//! counter is not the lock's: it is one counter per Cluster slot (one per server elsewhere),
+//! `Pfence` or `Pfence:{tag}` with a tag of the lock's slot, which never expires, so the
+//! keyspace holds one small key per slot in use instead of a free lock string per recently
+//! used name.
+//!
+//! **Acquire** (one `MULTI`/`EXEC`): `SET counter seed NX` (a counter that is missing starts at
+//! the server's clock in microseconds, as the scripts' tokens do), `INCR counter` (the token),
+//! `SET lock owner NX PX lease GET` (taken if there was no key; the value already there
+//! otherwise), `PTTL lock`. A value equal to the owner is a repeat of an applied acquisition.
+//! Every token drawn while the owner holds the lock is above every earlier holder's (drawn
+//! before their release, which came before this grant) and below every later holder's (drawn
+//! after this release), so a repeat may keep the token it drew, and busy attempts may draw
+//! tokens nobody keeps. **Re-enter**: `SET lock owner IFEQ owner PX lease` (the count is the
+//! client's). **Release**: the last hold `DELIFEQ lock owner` and a publish on the release
+//! channel (always: it costs less than a flag kept for it), an earlier one only checks that
+//! the lock is still the owner's (`SET … IFEQ … KEEPTTL`). **Renew**, **extend**, a release
+//! kept until `hold_at_least`: `SET lock owner IFEQ owner PX ms`.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use redis::cluster_routing::Slot;
+use redis::{Pipeline, Value};
+
+use crate::error::LockError;
+
+/// What a native call does, and what its reply is read into.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// A fresh acquisition by the owner whose id is these bytes: read as `acquire.lua` answers.
+    Acquire { owner: Vec<u8> },
+    /// A re-entry of a hold whose token is this: read as `acquire.lua` answers.
+    Reenter { token: u64 },
+    /// The last hold's release: read as `release.lua` answers (1 released, 0 not held).
+    Release,
+    /// An earlier hold's release: 2 given back, 0 not held.
+    ReleaseOne,
+    /// The last hold kept until its minimum hold: 1 kept, 0 not held.
+    Keep,
+    /// Renewals, one per lock: an array of 1 renewed / 0 not held, as `renew.lua` answers.
+    Renew,
+    /// A force-unlock: 1 freed, 0 free.
+    ForceUnlock,
+    /// The state, read as `inspect.lua` answers: `{pttl, owner}`.
+    Inspect,
+    /// Several locks at once: read as a table answer (see `engine/answer.rs`).
+    MultiAcquire(Multi),
+}
+
+/// What a multi-lock's acquisition asks for, to read its reply.
+#[derive(Debug, Clone)]
+pub(crate) struct Multi {
+    owner: Vec<u8>,
+    /// Per lock, in the call's order: its key, its release channel, and the token of the
+    /// owner's hold for a re-entry (None: a fresh acquisition).
+    locks: Vec<(String, String, Option<u64>)>,
+    publish: &'static str,
+}
+
+/// One lock of a multi-lock's acquisition: its key, its release channel, and the token of the
+/// owner's hold when it re-enters it.
+pub(crate) struct MultiLock {
+    pub(crate) key: String,
+    pub(crate) channel: String,
+    pub(crate) reentry: Option<u64>,
+}
+
+/// A native call: its commands and how to read their reply.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    op: Op,
+    pipe: Pipeline,
+    /// The lock's key, which routes the call on a Cluster.
+    key: String,
+}
+
+/// What the reply to an acquisition found in the lock's place.
+#[derive(Debug, Clone)]
+pub(crate) enum Found {
+    /// Nothing, or a repeat of this acquisition: the reply, read.
+    Reply(Value),
+    /// Not all of a multi-lock's names could be had: what was taken must go back (`give_back`)
+    /// before the answer (busy, or lost) is given.
+    Partial { answer: Value, give_back: Call },
+    /// A free lock string of the scripted protocol (kept for its fencing counter): it must
+    /// go before the name can be taken natively. The value, to delete it if it is unchanged.
+    Scripted(Vec<u8>),
+}
+
+/// The arguments of a fresh acquisition.
+pub(crate) struct Acquire<'a, O> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: O,
+    pub(crate) owner_bytes: Vec<u8>,
+    pub(crate) lease_ms: u64,
+    pub(crate) counter: &'a str,
+    /// The server clock in microseconds, for a counter that is missing.
+    pub(crate) seed: u64,
+}
+
+impl Call {
+    /// A fresh acquisition (see the module docs).
+    pub(crate) fn acquire<O: redis::ToRedisArgs>(a: Acquire<'_, O>) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(a.counter)
+            .arg(a.seed)
+            .arg("NX")
+            .cmd("INCR")
+            .arg(a.counter)
+            .cmd("SET")
+            .arg(a.key)
+            .arg(&a.owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(a.lease_ms)
+            .arg("GET")
+            .cmd("PTTL")
+            .arg(a.key);
+        Self::new(
+            Op::Acquire {
+                owner: a.owner_bytes,
+            },
+            pipe,
+            a.key,
+        )
+    }
+
+    /// A re-entry by `owner`, whose hold's token is `token`: the lease becomes `lease_ms`.
+    pub(crate) fn reenter(
+        key: &str,
+        owner: impl redis::ToRedisArgs,
+        lease_ms: u64,
+        token: u64,
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(&owner)
+            .arg("IFEQ")
+            .arg(&owner)
+            .arg("PX")
+            .arg(lease_ms);
+        Self::new(Op::Reenter { token }, pipe, key)
+    }
+
+    /// A release of one hold of `owner`'s, the last one when `last`, published on `channel`
+    /// with `publish` (`PUBLISH`, or `SPUBLISH` on a Cluster) and the hold's token.
+    pub(crate) fn release(
+        key: &str,
+        owner: impl redis::ToRedisArgs,
+        last: bool,
+        (publish, channel, token): (&str, impl redis::ToRedisArgs, u64),
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        if last {
+            pipe.cmd("DELIFEQ").arg(key).arg(&owner);
+            pipe.cmd(publish).arg(channel).arg(token);
+            Self::new(Op::Release, pipe, key)
+        } else {
+            pipe.cmd("SET")
+                .arg(key)
+                .arg(&owner)
+                .arg("IFEQ")
+                .arg(&owner)
+                .arg("KEEPTTL");
+            Self::new(Op::ReleaseOne, pipe, key)
+        }
+    }
+
+    /// Sets the lease of `owner`'s lock to `ms` if it is still theirs: a release kept until
+    /// its minimum hold.
+    pub(crate) fn keep(key: &str, owner: impl redis::ToRedisArgs, ms: u64) -> Self {
+        let mut pipe = redis::pipe();
+        set_if_owner(&mut pipe, key, &owner, ms);
+        Self::new(Op::Keep, pipe, key)
+    }
+
+    /// Renews each lock `(key, owner)` to `ms` if it is still its owner's; `route` is the
+    /// first key (all in one slot on a Cluster).
+    pub(crate) fn renew<'a, O: redis::ToRedisArgs + 'a>(
+        locks: impl IntoIterator<Item = (&'a str, O)>,
+        ms: u64,
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        let mut route = None;
+        for (key, owner) in locks {
+            route.get_or_insert_with(|| key.to_owned());
+            set_if_owner(&mut pipe, key, &owner, ms);
+        }
+        let key = route.unwrap_or_default();
+        Self {
+            op: Op::Renew,
+            pipe,
+            key,
+        }
+    }
+
+    /// Frees the lock whoever holds it, and publishes on its channel.
+    pub(crate) fn force_unlock(key: &str, (publish, channel): (&str, &str)) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL").arg(key);
+        pipe.cmd(publish).arg(channel).arg("");
+        Self::new(Op::ForceUnlock, pipe, key)
+    }
+
+    /// Deletes `key` if it still holds `value` (a free lock string of the scripts in the way
+    /// of a native acquisition): answers 1 deleted, 0 not.
+    pub(crate) fn delete_if(key: &str, value: Vec<u8>) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("DELIFEQ").arg(key).arg(value);
+        Self::new(Op::ForceUnlock, pipe, key)
+    }
+
+    /// Reads the lock's state.
+    pub(crate) fn inspect(key: &str) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("PTTL").arg(key).cmd("GET").arg(key);
+        Self::new(Op::Inspect, pipe, key)
+    }
+
+    fn new(op: Op, pipe: Pipeline, key: &str) -> Self {
+        Self {
+            op,
+            pipe,
+            key: key.to_owned(),
+        }
+    }
+
+    /// The commands.
+    pub(crate) fn pipeline(&self) -> &Pipeline {
+        &self.pipe
+    }
+
+    /// Whether there is nothing to send.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pipe.cmd_iter().next().is_none()
+    }
+
+    /// The key that routes the call.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether this is a fresh acquisition (of one lock or several).
+    pub(crate) fn is_acquisition(&self) -> bool {
+        matches!(self.op, Op::Acquire { .. } | Op::MultiAcquire(_))
+    }
+
+    /// A multi-lock's acquisition: every lock in one `MULTI`/`EXEC`, each as a fresh
+    /// acquisition (its token from `counter`, the counter of their slot) or a re-entry. All or
+    /// none: what a partial success took is given back before the answer (see [`Found`]).
+    pub(crate) fn multi_acquire<O: redis::ToRedisArgs>(
+        a: Acquire<'_, O>,
+        locks: Vec<MultiLock>,
+        publish: &'static str,
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(a.counter)
+            .arg(a.seed)
+            .arg("NX");
+        for lock in &locks {
+            match lock.reentry {
+                Some(_) => set_if_owner(&mut pipe, &lock.key, &a.owner, a.lease_ms),
+                None => {
+                    pipe.cmd("INCR").arg(a.counter);
+                    pipe.cmd("SET")
+                        .arg(&lock.key)
+                        .arg(&a.owner)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(a.lease_ms)
+                        .arg("GET");
+                    pipe.cmd("PTTL").arg(&lock.key);
+                }
+            }
+        }
+        let multi = Multi {
+            owner: a.owner_bytes,
+            locks: locks
+                .into_iter()
+                .map(|l| (l.key, l.channel, l.reentry))
+                .collect(),
+            publish,
+        };
+        let key = multi.locks.first().map_or("", |l| l.0.as_str()).to_owned();
+        Self {
+            op: Op::MultiAcquire(multi),
+            pipe,
+            key,
+        }
+    }
+
+    /// Reads the reply to an acquisition: what it found in the lock's place.
+    pub(crate) fn found(&self, reply: Value) -> Result<Found, LockError> {
+        let reply = reply.extract_error().map_err(LockError::Redis)?;
+        if let Op::MultiAcquire(multi) = &self.op {
+            return multi.found(reply, &self.key);
+        }
+        if let (Op::Acquire { .. }, Some(old)) = (&self.op, old_value(&reply))
+            && old.first() == Some(&b'|')
+        {
+            return Ok(Found::Scripted(old.to_vec()));
+        }
+        self.read(reply).map(Found::Reply)
+    }
+
+    /// As [`read`](Self::read), for a reply that may answer a repeat of a call the server
+    /// already applied (sent again after a connection failure): a last release that finds
+    /// the lock gone counts as a repeat of its first sending (1, released). The lock was the
+    /// owner's when it was first sent, unless its lease had run out or it was taken away in
+    /// that moment; that cannot be told apart, and it is taken as released.
+    pub(crate) fn read_repeat(&self, reply: Value) -> Result<Value, LockError> {
+        let read = self.read(reply)?;
+        Ok(match (&self.op, read) {
+            (Op::Release, Value::Int(0)) => Value::Int(1),
+            (_, read) => read,
+        })
+    }
+
+    /// Reads the reply into the shape the script of the same operation answers in.
+    pub(crate) fn read(&self, reply: Value) -> Result<Value, LockError> {
+        // An error in one command of the call (a key of another type) is the call's.
+        let reply = reply.extract_error().map_err(LockError::Redis)?;
+        let bad =
+            |reply: &Value| LockError::UnexpectedReply(format!("{:?} answered {reply:?}", self.op));
+        let replies = match reply {
+            Value::Array(replies) => replies,
+            other => return Err(bad(&other)),
+        };
+        let int = |i: usize| match replies.get(i) {
+            Some(Value::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let ok = |i: usize| matches!(replies.get(i), Some(Value::Okay));
+        Ok(Value::Int(match &self.op {
+            Op::Acquire { owner } => {
+                let (token, pttl) = (int(1), int(3));
+                let (Some(token), Some(pttl)) = (token, pttl) else {
+                    return Err(bad(&Value::Array(replies)));
+                };
+                match replies.get(2) {
+                    Some(Value::Nil) => token,
+                    Some(Value::BulkString(old)) if old == owner => token,
+                    Some(Value::BulkString(_)) if pttl < 0 => -1,
+                    Some(Value::BulkString(_)) => -2 - pttl,
+                    _ => return Err(bad(&Value::Array(replies))),
+                }
+            }
+            Op::Reenter { token } => match replies.first() {
+                Some(Value::Okay) => i64::try_from(*token).unwrap_or(i64::MAX),
+                Some(Value::Nil) => 0,
+                _ => return Err(bad(&Value::Array(replies))),
+            },
+            Op::Release | Op::ForceUnlock => match int(0) {
+                Some(n) => n.min(1),
+                None => return Err(bad(&Value::Array(replies))),
+            },
+            Op::ReleaseOne => 2 * i64::from(ok(0)),
+            Op::Keep => i64::from(ok(0)),
+            Op::Renew => {
+                let renewed = (0..replies.len()).map(|i| Value::Int(i64::from(ok(i))));
+                return Ok(Value::Array(renewed.collect()));
+            }
+            Op::Inspect => return Ok(Value::Array(replies)),
+            Op::MultiAcquire(_) => return Err(bad(&Value::Array(replies))),
+        }))
+    }
+}
+
+/// What one lock of a multi-lock's acquisition came to.
+enum Took {
+    /// Taken (fresh, with this token, or re-entered).
+    Taken { token: u64, fresh: bool },
+    /// Held by another owner, for `ms` more (-1: no expiry).
+    Busy { ms: i64 },
+    /// A free lock string of the scripts was in the way: to be deleted, then tried again.
+    Scripted(Vec<u8>),
+    /// The owner's hold was gone (a re-entry that found another value).
+    Lost,
+}
+
+impl Multi {
+    /// Reads the `EXEC` reply: every lock taken, or what to give back and why not.
+    fn found(&self, reply: Value, route: &str) -> Result<Found, LockError> {
+        let bad = |what: &str| LockError::UnexpectedReply(format!("multi-lock answered {what}"));
+        let Value::Array(replies) = reply else {
+            return Err(bad("no table"));
+        };
+        let mut at = 1; // after the counter's seed
+        let mut took = Vec::with_capacity(self.locks.len());
+        for (_, _, reentry) in &self.locks {
+            let entry = match reentry {
+                Some(token) => {
+                    at += 1;
+                    match replies.get(at - 1) {
+                        Some(Value::Okay) => Took::Taken {
+                            token: *token,
+                            fresh: false,
+                        },
+                        Some(Value::Nil) => Took::Lost,
+                        _ => return Err(bad("a re-entry with something else")),
+                    }
+                }
+                None => {
+                    at += 3;
+                    let (token, old, pttl) = (
+                        replies.get(at - 3),
+                        replies.get(at - 2),
+                        replies.get(at - 1),
+                    );
+                    let (Some(Value::Int(token)), Some(Value::Int(pttl))) = (token, pttl) else {
+                        return Err(bad("an acquisition without its token or lease"));
+                    };
+                    match old {
+                        Some(Value::Nil) => Took::Taken {
+                            token: token.unsigned_abs(),
+                            fresh: true,
+                        },
+                        Some(Value::BulkString(old)) if *old == self.owner => Took::Taken {
+                            token: token.unsigned_abs(),
+                            fresh: true,
+                        },
+                        Some(Value::BulkString(old)) if old.first() == Some(&b'|') => {
+                            Took::Scripted(old.clone())
+                        }
+                        Some(Value::BulkString(_)) => Took::Busy { ms: *pttl },
+                        _ => return Err(bad("an acquisition with something else")),
+                    }
+                }
+            };
+            took.push(entry);
+        }
+        let failed = took.iter().position(|t| !matches!(t, Took::Taken { .. }));
+        let Some(failed) = failed else {
+            let mut answer = vec![Value::Int(1)];
+            for t in &took {
+                if let Took::Taken { token, .. } = t {
+                    answer.push(Value::Int(i64::try_from(*token).unwrap_or(i64::MAX)));
+                }
+            }
+            return Ok(Found::Reply(Value::Array(answer)));
+        };
+        let index = Value::Int(i64::try_from(failed + 1).unwrap_or(i64::MAX));
+        let answer = match &took[failed] {
+            Took::Lost => vec![Value::Int(3), index],
+            Took::Busy { ms } => vec![Value::Int(0), index, Value::Int(*ms)],
+            _ => vec![Value::Int(0), index, Value::Int(0)],
+        };
+        Ok(Found::Partial {
+            answer: Value::Array(answer),
+            give_back: self.give_back(&took, route),
+        })
+    }
+
+    /// Deletes what a partial acquisition took fresh (and publishes its release, for a waiter
+    /// that met it meanwhile), and the free lock strings of the scripts it met.
+    fn give_back(&self, took: &[Took], route: &str) -> Call {
+        let mut pipe = redis::pipe();
+        for ((key, channel, _), t) in self.locks.iter().zip(took) {
+            match t {
+                Took::Taken { fresh: true, .. } => {
+                    pipe.cmd("DELIFEQ").arg(key).arg(&self.owner);
+                    pipe.cmd(self.publish).arg(channel).arg(0);
+                }
+                Took::Scripted(old) => {
+                    pipe.cmd("DELIFEQ").arg(key).arg(old);
+                }
+                _ => {}
+            }
+        }
+        Call::new(Op::Renew, pipe, route)
+    }
+}
+
+/// `SET key owner IFEQ owner PX ms`.
+fn set_if_owner(pipe: &mut Pipeline, key: &str, owner: &impl redis::ToRedisArgs, ms: u64) {
+    pipe.cmd("SET")
+        .arg(key)
+        .arg(owner)
+        .arg("IFEQ")
+        .arg(owner)
+        .arg("PX")
+        .arg(ms);
+}
+
+/// The value an acquisition's `SET … GET` found, if any.
+fn old_value(reply: &Value) -> Option<&[u8]> {
+    match reply {
+        Value::Array(replies) => match replies.get(2) {
+            Some(Value::BulkString(old)) => Some(old),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The fencing counter of `slot` (None: the only counter of a server).
+pub(crate) fn counter(prefix: &str, slot: Option<Slot>) -> String {
+    match slot {
+        Some(slot) => format!("{prefix}fence:{{{}}}", tag_of(slot)),
+        None => format!("{prefix}fence"),
+    }
+}
+
+/// A hash tag that falls in `slot`: the smallest number, in decimal, whose CRC16 does. The
+/// table is made once, the first time a Cluster asks (about 16,384 × ln 16,384 hashes).
+fn tag_of(slot: Slot) -> &'static str {
+    static TAGS: LazyLock<HashMap<Slot, String>> = LazyLock::new(|| {
+        let mut tags = HashMap::with_capacity(SLOTS);
+        let mut n: u64 = 0;
+        while tags.len() < SLOTS {
+            let tag = n.to_string();
+            tags.entry(Slot::for_key(&tag)).or_insert(tag);
+            n += 1;
+        }
+        tags
+    });
+    TAGS.get(&slot).map_or("0", String::as_str)
+}
+
+/// Slots in a Cluster.
+const SLOTS: usize = 16_384;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquire() -> Call {
+        Call::acquire(Acquire {
+            key: "lock:{a}",
+            owner: "me:1",
+            owner_bytes: b"me:1".to_vec(),
+            lease_ms: 30_000,
+            counter: "lock:fence",
+            seed: 1_795_000_000_000_000,
+        })
+    }
+
+    fn exec(old: Value, pttl: i64) -> Value {
+        Value::Array(vec![Value::Nil, Value::Int(42), old, Value::Int(pttl)])
+    }
+
+    #[test]
+    fn an_acquisition_reads_as_the_acquire_script_answers() {
+        let call = acquire();
+        let read = |old, pttl| call.read(exec(old, pttl)).unwrap();
+        assert_eq!(read(Value::Nil, 30_000), Value::Int(42));
+        let mine = Value::BulkString(b"me:1".to_vec());
+        assert_eq!(
+            read(mine, 29_000),
+            Value::Int(42),
+            "a repeat keeps its token"
+        );
+        let other = || Value::BulkString(b"you:7".to_vec());
+        assert_eq!(read(other(), 1_500), Value::Int(-1502));
+        assert_eq!(read(other(), -1), Value::Int(-1));
+        assert!(call.read(Value::Int(1)).is_err());
+        assert!(call.read(Value::Array(vec![])).is_err());
+    }
+
+    #[test]
+    fn a_scripted_free_lock_string_is_found_as_such() {
+        let old = b"|0|1795000000000000|1795000000000000|".to_vec();
+        let found = acquire().found(exec(Value::BulkString(old.clone()), 3_600_000));
+        assert!(matches!(found, Ok(Found::Scripted(o)) if o == old));
+    }
+
+    #[test]
+    fn releases_and_renewals_read_as_their_scripts_answer() {
+        let release = Call::release("lock:{a}", "me:1", true, ("PUBLISH", "c", 42));
+        let read = |call: &Call, replies| call.read(Value::Array(replies)).unwrap();
+        assert_eq!(
+            read(&release, vec![Value::Int(1), Value::Int(0)]),
+            Value::Int(1)
+        );
+        assert_eq!(
+            read(&release, vec![Value::Int(0), Value::Int(2)]),
+            Value::Int(0)
+        );
+        let one = Call::release("lock:{a}", "me:1", false, ("PUBLISH", "c", 42));
+        assert_eq!(read(&one, vec![Value::Okay]), Value::Int(2));
+        assert_eq!(read(&one, vec![Value::Nil]), Value::Int(0));
+        let renew = Call::renew([("lock:{a}", "me:1"), ("lock:{b}", "me:2")], 30_000);
+        assert_eq!(renew.key(), "lock:{a}");
+        assert_eq!(
+            read(&renew, vec![Value::Okay, Value::Nil]),
+            Value::Array(vec![Value::Int(1), Value::Int(0)])
+        );
+        let reenter = Call::reenter("lock:{a}", "me:1", 30_000, 42);
+        assert_eq!(read(&reenter, vec![Value::Okay]), Value::Int(42));
+        assert_eq!(read(&reenter, vec![Value::Nil]), Value::Int(0));
+    }
+
+    #[test]
+    fn counters_are_outside_every_lock_key_and_in_the_locks_slot() {
+        assert_eq!(counter("lock:", None), "lock:fence");
+        for name in ["order:42", "a", "lottery:2026-11-24T12:00:00Z"] {
+            let key = format!("lock:{{{name}}}");
+            let slot = Slot::for_key(&key);
+            let counter = counter("lock:", Some(slot));
+            assert!(counter.starts_with("lock:fence:{"), "{counter}");
+            assert_eq!(
+                Slot::for_key(&counter),
+                slot,
+                "{counter} is in {key}'s slot"
+            );
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The mutex protocols against the test server: which one a client speaks follows what the
+//! server has, and the native one (Valkey 9.0 or later: `SET … IFEQ`, `DELIFEQ`) keeps every
+//! promise the scripted one does, with its own key layout: a held lock is its owner id with
+//! the lease as TTL, a free one has no key, tokens come from one never-expiring counter per
+//! slot. The native tests need such a server (`REDIS_SERVER_BIN=.../valkey-server`, see
+//! `scripts/ensure-valkey.sh`); on another they print why they are skipped.
+
+use std::io::Write;
+use std::time::Duration;
+
+use lock_core::{LockClient, LockError, MutexProtocol};
+use lock_tests::RedisServer;
+use lock_tests::fixtures::{assert_clean, client, client_with_lease};
+
+/// Whether the test server has the native protocol's commands.
+fn native_server(server: &RedisServer) -> bool {
+    server.cmd(&["COMMAND", "INFO", "DELIFEQ"]) != "(nil)"
+        && !server.cmd(&["COMMAND", "INFO", "DELIFEQ"]).is_empty()
+}
+
+/// True (and says so) when the test server cannot run a native test.
+fn skip_without_native(server: &RedisServer, test: &str) -> bool {
+    if native_server(server) {
+        return false;
+    }
+    // Written to the stream itself: the test harness does not capture it, so it is loud.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: the test server has no DELIFEQ (the native mutex protocol needs Valkey \
+         9.0 or later; run with REDIS_SERVER_BIN set to scripts/ensure-valkey.sh's valkey-server)"
+    );
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protocol_follows_what_the_server_has() {
+    let server = RedisServer::start();
+    let auto = client(&server.url()).await;
+    let caps = auto.server_capabilities().clone();
+    let native = native_server(&server);
+    assert_eq!(caps.native_compare, native, "{caps}");
+    let expected = if native {
+        MutexProtocol::Native
+    } else {
+        MutexProtocol::Scripted
+    };
+    assert_eq!(caps.mutex_protocol, expected, "{caps}");
+    assert!(caps.scripting && caps.wait && caps.sharded_pubsub, "{caps}");
+    // Asked for explicitly: scripts always work where there is Lua; native only where the
+    // commands are.
+    let scripted = LockClient::builder(&server.url())
+        .mutex_protocol(MutexProtocol::Scripted)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        scripted.server_capabilities().mutex_protocol,
+        MutexProtocol::Scripted
+    );
+    let asked = LockClient::builder(&server.url())
+        .mutex_protocol(MutexProtocol::Native)
+        .build()
+        .await;
+    match asked {
+        Ok(c) => {
+            assert!(native);
+            assert_eq!(
+                c.server_capabilities().mutex_protocol,
+                MutexProtocol::Native
+            );
+        }
+        Err(e) => {
+            assert!(!native, "{e}");
+            assert!(matches!(e, LockError::Unsupported { .. }), "{e:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_lock_is_its_owner_while_held_and_gone_when_free() {
+    let server = RedisServer::start();
+    if skip_without_native(
+        &server,
+        "a_native_lock_is_its_owner_while_held_and_gone_when_free",
+    ) {
+        return;
+    }
+    let c = client(&server.url()).await;
+    let guard = c.lock("plain").await.unwrap();
+    let owner = server.cmd(&["GET", "lock:{plain}"]);
+    assert!(
+        owner.starts_with(c.client_id()) && !owner.contains('|'),
+        "{owner}"
+    );
+    let ttl: i64 = server.cmd(&["PTTL", "lock:{plain}"]).parse().unwrap();
+    assert!(ttl > 20_000 && ttl <= 30_000, "the watchdog lease: {ttl}");
+    let info = c.mutex("plain").info().await.unwrap();
+    assert!(info.held && info.owner.as_deref() == Some(owner.as_str()));
+    assert_eq!(
+        info.fencing_token,
+        Some(guard.fencing_token()),
+        "its holder knows it"
+    );
+    let elsewhere = client(&server.url())
+        .await
+        .mutex("plain")
+        .info()
+        .await
+        .unwrap();
+    assert_eq!((elsewhere.hold_count, elsewhere.fencing_token), (1, None));
+    assert!(guard.unlock().await.unwrap());
+    assert_eq!(
+        server.cmd(&["EXISTS", "lock:{plain}"]),
+        "0",
+        "a free lock has no key"
+    );
+    // The fencing counter is the server's one, with no time to live.
+    assert_eq!(server.cmd(&["PTTL", "lock:fence"]), "-1");
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_counter() {
+    let server = RedisServer::start();
+    let test = "native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_counter";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    let (a, b) = (client(&server.url()).await, client(&server.url()).await);
+    let mut last = 0;
+    let mut next = |token: u64, what: &str| {
+        assert!(token > last, "{what}: {token} after {last}");
+        last = token;
+    };
+    // Released.
+    let g = a.lock("t").await.unwrap();
+    next(g.fencing_token(), "first");
+    assert!(g.unlock().await.unwrap());
+    // Expired.
+    let g = b.lock("t").lease(Duration::from_millis(50)).await.unwrap();
+    next(g.fencing_token(), "after a release");
+    let g2 = a.lock("t").wait(Duration::from_secs(5)).await.unwrap();
+    next(g2.fencing_token(), "after an expiry");
+    drop(g);
+    // Force-unlocked.
+    assert!(b.mutex("t").force_unlock().await.unwrap());
+    let g3 = b.lock("t").wait(Duration::from_secs(5)).await.unwrap();
+    next(g3.fencing_token(), "after a force-unlock");
+    assert!(
+        !g2.unlock().await.unwrap(),
+        "the forced holder's release finds it gone"
+    );
+    assert!(g3.unlock().await.unwrap());
+    // The counter itself lost (a flush, a failover to a server without it): seeded again from
+    // the clock, above every token so far.
+    assert_eq!(server.cmd(&["DEL", "lock:fence"]), "1");
+    let g4 = a.lock("t").await.unwrap();
+    next(g4.fencing_token(), "after the counter was lost");
+    assert!(g4.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_lock_string_of_the_scripts_does_not_block_a_native_acquisition() {
+    let server = RedisServer::start();
+    let test = "a_free_lock_string_of_the_scripts_does_not_block_a_native_acquisition";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    // What a scripted client leaves for an hour after a release: the fencing counter.
+    let old = "|0|1700000000000000|1700000000000000|";
+    server.cmd(&["SET", "lock:{migrated}", old, "PX", "3600000"]);
+    let c = client(&server.url()).await;
+    let g = c
+        .try_lock("migrated")
+        .await
+        .unwrap()
+        .expect("taken at once");
+    assert!(g.fencing_token() > 1_700_000_000_000_000);
+    // A held lock string of the scripts is someone's lock: busy, untouched.
+    let held = "someone:1|1|1700000000000001||";
+    server.cmd(&["SET", "lock:{theirs}", held, "PX", "3600000"]);
+    assert!(c.try_lock("theirs").await.unwrap().is_none());
+    assert_eq!(server.cmd(&["GET", "lock:{theirs}"]), held);
+    assert!(g.unlock().await.unwrap());
+    server.cmd(&["DEL", "lock:{theirs}"]);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_multi_lock_takes_all_or_gives_back_what_it_took() {
+    let server = RedisServer::start();
+    let test = "a_native_multi_lock_takes_all_or_gives_back_what_it_took";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    let (a, b) = (client(&server.url()).await, client(&server.url()).await);
+    let blocker = b.lock("m2").await.unwrap();
+    let multi = a.multi_lock(["m1", "m2", "m3"]).atomic();
+    assert!(multi.try_lock().await.unwrap().is_none());
+    for free in ["m1", "m3"] {
+        assert!(
+            !a.mutex(free).info().await.unwrap().held,
+            "{free} given back"
+        );
+    }
+    // A waiting multi-lock gets all three once the busy one is released.
+    let waiting = tokio::spawn(async move { multi.lock().wait(Duration::from_secs(10)).await });
+    tokio::task::yield_now().await;
+    assert!(blocker.unlock().await.unwrap());
+    let all = waiting.await.unwrap().unwrap();
+    let tokens = all.fencing_tokens();
+    assert_eq!(tokens.len(), 3);
+    assert!(tokens.iter().all(|t| *t > 0));
+    assert!(all.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripting_the_native_mutex_works_and_the_rest_says_why_not() {
+    // Lua unloaded at run time: Valkey 9.1 keeps it in a module.
+    let server = RedisServer::start_with(&["--enable-module-command", "local"]);
+    let test = "without_scripting_the_native_mutex_works_and_the_rest_says_why_not";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    assert_eq!(server.cmd(&["MODULE", "UNLOAD", "lua"]), "OK");
+    let c = client(&server.url()).await;
+    let caps = c.server_capabilities();
+    assert!(
+        !caps.scripting && caps.mutex_protocol == MutexProtocol::Native,
+        "{caps}"
+    );
+    let g = c.lock("no-lua").await.unwrap();
+    let (again, _) = tokio::join!(c.try_lock("no-lua"), tokio::task::yield_now());
+    assert!(again.unwrap().is_none());
+    assert!(g.unlock().await.unwrap());
+    for (what, result) in [
+        ("fair lock", c.fair_lock("f").try_lock().await.map(drop)),
+        (
+            "read-write lock",
+            c.read_write_lock("r").try_read().await.map(drop),
+        ),
+        (
+            "semaphore",
+            c.semaphore("s", 2).try_acquire(1).await.map(drop),
+        ),
+    ] {
+        match result {
+            Err(LockError::Unsupported {
+                feature, missing, ..
+            }) => {
+                assert_eq!(feature, what);
+                assert!(missing.contains("scripting"), "{missing}");
+            }
+            other => panic!("{what} without scripting: {other:?}"),
+        }
+    }
+    // A client that needs the scripts says so at build.
+    let scripted = LockClient::builder(&server.url())
+        .mutex_protocol(MutexProtocol::Scripted)
+        .build()
+        .await;
+    assert!(scripted.is_err());
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_loses_delifeq_fails_the_release_typed_and_leaves_the_lock_to_expire() {
+    let mut server = RedisServer::start();
+    let test = "a_server_that_loses_delifeq_fails_the_release_typed_and_leaves_the_lock_to_expire";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    let c = client_with_lease(&server.url(), Duration::from_secs(2)).await;
+    let other = client(&server.url()).await;
+    let g = c.lock("loses").lease(Duration::from_secs(2)).await.unwrap();
+    // A failover to an older server, as it looks to the client: the same address, without
+    // the command. The lock is in the new server's keyspace as the old one left it.
+    let owner = server.cmd(&["GET", "lock:{loses}"]);
+    server.restart_with(&["--rename-command", "DELIFEQ", ""]);
+    server.cmd(&["SET", "lock:{loses}", &owner, "PX", "2000"]);
+    match g.unlock().await {
+        Err(LockError::Unsupported { missing, .. }) => assert!(missing.contains("DELIFEQ")),
+        other => panic!("a release without DELIFEQ: {other:?}"),
+    }
+    // Not corrupted: still the owner's until its lease ends, then free.
+    assert_eq!(server.cmd(&["GET", "lock:{loses}"]), owner);
+    assert!(other.try_lock("loses").await.unwrap().is_none());
+    let next = other
+        .lock("loses")
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(next.is_held());
+    drop(next);
+}
