@@ -14,6 +14,7 @@
 //!   and graceful failover.
 //! - [`TlsFiles`]: a throwaway CA with server and client certificates, for
 //!   servers started with [`RedisServer::start_tls`] (and TLS clusters).
+//! - [`logs`]: `tracing` events captured for a test to check.
 //! - [`init_tracing`] and [`unique_name`]: small helpers for test bodies.
 //!
 //! The harness never touches a Redis server it did not start itself.
@@ -21,6 +22,7 @@
 pub mod checkers;
 pub mod cluster;
 pub mod fixtures;
+pub mod logs;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;
