@@ -296,6 +296,8 @@
 //! [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder the application
 //! installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
 //! [`metrics`] module; [`LockClientBuilder::metric_label`] adds a bounded `family` label.
+//! For a recorder that needs bucket bounds (Prometheus renders histograms without them as
+//! summaries), [`metrics::HISTOGRAMS`] gives each histogram's.
 //!
 //! **Tracing.** Every acquisition runs in a `debug` span `lock` (`kind`, `name`). Events:
 //! `warn` once per held lock that is lost (`lock`, `kind`, `fencing_token`, `reason`
