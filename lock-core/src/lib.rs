@@ -405,7 +405,8 @@ pub use lock_macros::distributed_lock;
 #[path = "__private.rs"]
 pub mod __private;
 
-/// The README's examples, compiled as doc tests.
+/// The crate README's example, compiled as a doc test. (The workspace README's are compiled
+/// by the workspace's test crate: a published crate holds only its own files.)
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -236,3 +236,8 @@ pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, RouteMismatch, 
 pub use layer::DistributedLockLayer;
 pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
 pub use service::DistributedLock;
+
+/// The crate README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

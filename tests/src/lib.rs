@@ -69,3 +69,14 @@ pub fn unique_name(prefix: &str) -> String {
     hasher.write_u64(count);
     format!("{prefix}-{:016x}{count:x}", hasher.finish())
 }
+
+/// The workspace README's examples, compiled as doc tests with the published crates as a
+/// service would depend on them (here, since the README belongs to no published crate).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;
+
+/// lock-macros' README example, which needs lock-core (lock-macros cannot depend on it).
+#[cfg(doctest)]
+#[doc = include_str!("../../lock-macros/README.md")]
+struct LockMacrosReadme;
