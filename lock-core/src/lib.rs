@@ -300,6 +300,8 @@
 //! [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder the application
 //! installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
 //! [`metrics`] module; [`LockClientBuilder::metric_label`] adds a bounded `family` label.
+//! For a recorder that needs bucket bounds (Prometheus renders histograms without them as
+//! summaries), [`metrics::HISTOGRAMS`] gives each histogram's.
 //!
 //! **Tracing.** Every acquisition runs in a `debug` span `lock` (`kind`, `name`). Events:
 //! `warn` once per held lock that is lost (`lock`, `kind`, `fencing_token`, `reason`
@@ -419,7 +421,8 @@ pub use lock_macros::distributed_lock;
 #[path = "__private.rs"]
 pub mod __private;
 
-/// The README's examples, compiled as doc tests.
+/// The crate README's example, compiled as a doc test. (The workspace README's are compiled
+/// by the workspace's test crate: a published crate holds only its own files.)
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -54,6 +54,34 @@
 //!   themselves never become labels: they are unbounded.
 //!
 //! The same names are the constants of this module.
+//!
+//! # Prometheus: histograms, not summaries
+//!
+//! A recorder does not know which buckets suit a histogram, and some fall back on something
+//! else: `metrics-exporter-prometheus` renders every histogram it has no buckets for as a
+//! *summary* (quantiles per process, which cannot be added up across instances). Give it
+//! [`HISTOGRAMS`], each histogram's name with its bucket bounds ([`DURATION_BUCKETS`] for
+//! the durations, [`SIZE_BUCKETS`] for the batch sizes), before installing it:
+//!
+//! ```
+//! use lock_core::metrics::HISTOGRAMS;
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//!
+//! let mut builder = PrometheusBuilder::new();
+//! for &(name, buckets) in HISTOGRAMS {
+//!     builder = builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)?;
+//! }
+//! let recorder = builder.build_recorder();
+//! let handle = recorder.handle(); // handle.render() is the text for GET /metrics
+//! // In a service: metrics::set_global_recorder(recorder)?, before the first LockClient.
+//! // Here, what one hold of 4 ms looks like:
+//! metrics::with_local_recorder(&recorder, || {
+//!     metrics::histogram!(lock_core::metrics::HOLD_DURATION, "kind" => "mutex").record(0.004);
+//! });
+//! let text = handle.render();
+//! assert!(text.contains(r#"lock_hold_duration_seconds_bucket{kind="mutex",le="0.005"} 1"#));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -84,6 +112,31 @@ pub const RELEASE_RETRIES: &str = "lock_release_retries_total";
 pub const PUBSUB_RECONNECTS: &str = "lock_pubsub_reconnects_total";
 /// Gauge `{kind}`: holds this process currently has.
 pub const HELD: &str = "lock_held";
+
+/// Bucket bounds, in seconds, for the duration histograms ([`ACQUIRE_DURATION`],
+/// [`WAIT_DURATION`], [`HOLD_DURATION`]): 100 µs to 10 s, about three per decade (1, 2.5, 5).
+/// An uncontended acquisition takes a round trip (well under a millisecond on a LAN); waits
+/// and holds run up to seconds. Longer ones land in the `+Inf` bucket.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Bucket bounds for the batch-size histograms ([`BATCH_SIZE`], [`RENEWAL_BATCH_SIZE`]):
+/// powers of two from 1 to 4,096 requests or holds per call.
+pub const SIZE_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
+
+/// Every histogram lock-core records, with the bucket bounds that suit it: give them to a
+/// recorder that needs buckets (see [Prometheus](self#prometheus-histograms-not-summaries)).
+pub const HISTOGRAMS: &[(&str, &[f64])] = &[
+    (ACQUIRE_DURATION, DURATION_BUCKETS),
+    (WAIT_DURATION, DURATION_BUCKETS),
+    (HOLD_DURATION, DURATION_BUCKETS),
+    (RENEWAL_BATCH_SIZE, SIZE_BUCKETS),
+    (BATCH_SIZE, SIZE_BUCKETS),
+];
 
 /// The function of [`LockClientBuilder::metric_label`](crate::LockClientBuilder::metric_label).
 pub(crate) type Labeler = Arc<dyn Fn(&str) -> Option<&'static str> + Send + Sync>;
@@ -372,4 +425,22 @@ pub(crate) fn release_retry() {
 pub(crate) fn pubsub_reconnect() {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(PUBSUB_RECONNECTS).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_histogram_has_increasing_positive_buckets() {
+        for &(name, buckets) in HISTOGRAMS {
+            assert!(!buckets.is_empty(), "{name}");
+            assert!(buckets[0] > 0.0, "{name}");
+            assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{name}");
+        }
+        let mut names: Vec<&str> = HISTOGRAMS.iter().map(|&(name, _)| name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), HISTOGRAMS.len());
+    }
 }

@@ -1,8 +1,9 @@
 //! What a [`DistributedLockLayer`](crate::DistributedLockLayer) was told: the policy enums, the
 //! kind of lock, and [`Settings`]. No behaviour lives here.
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::{Method, StatusCode};
@@ -127,6 +128,8 @@ pub(crate) struct Settings {
     pub(crate) unavailable_retry_after: Duration,
     /// How long this layer's requests have held their locks lately.
     pub(crate) hold_times: Arc<HoldTimes>,
+    /// The routes whose key mismatch this layer has logged.
+    pub(crate) mismatched_routes: Arc<LoggedRoutes>,
 }
 
 /// How a request's key becomes a lock name.
@@ -165,6 +168,7 @@ impl Settings {
             max_retry_after: Duration::from_secs(5),
             unavailable_retry_after: Duration::from_secs(1),
             hold_times: Arc::default(),
+            mismatched_routes: Arc::default(),
         }
     }
 
@@ -224,6 +228,26 @@ impl HoldTimes {
     }
 }
 
+/// The routes a layer has logged a problem for, so that each is logged once and not once per
+/// request.
+#[derive(Debug, Default)]
+pub(crate) struct LoggedRoutes {
+    /// Route patterns (`None`: requests that matched no route).
+    routes: Mutex<HashSet<Option<String>>>,
+}
+
+impl LoggedRoutes {
+    /// The most routes remembered: a layer is on a bounded number of routes, but a custom
+    /// extractor could name anything. Past it, nothing more is logged.
+    pub(crate) const MAX: usize = 1024;
+
+    /// True the first time `route` is seen (among the first [`Self::MAX`] routes).
+    pub(crate) fn first(&self, route: Option<&str>) -> bool {
+        let mut routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        routes.len() < Self::MAX && routes.insert(route.map(str::to_owned))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +259,21 @@ mod tests {
         assert_eq!(Side::of_method(&Method::OPTIONS), Side::Read);
         assert_eq!(Side::of_method(&Method::POST), Side::Write);
         assert_eq!(Side::of_method(&Method::DELETE), Side::Write);
+    }
+
+    #[test]
+    fn each_route_is_logged_once_and_the_memory_is_bounded() {
+        let logged = LoggedRoutes::default();
+        assert!(logged.first(Some("/a/{id}")));
+        assert!(!logged.first(Some("/a/{id}")));
+        assert!(logged.first(None));
+        assert!(!logged.first(None));
+        assert!(logged.first(Some("/b/{id}")));
+        for i in 0..2 * LoggedRoutes::MAX {
+            logged.first(Some(&format!("/r{i}")));
+        }
+        assert_eq!(logged.routes.lock().unwrap().len(), LoggedRoutes::MAX);
+        assert!(!logged.first(Some("/new")), "nothing more once full");
     }
 
     #[test]

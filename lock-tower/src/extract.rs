@@ -46,6 +46,79 @@ pub trait KeyExtractor<B> {
     fn extract_mut(&self, request: &mut Request<B>) -> Option<String> {
         self.extract(request)
     }
+
+    /// Called only when a request has no key: whether that is the server's fault rather than
+    /// the request's, because this extractor looks for something the route the request
+    /// matched can never have (a [`PathParam`] naming a parameter the route does not
+    /// declare). The layer then answers `500` ([`RejectionKind::KeyNotInRoute`]) instead of
+    /// `400`, and logs the mismatch at `error` once per route.
+    ///
+    /// By default `None`: a missing key is the request's (a header or query parameter it did
+    /// not send).
+    ///
+    /// [`RejectionKind::KeyNotInRoute`]: crate::RejectionKind::KeyNotInRoute
+    fn route_mismatch(&self, request: &Request<B>) -> Option<RouteMismatch> {
+        let _ = request;
+        None
+    }
+}
+
+/// A key extractor that cannot work on the route a request matched: it looks for a route
+/// parameter the route does not have (see [`KeyExtractor::route_mismatch`]). A server
+/// misconfiguration, not a bad request.
+///
+/// ```
+/// use lock_tower::RouteMismatch;
+///
+/// let mismatch = RouteMismatch::new("order_id", Some("/orders/{id}/pay".to_owned()));
+/// assert_eq!(
+///     mismatch.to_string(),
+///     "the route `/orders/{id}/pay` has no parameter `order_id`"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteMismatch {
+    parameter: String,
+    route: Option<String>,
+}
+
+impl RouteMismatch {
+    /// The extractor looks for `parameter`, which `route` (the matched route's pattern, as
+    /// axum's `MatchedPath` gives it; `None` when the request matched no route) lacks.
+    pub fn new(parameter: impl Into<String>, route: Option<String>) -> Self {
+        Self {
+            parameter: parameter.into(),
+            route,
+        }
+    }
+
+    /// The parameter the extractor looks for.
+    pub fn parameter(&self) -> &str {
+        &self.parameter
+    }
+
+    /// The pattern of the route the request matched, if it matched one.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+}
+
+impl fmt::Display for RouteMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.route {
+            Some(route) => write!(
+                f,
+                "the route `{route}` has no parameter `{}`",
+                self.parameter
+            ),
+            None => write!(
+                f,
+                "the request matched no route, so it has no parameter `{}` (add the layer \
+                 with `route_layer`)",
+                self.parameter
+            ),
+        }
+    }
 }
 
 impl<B, F> KeyExtractor<B> for F
@@ -179,9 +252,16 @@ impl<B> KeyExtractor<B> for QueryParam {
 /// it to the handler.
 ///
 /// **Add the layer with `Router::route_layer`**, not `Router::layer`: route parameters exist
-/// only once a route has matched (with `layer` every request would miss its key, and
-/// unmatched paths would get `400` instead of `404`). A parameter that is not valid UTF-8
-/// once decoded counts as missing, as it is for axum's `Path<String>`.
+/// only once a route has matched. A parameter that is not valid UTF-8 once decoded counts as
+/// missing (`400`, the request's fault), as it is for axum's `Path<String>`.
+///
+/// A name the route does not declare (`PathParam::new("order_id")` on `/orders/{id}`), or a
+/// request that matched no route (the layer added with `Router::layer`, reached by the
+/// fallback), is the server's fault: with [`MissingKey::Reject`](crate::MissingKey::Reject),
+/// the default, such requests are answered `500` with the code `lock_key_not_in_route`, and
+/// the layer logs the parameter and the route at `error`, once per route (see
+/// [`KeyExtractor::route_mismatch`]). With [`MissingKey::PassThrough`](crate::MissingKey::PassThrough)
+/// they run without the lock, as every request without a key does.
 ///
 /// ```
 /// use axum::{Router, routing::post};
@@ -213,9 +293,7 @@ impl<B> KeyExtractor<B> for PathParam {
     // through `FromRequestParts`, which needs owned parts: the extensions are copied over
     // from a shared request, and moved over and back from a lent one.
     fn extract(&self, request: &Request<B>) -> Option<String> {
-        let (mut parts, ()) = Request::new(()).into_parts();
-        parts.extensions = request.extensions().clone();
-        self.read_parts(&mut parts)
+        self.read_parts(&mut parts_with(request))
     }
 
     fn extract_mut(&self, request: &mut Request<B>) -> Option<String> {
@@ -225,15 +303,50 @@ impl<B> KeyExtractor<B> for PathParam {
         *request.extensions_mut() = parts.extensions;
         key
     }
+
+    fn route_mismatch(&self, request: &Request<B>) -> Option<RouteMismatch> {
+        use axum::extract::MatchedPath;
+        use axum::extract::rejection::RawPathParamsRejection;
+
+        let lacks = match route_params(&mut parts_with(request)) {
+            Some(Ok(params)) => !params.iter().any(|(name, _)| name == self.name),
+            // Routing found no parameters at all: no route matched.
+            Some(Err(RawPathParamsRejection::MissingPathParams(_))) => true,
+            // A parameter that is not UTF-8: the request's fault.
+            Some(Err(_)) | None => false,
+        };
+        lacks.then(|| {
+            let route = request.extensions().get::<MatchedPath>();
+            RouteMismatch::new(self.name, route.map(|r| r.as_str().to_owned()))
+        })
+    }
+}
+
+/// Parts carrying a copy of `request`'s extensions.
+#[cfg(feature = "axum")]
+fn parts_with<B>(request: &Request<B>) -> http::request::Parts {
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.extensions = request.extensions().clone();
+    parts
+}
+
+/// The route's parameters, from parts carrying the request's extensions: `None` if axum's
+/// extractor is not ready at once (it always is).
+#[cfg(feature = "axum")]
+fn route_params(
+    parts: &mut http::request::Parts,
+) -> Option<Result<axum::extract::RawPathParams, axum::extract::rejection::RawPathParamsRejection>>
+{
+    use axum::extract::{FromRequestParts, RawPathParams};
+
+    now_or_never(RawPathParams::from_request_parts(parts, &()))
 }
 
 #[cfg(feature = "axum")]
 impl PathParam {
     /// The parameter's value, from parts carrying the request's extensions.
     fn read_parts(&self, parts: &mut http::request::Parts) -> Option<String> {
-        use axum::extract::{FromRequestParts, RawPathParams};
-
-        let params = now_or_never(RawPathParams::from_request_parts(parts, &()))?.ok()?;
+        let params = route_params(parts)?.ok()?;
         params
             .iter()
             .find(|(name, _)| *name == self.name)
@@ -462,14 +575,34 @@ mod tests {
             (status, String::from_utf8(body.to_vec()).unwrap())
         }
 
+        /// `handler` on a route with a parameter and on one without.
+        fn two_routes<H, T>(handler: H) -> Router
+        where
+            H: axum::handler::Handler<T, ()>,
+            T: 'static,
+        {
+            Router::new()
+                .route("/orders/{order_id}/pay", get(handler.clone()))
+                .route("/plain", get(handler))
+        }
+
         fn router(name: &'static str) -> Router {
             // The handler sees the request exactly as a route layer does.
             let handler = move |req: Request<Body>| async move {
                 format!("{:?}", PathParam::new(name).extract(&req))
             };
-            Router::new()
-                .route("/orders/{order_id}/pay", get(handler))
-                .route("/plain", get(handler))
+            two_routes(handler)
+        }
+
+        /// What `route_mismatch` says of a request, as a route layer sees it.
+        fn mismatch_router(name: &'static str) -> Router {
+            let handler = move |req: Request<Body>| async move {
+                match PathParam::new(name).route_mismatch(&req) {
+                    Some(m) => format!("{:?} {:?}", m.parameter(), m.route()),
+                    None => "fits".to_owned(),
+                }
+            };
+            two_routes(handler)
         }
 
         #[tokio::test]
@@ -486,6 +619,24 @@ mod tests {
             assert_eq!(extracted(router("order_id"), "/plain").await.1, "None");
             let bare = Request::builder().uri("/orders/42/pay").body(()).unwrap();
             assert_eq!(PathParam::new("order_id").extract(&bare), None);
+        }
+
+        #[tokio::test]
+        async fn a_parameter_the_route_lacks_is_a_route_mismatch() {
+            let (_, body) = extracted(mismatch_router("id"), "/orders/42/pay").await;
+            assert_eq!(body, r#""id" Some("/orders/{order_id}/pay")"#);
+            let (_, body) = extracted(mismatch_router("order_id"), "/plain").await;
+            assert_eq!(body, r#""order_id" Some("/plain")"#);
+            let (_, body) = extracted(mismatch_router("order_id"), "/orders/42/pay").await;
+            assert_eq!(body, "fits");
+            // Not a UTF-8 value: the request's fault, not the route's.
+            let (_, body) = extracted(mismatch_router("order_id"), "/orders/%ff/pay").await;
+            assert_eq!(body, "fits");
+            // No routing at all: no route to name.
+            let bare = Request::builder().uri("/orders/42/pay").body(()).unwrap();
+            let mismatch = PathParam::new("order_id").route_mismatch(&bare).unwrap();
+            assert_eq!((mismatch.parameter(), mismatch.route()), ("order_id", None));
+            assert!(mismatch.to_string().contains("route_layer"), "{mismatch}");
         }
 
         #[tokio::test]

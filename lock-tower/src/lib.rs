@@ -87,7 +87,7 @@
 //! | [`prefix`](DistributedLockLayer::prefix) | `"http:"` | lock name = prefix + key; always present, so a request cannot lock names outside it |
 //! | [`wait`](DistributedLockLayer::wait) | zero: one attempt, fail fast | how long to queue for a busy lock |
 //! | [`busy_status`](DistributedLockLayer::busy_status) | `409 Conflict` | or `423`, `429`, `503`; with `Retry-After` |
-//! | [`max_retry_after`](DistributedLockLayer::max_retry_after) | 5 s | the busy `Retry-After` is the recent average hold time of this layer's requests, at most the holder's remaining lease and this cap |
+//! | [`max_retry_after`](DistributedLockLayer::max_retry_after) | 5 s | the busy `Retry-After` is the recent average hold time of this layer's requests (before any of them has released its lock: the layer's `wait`, at least 1 s), at most the holder's remaining lease and this cap |
 //! | [`acquire_timeout`](DistributedLockLayer::acquire_timeout) | `wait` + 2 s | hard bound on taking the lock; past it `503` |
 //! | [`fail_mode`](DistributedLockLayer::fail_mode) | [`FailMode::Closed`]: `503` + `Retry-After` when Redis is unavailable | [`FailMode::Open`] runs the handler unlocked |
 //! | [`missing_key`](DistributedLockLayer::missing_key) | [`MissingKey::Reject`]: `400` | [`MissingKey::PassThrough`] runs the handler unlocked |
@@ -104,8 +104,10 @@
 //! | situation | [`RejectionKind`] | status | `Retry-After` |
 //! |---|---|---|---|
 //! | no key in the request ([`MissingKey::Reject`]) | `MissingKey` | 400 | no |
+//! | no key because the route cannot have one: a [`PathParam`] the route does not declare, or no matched route ([`MissingKey::Reject`]) | `KeyNotInRoute` | 500 | no |
 //! | key too long, control characters, not a valid lock name | `InvalidKey` | 400 | no |
-//! | lock held by another request past `wait` | `Busy` | 409 (see [`busy_status`](DistributedLockLayer::busy_status)) | recent average hold time, capped |
+//! | lock held by another request past `wait` | `Busy` | 409 (see [`busy_status`](DistributedLockLayer::busy_status)) | recent average hold time (at first the `wait`, at least 1 s), capped |
+//! | all `n` permits in use past `wait` ([`.permits(n)`](DistributedLockLayer::permits)) | `PermitsInUse` | as `Busy` | as `Busy` |
 //! | Redis down, slow or failing ([`FailMode::Closed`]) | `Unavailable` | 503 | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) |
 //! | lease lost while the handler ran ([`LeaseLost::Abort`]) | `Lost` | 503 | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) |
 //! | a setting that cannot work (empty prefix, lease out of range, 0 permits) | `Internal` | 500 | no |
@@ -193,9 +195,12 @@
 //! names it), `holder_lease_ms` (for a busy lock, the holder's remaining lease from Redis's
 //! busy answer — free to know, since the attempt reads it — absent when the lock has no
 //! expiry or the layer's own acquire timeout cut the wait), `retry_after_ms`, `detail` and
-//! `error`; the key is on its span. Also: `warn` when a request runs without the lock
+//! `error` (for a busy lock: what was busy and how long the request waited, e.g. ``lock
+//! `order:42` is held by another request (busy: a single attempt, no wait)``); the key is on
+//! its span. Also: `warn` when a request runs without the lock
 //! (failing open) or a lock is lost while its handler runs, `error` for a misconfigured layer
-//! (besides its 500's `info`), `debug` for acquisitions and releases. A default
+//! (besides its 500's `info`; for a key the route cannot have, once per route, with the
+//! `parameter` and the `route`), `debug` for acquisitions and releases. A default
 //! `tracing_subscriber::fmt()` prints the `info` events:
 //!
 //! ```text
@@ -227,7 +232,12 @@ mod service;
 pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;
-pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, header_value};
+pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, RouteMismatch, header_value};
 pub use layer::DistributedLockLayer;
 pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
 pub use service::DistributedLock;
+
+/// The crate README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

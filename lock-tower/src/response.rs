@@ -12,7 +12,7 @@ use http::{Response, StatusCode};
 use lock_core::LockError;
 
 use crate::body::ResponseBody;
-use crate::config::{FailMode, Settings};
+use crate::config::{FailMode, Kind, Settings};
 use crate::hold::Guarded;
 
 /// Why the layer answered a request itself instead of calling the inner service.
@@ -25,12 +25,21 @@ pub enum RejectionKind {
     InvalidKey,
     /// Another request holds the lock, and it stayed held for as long as the layer waits.
     Busy,
+    /// The busy answer of a [`permits(n)`](crate::DistributedLockLayer::permits) layer: all
+    /// `n` permits of the key stayed in use for as long as the layer waits. Answered like
+    /// [`Busy`](Self::Busy) (the busy status, `Retry-After`).
+    PermitsInUse,
     /// Redis could not be reached, did not answer in time, or failed.
     Unavailable,
     /// The lock was lost while the handler ran, and the layer aborted the handler.
     Lost,
     /// The layer or the lock client is misconfigured.
     Internal,
+    /// The key extractor looks for something the request's route does not have (a
+    /// [`PathParam`](crate::PathParam) naming a parameter the route does not declare): every
+    /// request of the route would be refused, so this is the server's fault (`500`), not the
+    /// request's. See [`KeyExtractor::route_mismatch`](crate::KeyExtractor::route_mismatch).
+    KeyNotInRoute,
 }
 
 impl RejectionKind {
@@ -40,9 +49,11 @@ impl RejectionKind {
             RejectionKind::MissingKey => "missing_lock_key",
             RejectionKind::InvalidKey => "invalid_lock_key",
             RejectionKind::Busy => "lock_busy",
+            RejectionKind::PermitsInUse => "lock_permits_in_use",
             RejectionKind::Unavailable => "lock_unavailable",
             RejectionKind::Lost => "lock_lost",
             RejectionKind::Internal => "lock_error",
+            RejectionKind::KeyNotInRoute => "lock_key_not_in_route",
         }
     }
 }
@@ -93,7 +104,7 @@ pub(crate) fn decide(
             );
             return Decision::Run(None);
         }
-        RejectionKind::Busy => {
+        RejectionKind::Busy | RejectionKind::PermitsInUse => {
             span.record("outcome", "busy");
         }
         RejectionKind::Unavailable => {
@@ -121,6 +132,9 @@ pub struct Rejection {
     retry_after: Option<Duration>,
     detail: String,
     error: Option<LockError>,
+    /// How the log describes `error` when lock-core's own words would mislead: a busy lock
+    /// is a [`LockError::Timeout`] even after a single attempt, which did not time out.
+    logged_error: Option<String>,
 }
 
 impl Rejection {
@@ -131,6 +145,7 @@ impl Rejection {
             retry_after: None,
             detail: detail.into(),
             error: None,
+            logged_error: None,
         }
     }
 
@@ -153,6 +168,15 @@ impl Rejection {
         .with_error(error)
     }
 
+    /// The rejection for a request whose route lacks the key the extractor looks for.
+    pub(crate) fn key_not_in_route() -> Self {
+        Self::new(
+            RejectionKind::KeyNotInRoute,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the server is misconfigured: this route does not provide the key of its lock",
+        )
+    }
+
     pub(crate) fn invalid_key(reason: &str) -> Self {
         Self::new(
             RejectionKind::InvalidKey,
@@ -172,21 +196,42 @@ impl Rejection {
             .with_retry_after(settings.unavailable_retry_after)
         };
         let rejection = match &error {
-            LockError::Timeout { holder_ttl, .. } => {
-                // The holder is likely done in about the time this layer's requests hold
-                // their locks; never later than its lease, never more than the cap.
-                let estimate = settings.hold_times.average();
-                let retry_after = match (*holder_ttl, estimate) {
-                    (Some(ttl), Some(estimate)) => ttl.min(estimate),
-                    (ttl, estimate) => ttl.or(estimate).unwrap_or(Duration::from_secs(1)),
-                }
-                .min(settings.max_retry_after);
-                Self::new(
-                    RejectionKind::Busy,
-                    settings.busy_status,
-                    "another request holds the lock for this resource",
-                )
-                .with_retry_after(retry_after)
+            LockError::Timeout {
+                name, holder_ttl, ..
+            } => {
+                let retry_after = busy_retry_after(
+                    *holder_ttl,
+                    settings.hold_times.average(),
+                    settings.wait,
+                    settings.max_retry_after,
+                );
+                let (kind, detail, what) = match settings.kind {
+                    Kind::Permits(1) => (
+                        RejectionKind::PermitsInUse,
+                        "the only permit for this resource is in use".to_owned(),
+                        format!("the only permit of `{name}` is in use"),
+                    ),
+                    Kind::Permits(n) => (
+                        RejectionKind::PermitsInUse,
+                        format!("all {n} permits for this resource are in use"),
+                        format!("all {n} permits of `{name}` are in use"),
+                    ),
+                    _ => (
+                        RejectionKind::Busy,
+                        "another request holds the lock for this resource".to_owned(),
+                        format!("lock `{name}` is held by another request"),
+                    ),
+                };
+                // The attempt found it busy: say so, and how long it waited, rather than
+                // "timed out after 247µs" for a single try.
+                let logged = match settings.wait.min(settings.acquire_timeout()) {
+                    wait if wait.is_zero() => format!("{what} (busy: a single attempt, no wait)"),
+                    wait => format!("{what} (busy for the whole {wait:?} wait)"),
+                };
+                let mut rejection =
+                    Self::new(kind, settings.busy_status, detail).with_retry_after(retry_after);
+                rejection.logged_error = Some(logged);
+                rejection
             }
             LockError::InvalidName { reason, .. } => Self::invalid_key(reason),
             // Settings that cannot work, here or on the Redis side (an ACL, certificates).
@@ -242,7 +287,12 @@ impl Rejection {
             holder_lease_ms = holder_lease.map(ms),
             retry_after_ms = self.retry_after.map(ms),
             detail = %self.detail,
-            error = self.error.as_ref().map(tracing::field::display),
+            error = self
+                .logged_error
+                .as_ref()
+                .map(|e| e as &dyn fmt::Display)
+                .or_else(|| self.error.as_ref().map(|e| e as &dyn fmt::Display))
+                .map(tracing::field::display),
             "request rejected by the lock layer"
         );
     }
@@ -342,6 +392,26 @@ impl Rejection {
     }
 }
 
+/// The `Retry-After` of a busy answer before any of the layer's requests has released a lock:
+/// the layer's wait, at least this.
+pub(crate) const FIRST_BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The `Retry-After` of a busy answer: how long the layer's requests have held their locks
+/// lately (`recent_hold`, a moving average) or, before any has released one, the layer's
+/// `wait` and at least [`FIRST_BUSY_RETRY_AFTER`]; never longer than the holder's remaining
+/// lease (when it has one) nor than `cap`.
+pub(crate) fn busy_retry_after(
+    holder_ttl: Option<Duration>,
+    recent_hold: Option<Duration>,
+    wait: Duration,
+    cap: Duration,
+) -> Duration {
+    let estimate = recent_hold.unwrap_or_else(|| wait.max(FIRST_BUSY_RETRY_AFTER));
+    holder_ttl
+        .map_or(estimate, |ttl| ttl.min(estimate))
+        .min(cap)
+}
+
 /// Whole seconds for `Retry-After`: rounded up, at least 1.
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     d.as_secs()
@@ -405,6 +475,31 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
         assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn busy_retry_after_is_the_recent_hold_or_at_first_the_wait_bounded() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let cap = s(5);
+        // History: the recent holds, below the holder's lease and the cap.
+        assert_eq!(
+            busy_retry_after(Some(s(30)), Some(ms(200)), s(0), cap),
+            ms(200)
+        );
+        assert_eq!(
+            busy_retry_after(Some(ms(80)), Some(ms(200)), s(0), cap),
+            ms(80)
+        );
+        assert_eq!(busy_retry_after(None, Some(s(60)), s(0), cap), cap);
+        // No history yet: the wait, at least a second, not the 30 s watchdog lease.
+        assert_eq!(busy_retry_after(Some(s(30)), None, s(0), cap), s(1));
+        assert_eq!(busy_retry_after(Some(s(30)), None, ms(200), cap), s(1));
+        assert_eq!(busy_retry_after(Some(s(30)), None, ms(2500), cap), ms(2500));
+        assert_eq!(busy_retry_after(None, None, s(0), cap), s(1));
+        assert_eq!(busy_retry_after(Some(ms(300)), None, s(0), cap), ms(300));
+        assert_eq!(busy_retry_after(Some(s(30)), None, s(60), cap), cap);
+        assert_eq!(busy_retry_after(Some(s(30)), None, s(0), ms(300)), ms(300));
     }
 
     #[test]

@@ -111,6 +111,18 @@ where
                 let future = span.in_scope(|| self.inner.call(request));
                 return ResponseFuture::unlocked(future, settings, on_rejection, span);
             }
+            if let Some(mismatch) = self.extractor.route_mismatch(&request) {
+                if settings.mismatched_routes.first(mismatch.route()) {
+                    tracing::error!(
+                        parent: &span,
+                        parameter = mismatch.parameter(),
+                        route = mismatch.route(),
+                        "the lock layer's key is not in this route: {mismatch}; every request \
+                         of the route is answered 500 (logged once per route)"
+                    );
+                }
+                return reject(Rejection::key_not_in_route(), "error");
+            }
             return reject(Rejection::missing_key(), "missing_key");
         };
         let name = match lock_name(&settings.keys, &key) {

@@ -14,6 +14,7 @@
 //!   and graceful failover.
 //! - [`TlsFiles`]: a throwaway CA with server and client certificates, for
 //!   servers started with [`RedisServer::start_tls`] (and TLS clusters).
+//! - [`logs`]: `tracing` events captured for a test to check.
 //! - [`init_tracing`] and [`unique_name`]: small helpers for test bodies.
 //!
 //! The harness never touches a Redis server it did not start itself.
@@ -21,6 +22,7 @@
 pub mod checkers;
 pub mod cluster;
 pub mod fixtures;
+pub mod logs;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;
@@ -67,3 +69,14 @@ pub fn unique_name(prefix: &str) -> String {
     hasher.write_u64(count);
     format!("{prefix}-{:016x}{count:x}", hasher.finish())
 }
+
+/// The workspace README's examples, compiled as doc tests with the published crates as a
+/// service would depend on them (here, since the README belongs to no published crate).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;
+
+/// lock-macros' README example, which needs lock-core (lock-macros cannot depend on it).
+#[cfg(doctest)]
+#[doc = include_str!("../../lock-macros/README.md")]
+struct LockMacrosReadme;

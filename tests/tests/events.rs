@@ -3,8 +3,6 @@
 //! one `info` per request the tower layer rejects (409 busy, 503 unavailable), one `warn` per
 //! lost lock, nothing above `debug` for an uncontended acquisition and release.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,19 +10,11 @@ use http::Request;
 use http_body_util::Full;
 use lock_tests::RedisServer;
 use lock_tests::fixtures::client_with_lease;
+use lock_tests::logs::Captured;
 use lock_tower::{DistributedLockLayer, PathSegment};
 use tower::{ServiceBuilder, ServiceExt};
-use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-
-/// One captured event: its level, target and fields (the message is the `message` field).
-#[derive(Debug, Clone)]
-struct Captured {
-    level: Level,
-    target: String,
-    fields: BTreeMap<String, String>,
-}
 
 thread_local! {
     /// The events of the test running on this thread.
@@ -44,27 +34,9 @@ impl Events {
 /// Collects every event into the emitting thread's buffer.
 struct Collector;
 
-struct Fields(BTreeMap<String, String>);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
 impl<S: Subscriber> Layer<S> for Collector {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let mut fields = Fields(BTreeMap::new());
-        event.record(&mut fields);
-        let captured = Captured {
-            level: *event.metadata().level(),
-            target: event.metadata().target().to_owned(),
-            fields: fields.0,
-        };
+        let captured = Captured::of(event);
         CAPTURED.with(|c| c.borrow_mut().push(captured));
     }
 }
@@ -120,6 +92,10 @@ async fn each_rejected_request_is_one_info_event() {
     assert_eq!(info["status"], "409");
     assert_eq!(info["code"], "lock_busy");
     assert_eq!(info["lock"], "t:job");
+    assert_eq!(
+        info["error"], "lock `t:job` is held by another request (busy: a single attempt, no wait)",
+        "a single try found it busy; it did not time out"
+    );
     let lease: u64 = info["holder_lease_ms"].parse().unwrap();
     assert!(lease > 0 && lease <= 30_000, "the holder's lease: {info:?}");
     assert!(at(&busy, Level::WARN).is_empty() && at(&busy, Level::ERROR).is_empty());

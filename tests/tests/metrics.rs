@@ -229,6 +229,23 @@ async fn a_wait_that_ends_without_the_lock_is_a_timeout_and_waited() {
         2,
         "one more request waited"
     );
+    // Every histogram recorded so far (acquire, wait and hold times among them) has bucket
+    // bounds in `HISTOGRAMS`, so a Prometheus recorder set up from it renders no summary.
+    // (The README's doc test renders one with those buckets.)
+    let histograms: std::collections::BTreeSet<String> = read(|r| {
+        r.histograms
+            .keys()
+            .filter_map(|id| id.split('{').next())
+            .map(str::to_owned)
+            .collect()
+    });
+    assert!(histograms.contains(names::HOLD_DURATION), "{histograms:?}");
+    for name in &histograms {
+        assert!(
+            names::HISTOGRAMS.iter().any(|&(n, _)| n == name),
+            "{name} has no buckets in HISTOGRAMS"
+        );
+    }
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@ use http::{HeaderName, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use lock_core::{HeldLock, LockClient};
 use lock_tests::fixtures::{assert_clean, client, client_with_lease, eventually, lock_keys};
+use lock_tests::logs::{Captured, Everything};
 use lock_tests::{FaultProxy, RedisServer};
 use lock_tower::{
     DistributedLockLayer, FailMode, Header, KeyExtractor, LeaseLost, MissingKey, PathParam,
@@ -27,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Barrier, Notify, mpsc};
 use tokio::time::{Instant, timeout};
 use tower::{ServiceBuilder, ServiceExt};
+use tracing::Level;
 
 /// An axum app served on a free loopback port until dropped.
 struct App {
@@ -82,6 +84,17 @@ async fn problem(res: reqwest::Response) -> (StatusCode, Option<String>, serde_j
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["status"], status.as_u16());
     (status, retry_after, body)
+}
+
+/// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
+/// its own by a field value unique to it (a lock name, a parameter name).
+fn layer_logs() -> &'static Everything {
+    lock_tests::logs::everything(&["lock_tower"])
+}
+
+/// A handler that only says it ran.
+async fn ran() -> &'static str {
+    "ran"
 }
 
 /// Counts requests inside a critical section and any overlap between them.
@@ -1188,7 +1201,11 @@ async fn permits_let_at_most_n_requests_per_key_run_across_instances() {
         problem(http.post(apps_busy.url("/exports/b")).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(retry_after.is_some());
-    assert_eq!(body["code"], "lock_busy");
+    assert_eq!(body["code"], "lock_permits_in_use", "{body}");
+    assert_eq!(
+        body["detail"], "all 2 permits for this resource are in use",
+        "not \"another request holds the lock\""
+    );
     p1.unlock().await.unwrap();
     let ok = http.post(apps_busy.url("/exports/b")).send().await.unwrap();
     assert_eq!(ok.status(), 200);
@@ -1435,5 +1452,189 @@ async fn retry_after_follows_how_long_requests_hold_the_lock() {
     );
     release.notify_one();
     assert_eq!(within("the holder", 10, holding).await.unwrap(), 200);
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_param_the_route_lacks_answers_500_and_is_logged_once_per_route() {
+    let logs = layer_logs();
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    // One layer on three routes, two of which lack its parameter (a misconfiguration: no
+    // request to them can have the key), and a pass-through layer on a fourth.
+    let layer = DistributedLockLayer::new(c.clone(), PathParam::new("mismatched_order_id"))
+        .prefix("mismatch:");
+    let pass = DistributedLockLayer::new(c.clone(), PathParam::new("mismatched_order_id"))
+        .missing_key(MissingKey::PassThrough);
+    let app = App::serve(
+        Router::new()
+            .route("/mismatch/orders/{id}", post(ran))
+            .route("/mismatch/carts/{cart}/items/{item}", post(ran))
+            .route("/mismatch/fits/{mismatched_order_id}", post(ran))
+            .route_layer(layer)
+            .route("/mismatch/pass/{id}", post(ran).route_layer(pass)),
+    )
+    .await;
+    let http = http();
+
+    for path in [
+        "/mismatch/orders/1",
+        "/mismatch/orders/2",
+        "/mismatch/orders/1",
+        "/mismatch/carts/1/items/2",
+        "/mismatch/carts/3/items/4",
+    ] {
+        let (status, retry_after, body) =
+            problem(http.post(app.url(path)).send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{path}: {body}");
+        assert_eq!(body["code"], "lock_key_not_in_route", "{path}: {body}");
+        assert_eq!(retry_after, None, "retrying does not help");
+        assert!(
+            !body.to_string().contains("mismatched_order_id"),
+            "the configuration is not shown to the client: {body}"
+        );
+    }
+    // The route that has the parameter locks; a value that is not UTF-8 is still the
+    // request's fault; the pass-through layer runs the handler unlocked.
+    let res = http.post(app.url("/mismatch/fits/7")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let not_utf8 = http
+        .post(app.url("/mismatch/fits/%ff"))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = problem(not_utf8).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["code"], "missing_lock_key");
+    let res = http.post(app.url("/mismatch/pass/7")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+
+    let errors = logs.picked(|e| e.field("parameter") == Some("mismatched_order_id"));
+    assert!(
+        errors.iter().all(|e| e.level == Level::ERROR),
+        "{errors:#?}"
+    );
+    let mut routes: Vec<&str> = errors.iter().filter_map(|e| e.field("route")).collect();
+    routes.sort_unstable();
+    assert_eq!(
+        routes,
+        [
+            "/mismatch/carts/{cart}/items/{item}",
+            "/mismatch/orders/{id}"
+        ],
+        "one error per route, naming it: {errors:#?}"
+    );
+    let rejected = logs.picked(|e| e.field("code") == Some("lock_key_not_in_route"));
+    assert_eq!(
+        rejected.len(),
+        5,
+        "one info per rejected request: {rejected:#?}"
+    );
+    assert!(
+        rejected
+            .iter()
+            .all(|e| e.level == Level::INFO && e.field("status") == Some("500"))
+    );
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_busy_answer_retries_after_the_wait_or_a_second_not_the_lease() {
+    let server = RedisServer::start();
+    // The default 30 s watchdog lease: the holder's remaining lease says nothing about when
+    // it will be done, and no request of these layers has released a lock yet.
+    let c = client(&server.url()).await;
+    let layer = || DistributedLockLayer::new(c.clone(), PathParam::new("id")).prefix("first:");
+    let app = App::serve(
+        Router::new()
+            .route("/once/{id}", post(ran).route_layer(layer()))
+            .route(
+                "/waits/{id}",
+                post(ran).route_layer(layer().wait(Duration::from_millis(1500))),
+            ),
+    )
+    .await;
+    let http = http();
+    let holder = c.lock("first:7").await.unwrap();
+
+    let (status, retry_after, body) =
+        problem(http.post(app.url("/once/7")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(retry_after.as_deref(), Some("1"), "not the 5 s cap: {body}");
+    assert_eq!(body["retry_after_ms"], 1000);
+    // A layer that waits suggests coming back after another such wait.
+    let (status, retry_after, body) =
+        problem(http.post(app.url("/waits/7")).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        retry_after.as_deref(),
+        Some("2"),
+        "1.5 s rounded up: {body}"
+    );
+    assert_eq!(body["retry_after_ms"], 1500);
+
+    holder.unlock().await.unwrap();
+    assert_clean(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_rejection_is_logged_as_busy_not_as_timed_out() {
+    let logs = layer_logs();
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let app = App::serve(
+        Router::new()
+            .route(
+                "/busy/{id}",
+                post(ran).route_layer(
+                    DistributedLockLayer::new(c.clone(), PathParam::new("id")).prefix("busy-log:"),
+                ),
+            )
+            .route(
+                "/busy-waits/{id}",
+                post(ran).route_layer(
+                    DistributedLockLayer::new(c.clone(), PathParam::new("id"))
+                        .prefix("busy-log:")
+                        .wait(Duration::from_millis(100)),
+                ),
+            )
+            .route(
+                "/busy-permit/{id}",
+                post(ran).route_layer(
+                    DistributedLockLayer::new(c.clone(), PathParam::new("id"))
+                        .prefix("busy-permit:")
+                        .permits(1),
+                ),
+            ),
+    )
+    .await;
+    let http = http();
+    let holder = c.lock("busy-log:7").await.unwrap();
+    let permit = c.semaphore("busy-permit:7", 1).acquire(1).await.unwrap();
+    for path in ["/busy/7", "/busy-waits/7", "/busy-permit/7"] {
+        let res = http.post(app.url(path)).send().await.unwrap();
+        assert_eq!(res.status(), 409, "{path}");
+    }
+    let logged = |lock: &str| -> Vec<Captured> {
+        logs.picked(|e| e.field("lock") == Some(lock) && e.field("status") == Some("409"))
+    };
+    let errors = |events: &[Captured]| -> Vec<String> {
+        events.iter().map(|e| e.fields["error"].clone()).collect()
+    };
+    let mut mutex = errors(&logged("busy-log:7"));
+    mutex.sort_unstable();
+    assert_eq!(
+        mutex,
+        [
+            "lock `busy-log:7` is held by another request (busy for the whole 100ms wait)",
+            "lock `busy-log:7` is held by another request (busy: a single attempt, no wait)",
+        ]
+    );
+    assert_eq!(
+        errors(&logged("busy-permit:7")),
+        ["the only permit of `busy-permit:7` is in use (busy: a single attempt, no wait)"]
+    );
+    holder.unlock().await.unwrap();
+    permit.unlock().await.unwrap();
     assert_clean(&server).await;
 }

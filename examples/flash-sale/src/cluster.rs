@@ -35,6 +35,9 @@ pub struct InstanceOptions {
     pub log: PathBuf,
     /// The instance's name (`serve --name`), if not the default.
     pub name: Option<String>,
+    /// Let the instance create the demo sale on an empty database (`serve` does by default;
+    /// `false` passes `--no-demo-sale`).
+    pub demo_sale: bool,
 }
 
 /// A running `flash-sale serve` child process.
@@ -83,6 +86,9 @@ impl Instance {
         }
         if let Some(name) = &options.name {
             cmd.arg("--name").arg(name);
+        }
+        if !options.demo_sale {
+            cmd.arg("--no-demo-sale");
         }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn");

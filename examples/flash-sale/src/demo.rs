@@ -123,6 +123,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             stall_once: options.stall_holder && i == 0,
             log: dir.path().join(format!("instance-{}.log", i + 1)),
             name: Some(format!("instance-{}", i + 1)),
+            demo_sale: false,
         })
         .await?;
         println!(

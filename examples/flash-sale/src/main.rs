@@ -100,6 +100,10 @@ struct ServeArgs {
     /// This instance's name on the storefront's lock panel (default: flash-sale@ADDR).
     #[arg(long)]
     name: Option<String>,
+    /// Do not create the demo sale (100 items) that an instance otherwise creates when the
+    /// database has no sale.
+    #[arg(long)]
+    no_demo_sale: bool,
     /// Test only: stop the first purchase at its stall point until a `resume` line on stdin.
     #[arg(long, hide = true)]
     stall_once: bool,
@@ -237,6 +241,7 @@ async fn run_serve(args: ServeArgs) -> Result<ExitCode, BoxError> {
         supervised: args.supervised,
         db_connections: args.db_connections.max(1),
         name: args.name,
+        demo_sale: !args.no_demo_sale,
     };
     // `serve` handles its own signals (graceful shutdown); the outer select only backs it up.
     serve::serve(options).await?;

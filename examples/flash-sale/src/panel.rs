@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::model::{SaleId, format_ms, now_ms};
-use crate::shop::Shop;
+use crate::shop::{Shop, StockQueue};
 use crate::telemetry;
 
 /// How many sales' rejections an instance keeps for the panel (the least recently rejected
@@ -225,10 +225,20 @@ pub struct LockPanel {
     pub fencing_token: Option<u64>,
     /// The highest fencing token that claimed the sale's stock (0: none yet).
     pub last_fencing_token: i64,
-    /// Whether a waiter asked to be told of the release.
+    /// Whether a waiter asked Redis to be told of the release. lock-core queues an instance's
+    /// waiters in-process and only the first of them waits in Redis, and an instance hands the
+    /// lock from one of its purchases to the next without it, so purchases can wait here while
+    /// this is `false`.
     pub contended: bool,
-    /// Purchases on this instance waiting for a stock lock or holding one, now.
+    /// Purchases of this sale on this instance waiting for its stock lock or holding it, now
+    /// (`waiting_here + holding_here`).
     pub queued_here: usize,
+    /// Purchases of this sale on this instance waiting for its stock lock, now.
+    pub waiting_here: usize,
+    /// Purchases of this sale on this instance holding its stock lock, now (0 or 1).
+    pub holding_here: usize,
+    /// The waiters in one line, for the storefront's panel: see [`waiters_summary`].
+    pub waiters: String,
     /// The instance that answered.
     pub served_by: Me,
     /// Rejected purchases of this sale on this instance, by status and code.
@@ -266,6 +276,7 @@ async fn sale_lock(
         None => None,
     };
     let (rejections, recent_rejections) = lock(&panel.rejections).of(id.as_str());
+    let queue = panel.shop.stock_lock_queue(&id);
     Ok(Json(LockPanel {
         sale_id: id.to_string(),
         lock: name,
@@ -278,11 +289,40 @@ async fn sale_lock(
         fencing_token: info.fencing_token,
         last_fencing_token: sale.fence,
         contended: info.contended,
-        queued_here: panel.shop.stock_lock_queue(),
+        queued_here: queue.waiting + queue.holding,
+        waiting_here: queue.waiting,
+        holding_here: queue.holding,
+        waiters: waiters_summary(info.held, info.contended, queue),
         served_by: panel.me.clone(),
         rejections,
         recent_rejections,
     }))
+}
+
+/// The panel's waiters line: this instance's purchases at the lock (its own counts), then
+/// whether a waiter asked Redis to announce the release (the `contended` flag). lock-core
+/// queues an instance's waiters in-process and lets only the first of them wait in Redis (and
+/// hands the lock from one purchase of an instance to the next without asking Redis), so
+/// purchases waiting here with nobody asking Redis is a normal state, and the line says both
+/// facts rather than a "none queued" that reads as a contradiction.
+pub fn waiters_summary(held: bool, contended: bool, here: StockQueue) -> String {
+    let this = match (here.holding > 0, here.waiting) {
+        (true, 0) => "this instance holds it, none of its purchases waiting".to_owned(),
+        (true, n) => format!("this instance holds it, {n} more of its purchases waiting"),
+        (false, 0) => "no purchase of this instance waiting".to_owned(),
+        (false, 1) => "1 purchase of this instance waiting".to_owned(),
+        (false, n) => format!("{n} purchases of this instance waiting"),
+    };
+    if !held {
+        return this;
+    }
+    let redis = if contended {
+        "a waiter asked Redis to announce the release"
+    } else {
+        "no waiter asked Redis to announce the release (an instance's waiters queue \
+         in-process; only the first asks Redis)"
+    };
+    format!("{this}; {redis}")
 }
 
 /// Which route a request is, for the rejection counter, and the sale of a purchase.
@@ -342,6 +382,32 @@ mod tests {
         assert_eq!(recent[0].code, "already_ordered");
         let sold_out = counts.iter().find(|c| c.code == "sold_out").unwrap();
         assert_eq!(sold_out.count, (RECENT_KEPT + 5) as u64);
+    }
+
+    #[test]
+    fn the_waiters_line_says_both_facts_without_contradiction() {
+        let q = |waiting, holding| StockQueue { waiting, holding };
+        // The storefront used to say "none queued; 10 purchase(s) ... waiting or holding".
+        assert_eq!(
+            waiters_summary(true, false, q(9, 1)),
+            "this instance holds it, 9 more of its purchases waiting; no waiter asked Redis to \
+             announce the release (an instance's waiters queue in-process; only the first asks \
+             Redis)"
+        );
+        assert_eq!(
+            waiters_summary(true, true, q(10, 0)),
+            "10 purchases of this instance waiting; a waiter asked Redis to announce the release"
+        );
+        assert_eq!(
+            waiters_summary(true, true, q(0, 1)),
+            "this instance holds it, none of its purchases waiting; a waiter asked Redis to \
+             announce the release"
+        );
+        assert!(waiters_summary(true, false, q(0, 0)).starts_with("no purchase of this instance"));
+        assert_eq!(
+            waiters_summary(false, false, q(1, 0)),
+            "1 purchase of this instance waiting"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use lock_core::LockClient;
 use tokio::sync::watch;
 
 use crate::db::Db;
-use crate::model::now_ms;
+use crate::model::{NewSale, now_ms};
 use crate::panel::{Me, Panel};
 use crate::shop::{Shop, ShopOptions, StallHook};
 
@@ -41,10 +41,41 @@ pub struct ServeOptions {
     pub db_connections: u32,
     /// This instance's name on the lock panel (default `flash-sale@ADDR`).
     pub name: Option<String>,
+    /// Create [`demo_sale`] when the database has no sale, so that the storefront opens with
+    /// something to buy and a lock to show (`serve --no-demo-sale` turns it off; the demo's
+    /// and the tests' instances create their own sales).
+    pub demo_sale: bool,
+}
+
+/// The sale a `serve` instance opens with on an empty database: 100 items, one per buyer,
+/// open for a day from the start.
+pub fn demo_sale() -> NewSale {
+    NewSale {
+        sku: "DEMO-SNEAKER-1".to_owned(),
+        name: "Demo sale: limited sneakers".to_owned(),
+        stock: 100,
+        price_cents: 4_900,
+        per_user_limit: Some(1),
+        starts_at: None,
+        ends_at: None,
+    }
+}
+
+/// Creates [`demo_sale`] if the database has no sale. Run under the migration lock, so that
+/// instances starting together create one between them.
+async fn seed_demo_sale(db: &Db) -> Result<(), BoxError> {
+    if !db.list_sales().await?.is_empty() {
+        return Ok(());
+    }
+    let sale = demo_sale().validate(now_ms())?;
+    db.insert_sale(&sale).await?;
+    tracing::info!(sale = %sale.id, "the database had no sale: created the demo sale");
+    Ok(())
 }
 
 /// Installs the metrics recorder, connects, migrates (under a Redis lock, so instances
-/// starting together take turns), records this instance (name and lock client id) in the
+/// starting together take turns; under the same lock, creates the demo sale on an empty
+/// database unless told not to), records this instance (name and lock client id) in the
 /// database, prints `LISTENING http://ADDR` on stdout and serves until Ctrl-C, SIGTERM or
 /// (supervised) the end of stdin.
 pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
@@ -68,6 +99,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         db.migrate()
             .await
             .map_err(|e| format!("cannot migrate the database: {e}"))?;
+        if options.demo_sale {
+            seed_demo_sale(&db)
+                .await
+                .map_err(|e| format!("cannot create the demo sale: {e}"))?;
+        }
         guard.unlock().await?;
     }
     let stall = options.stall_once.then(|| Arc::new(StallHook::new()));

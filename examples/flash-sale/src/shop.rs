@@ -35,9 +35,10 @@
 //! without the lock (`--no-lock`) replays race the first callback, and that write is what
 //! refuses them (`replay_caught_by: "conditional_write"`).
 
+use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -129,22 +130,77 @@ pub struct Shop {
     db: Db,
     locks: LockClient,
     options: ShopOptions,
-    queued: Arc<AtomicUsize>,
+    queues: Arc<Queues>,
 }
 
-/// Counts a purchase in [`Shop::stock_lock_queue`] while it lives (also when cancelled).
-struct Queued(Arc<AtomicUsize>);
+/// The purchases of one sale on this instance that are at its stock lock, now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StockQueue {
+    /// Waiting for the lock.
+    pub waiting: usize,
+    /// Holding it (0 or 1 with the locks on).
+    pub holding: usize,
+}
+
+/// [`StockQueue`]s by sale; a sale with nobody at its lock has no entry.
+#[derive(Debug, Default)]
+struct Queues(Mutex<HashMap<String, StockQueue>>);
+
+impl Queues {
+    fn change(&self, sale: &str, change: impl FnOnce(&mut StockQueue)) {
+        let mut sales = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let queue = sales.entry(sale.to_owned()).or_default();
+        change(queue);
+        if *queue == StockQueue::default() {
+            sales.remove(sale);
+        }
+    }
+
+    fn of(&self, sale: &str) -> StockQueue {
+        let sales = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        sales.get(sale).copied().unwrap_or_default()
+    }
+}
+
+/// A purchase at a sale's stock lock, counted in [`Shop::stock_lock_queue`] while it lives
+/// (also when cancelled): waiting until [`Queued::holding`], then holding.
+struct Queued {
+    queues: Arc<Queues>,
+    sale: String,
+    holding: AtomicBool,
+}
 
 impl Queued {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Self(count.clone())
+    fn new(queues: &Arc<Queues>, sale: &SaleId) -> Self {
+        queues.change(sale.as_str(), |q| q.waiting += 1);
+        Self {
+            queues: queues.clone(),
+            sale: sale.as_str().to_owned(),
+            holding: AtomicBool::new(false),
+        }
+    }
+
+    /// The purchase got the lock.
+    fn holding(&self) {
+        if !self.holding.swap(true, Ordering::Relaxed) {
+            self.queues.change(&self.sale, |q| {
+                q.waiting -= 1;
+                q.holding += 1;
+            });
+        }
     }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let holding = *self.holding.get_mut();
+        self.queues.change(&self.sale, |q| {
+            if holding {
+                q.holding -= 1;
+            } else {
+                q.waiting -= 1;
+            }
+        });
     }
 }
 
@@ -163,7 +219,7 @@ impl Shop {
             db,
             locks,
             options,
-            queued: Arc::new(AtomicUsize::new(0)),
+            queues: Arc::default(),
         }
     }
 
@@ -172,9 +228,9 @@ impl Shop {
         format!("sale:{id}:stock")
     }
 
-    /// Purchases of this shop waiting for a stock lock or holding one, now.
-    pub fn stock_lock_queue(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
+    /// The purchases of sale `id` on this shop waiting for its stock lock or holding it, now.
+    pub fn stock_lock_queue(&self, id: &SaleId) -> StockQueue {
+        self.queues.of(id.as_str())
     }
 
     /// The database.
@@ -245,9 +301,9 @@ impl Shop {
             .ok_or_else(|| sale_not_found(sale_id))?;
         sale.check_buyable(now_ms())?;
         if self.options.locking {
-            let _queued = Queued::new(&self.queued);
+            let queued = Queued::new(&self.queues, sale_id);
             // Boxed: the lock's future is deep, and the handler's would otherwise nest it.
-            Box::pin(self.buy_locked(sale_id, user)).await
+            Box::pin(self.buy_locked(sale_id, user, &queued)).await
         } else {
             self.purchase(sale_id, user, None).await
         }
@@ -262,7 +318,13 @@ impl Shop {
         on_lost = "continue",
         held = held
     )]
-    async fn buy_locked(&self, sale_id: &SaleId, user: &UserId) -> Result<Order, ApiError> {
+    async fn buy_locked(
+        &self,
+        sale_id: &SaleId,
+        user: &UserId,
+        queued: &Queued,
+    ) -> Result<Order, ApiError> {
+        queued.holding();
         self.purchase(sale_id, user, Some(&held)).await
     }
 

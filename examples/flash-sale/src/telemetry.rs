@@ -12,9 +12,10 @@
 //! | `flash_sale_rejections_total{route,status,code}` | API requests answered with an error, by route (`orders`, `pay`, `other`), HTTP status and problem `code` (`409 lock_busy`, `410 sold_out`, `503 busy`, ...) |
 //! | `lock_*` | lock-core's own metrics, when it is built with its `metrics` feature |
 //!
-//! Histograms whose name ends in `_duration_seconds` (lock-core's acquire, wait and hold
-//! times) are rendered as Prometheus histograms with the buckets of [`DURATION_BUCKETS`], so
-//! that the figures of several instances add up (summaries' quantiles do not).
+//! lock-core's histograms (acquire, wait and hold times, batch sizes) are rendered as
+//! Prometheus histograms with the buckets lock-core gives for each
+//! ([`lock_core::metrics::HISTOGRAMS`]; the durations' are 100 µs to 10 s), so that the
+//! figures of several instances add up (summaries' quantiles do not).
 //!
 //! The demo runs its instances as separate processes, so each has its own recorder; the demo
 //! scrapes every instance's `/metrics` before stopping it and adds the figures up with
@@ -24,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Orders created.
 pub const ORDERS: &str = "flash_sale_orders_total";
@@ -34,12 +35,6 @@ pub const UNITS_SOLD: &str = "flash_sale_units_sold_total";
 pub const PAYMENTS: &str = "flash_sale_payments_total";
 /// Requests answered with an error, by `route`, `status` and `code`.
 pub const REJECTIONS: &str = "flash_sale_rejections_total";
-
-/// Bucket bounds (seconds) of the `*_duration_seconds` histograms: 100 µs to 10 s.
-pub const DURATION_BUCKETS: &[f64] = &[
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0,
-];
 
 /// How often the recorder's histograms are drained into their buckets.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -52,17 +47,11 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// says so.
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
-        let builder = PrometheusBuilder::new();
-        let builder = match builder
-            .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".to_owned()), DURATION_BUCKETS)
-        {
-            Ok(b) => b,
-            // Only for an empty bucket list, which DURATION_BUCKETS is not.
-            Err(e) => {
-                tracing::warn!(error = %e, "histogram buckets refused; rendering summaries");
-                PrometheusBuilder::new()
-            }
-        };
+        let builder = with_lock_buckets(PrometheusBuilder::new()).unwrap_or_else(|e| {
+            // Only for an empty bucket list, which lock-core's are not.
+            tracing::warn!(error = %e, "histogram buckets refused; rendering summaries");
+            PrometheusBuilder::new()
+        });
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
         if let Err(e) = metrics::set_global_recorder(recorder) {
@@ -80,6 +69,14 @@ pub fn install() -> &'static PrometheusHandle {
             });
         handle
     })
+}
+
+/// `builder` with the bucket bounds of each of lock-core's histograms.
+pub fn with_lock_buckets(mut builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
+    for &(name, buckets) in lock_core::metrics::HISTOGRAMS {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)?;
+    }
+    Ok(builder)
 }
 
 fn describe() {
@@ -335,6 +332,31 @@ lock_acquire_duration_seconds_bucket{kind="mutex",outcome="acquired",le="+Inf"} 
 lock_acquire_duration_seconds_sum{kind="mutex",outcome="acquired"} 0.5
 lock_acquire_duration_seconds_count{kind="mutex",outcome="acquired"} 100
 "#;
+
+    #[test]
+    fn lock_histograms_render_as_histograms_with_lock_cores_buckets() {
+        let recorder = with_lock_buckets(PrometheusBuilder::new())
+            .unwrap()
+            .build_recorder();
+        metrics::with_local_recorder(&recorder, || {
+            let hold = metrics::histogram!(lock_core::metrics::HOLD_DURATION, "kind" => "mutex");
+            hold.record(0.003);
+            hold.record(0.2);
+            metrics::histogram!(lock_core::metrics::BATCH_SIZE).record(3.0);
+        });
+        let text = recorder.handle().render();
+        let scrape = Scrape::parse(&text);
+        let hold = "lock_hold_duration_seconds";
+        assert!(text.contains(&format!("# TYPE {hold} histogram")), "{text}");
+        assert!(!text.contains("quantile="), "no summary: {text}");
+        let bucket = |name: &str, le: &str| scrape.sum(&format!("{name}_bucket"), &[("le", le)]);
+        assert_eq!(bucket(hold, "0.0025"), 0.0, "{text}");
+        assert_eq!(bucket(hold, "0.005"), 1.0, "{text}");
+        assert_eq!(bucket(hold, "10"), 2.0, "{text}");
+        assert_eq!(bucket(hold, "+Inf"), 2.0, "{text}");
+        assert_eq!(bucket("lock_batch_size", "4"), 1.0, "{text}");
+        assert_eq!(bucket("lock_batch_size", "2"), 0.0, "{text}");
+    }
 
     #[test]
     fn reads_counters_with_and_without_labels() {

@@ -514,9 +514,76 @@ async fn both_panels_name_the_instance_that_holds_the_lock() {
         panel["queued_here"], 0,
         "instance 1 runs no purchase: {panel}"
     );
+    assert!(
+        panel["waiters"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no purchase of this instance waiting; ")),
+        "{panel}"
+    );
+
+    // A second purchase on the holder's instance, and one on the other instance: each
+    // panel counts its own, and says that a waiter asked Redis for the release.
+    let spawn_buy = |base: &str, buyer: &'static str| {
+        let (base, sale) = (base.to_owned(), sale.clone());
+        tokio::spawn(async move { buy(&base, &sale, buyer).await })
+    };
+    let bob = spawn_buy(&base0, "bob");
+    let panel = panel_until(&c, &base0, &sale, "bob waiting", |p| {
+        p["waiting_here"] == 1 && p["contended"] == true
+    })
+    .await;
+    assert_eq!(panel["holding_here"], 1, "{panel}");
+    assert_eq!(
+        panel["waiters"],
+        "this instance holds it, 1 more of its purchases waiting; a waiter asked Redis to \
+         announce the release"
+    );
+    let carol = spawn_buy(&base1, "carol");
+    let panel = panel_until(&c, &base1, &sale, "carol waiting", |p| {
+        p["waiting_here"] == 1
+    })
+    .await;
+    assert_eq!(panel["holding_here"], 0, "{panel}");
+    assert_eq!(
+        panel["waiters"],
+        "1 purchase of this instance waiting; a waiter asked Redis to announce the release"
+    );
+
     env.instances[0].release_stall().unwrap();
     let (status, order) = buying.await.unwrap();
     assert_eq!(status, 201, "{order}");
     assert_eq!(order["fence"].as_u64(), Some(token));
+    for waiter in [bob, carol] {
+        let (status, order) = waiter.await.unwrap();
+        assert_eq!(status, 201, "{order}");
+    }
+    env.finish().await;
+}
+
+/// An instance that starts on a database without a sale creates the demo sale, so the
+/// storefront has something to buy and a lock to show; a second instance finds it and does
+/// not create another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_database_opens_with_the_demo_sale() {
+    let env = Env::start(Setup {
+        instances: 2,
+        demo_sale: true,
+        ..Setup::default()
+    })
+    .await;
+    let c = http();
+    let demo = flash_sale::serve::demo_sale();
+    for base in env.urls() {
+        let (status, list) = read(c.get(format!("{base}/api/sales")).send().await.unwrap()).await;
+        assert_eq!(status, 200);
+        let sales = list.as_array().unwrap();
+        assert_eq!(sales.len(), 1, "one demo sale for both instances: {list}");
+        assert_eq!(sales[0]["name"], demo.name.as_str());
+        assert_eq!(sales[0]["stock"], demo.stock);
+        assert_eq!(sales[0]["status"], "open");
+        let sale = sales[0]["id"].as_str().unwrap();
+        let panel = panel_until(&c, &base, sale, "the demo sale's lock", |_| true).await;
+        assert_eq!(panel["held"], false, "{panel}");
+    }
     env.finish().await;
 }

@@ -1,7 +1,8 @@
 //! End to end: the storefront page in headless Chromium, driven over WebDriver (fantoccini
-//! and Debian's chromedriver). Loads the page, buys, sees the stock drop and the order
-//! confirmed, pays; then watches the lock panel: the fencing token rises with each purchase
-//! and a refused one is listed. Skipped, with the reason printed, where Chromium or its
+//! and Debian's chromedriver). Loads the page of a shop without a sale (it says what to do),
+//! then, with a sale, buys, sees the stock drop and the order confirmed, pays; then watches
+//! the lock panel: its waiters line, the fencing token rising with each purchase and a
+//! refused one listed. Skipped, with the reason printed, where Chromium or its
 //! driver is not installed (`apt-get install chromium chromium-driver`).
 
 mod common;
@@ -122,11 +123,16 @@ async fn storefront_buy_and_pay_in_chromium() {
     }
     let env = Env::start(Setup::default()).await;
     let base = env.url(0);
-    let sale = create_sale(&base, 3).await;
     let driver = Driver::start();
     let client = driver.connect().await;
-    let outcome = match drive(&client, &base, &sale).await {
-        Ok(order) => drive_panel(&client, &sale).await.map(|()| order),
+    let outcome = match drive_empty(&client, &base).await {
+        Ok(()) => {
+            let sale = create_sale(&base, 3).await;
+            match drive(&client, &base, &sale).await {
+                Ok(order) => drive_panel(&client, &sale).await.map(|()| order),
+                Err(e) => Err(e),
+            }
+        }
         Err(e) => Err(e),
     };
     // A picture of the page at the end, for people: target/tmp/flash-sale-storefront.png.
@@ -152,6 +158,30 @@ async fn storefront_buy_and_pay_in_chromium() {
     assert_eq!(order["user_id"], "e2e-buyer");
     assert_eq!(order["status"], "paid");
     env.finish().await;
+}
+
+/// The page of a shop without a sale (these instances create no demo sale) says what to do,
+/// and opens the form that creates one.
+async fn drive_empty(client: &Client, base: &str) -> Result<(), String> {
+    let e = |what: &'static str| move |err: fantoccini::error::CmdError| format!("{what}: {err}");
+    client.goto(base).await.map_err(e("open the empty page"))?;
+    let text = client
+        .wait()
+        .at_most(Duration::from_secs(15))
+        .for_element(Locator::Css("#sales .empty.none"))
+        .await
+        .map_err(e("the empty shop's message"))?
+        .text()
+        .await
+        .map_err(e("the message's text"))?;
+    if !text.contains("No sales yet") || !text.contains("New sale") {
+        return Err(format!("the empty shop says {text:?}"));
+    }
+    client
+        .find(Locator::XPath("//details[@open]//form[@id='new-sale']"))
+        .await
+        .map_err(e("the new-sale form, opened"))?;
+    Ok(())
 }
 
 /// The browser steps; the order id the page confirmed.
@@ -267,6 +297,16 @@ async fn drive_panel(client: &Client, sale: &str) -> Result<(), String> {
     if !served_by.contains("instance-0") {
         return Err(format!("the panel names its instance {served_by:?}"));
     }
+    // The lock is free between purchases: the waiters line says so, in one piece.
+    client
+        .wait()
+        .at_most(wait)
+        .for_element(Locator::XPath(
+            "//section[@id='lock-panel']//dd[@class='lock-waiters' \
+             and normalize-space()='no purchase of this instance waiting']",
+        ))
+        .await
+        .map_err(e("the waiters line of the free lock"))?;
     let buy = || async {
         client
             .find(Locator::Css(&format!(

@@ -7,7 +7,7 @@
 //! write.
 //!
 //! ```text
-//! cargo run --release -p quickstart
+//! cargo run --release --bin quickstart
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a private `redis-server` on a free loopback

@@ -58,6 +58,8 @@ pub struct Setup {
     pub lease: Duration,
     pub work: Duration,
     pub stall_first: bool,
+    /// Let the instances create the demo sale on the empty database.
+    pub demo_sale: bool,
 }
 
 impl Default for Setup {
@@ -69,6 +71,7 @@ impl Default for Setup {
             lease: Duration::from_secs(5),
             work: Duration::from_millis(2),
             stall_first: false,
+            demo_sale: false,
         }
     }
 }
@@ -117,6 +120,7 @@ impl Env {
                     stall_once: setup.stall_first && i == 0,
                     log: dir.path().join(format!("instance-{i}.log")),
                     name: Some(format!("instance-{i}")),
+                    demo_sale: setup.demo_sale,
                 })
                 .await
                 .expect("start instance"),
