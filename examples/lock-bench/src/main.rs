@@ -8,6 +8,11 @@
 //! loaded). Its rate over the floor's is what lock-core's server side alone leaves (no client
 //! of those calls does better); ours over its rate is what lock-core's client keeps of that.
 //!
+//! On a server with `DELIFEQ` (Valkey 9; `REDIS_SERVER_BIN` picks the binary the bench
+//! starts) every scenario but W5 also runs the *native floor* last: the floor without scripts
+//! (`SET NX PX`, `DELIFEQ`, a waiters flag; see `floor.rs`). Every `BENCH` line ends with the
+//! server µs per cycle of each row.
+//!
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
 //!                                      [--only W1,W3h,...] [--rslock-retry-ms N] [--pool N]
@@ -16,7 +21,7 @@
 //! | scenario | what |
 //! |---|---|
 //! | W1 | 1 task, 20,000 acquire + release cycles on distinct names |
-//! | W2 | 64 tasks, 100,000 cycles on distinct names; server µs per cycle |
+//! | W2 | 64 tasks, 100,000 cycles on distinct names |
 //! | W3h | 16 tasks in this process on one name, 2,000 sections of 1 ms, strict hand-off |
 //! | W3x | the same across 4 processes × 4 tasks (this binary run as child processes) |
 //! | W4 | one waiter on another client; the holder releases after 100 ms; 20 trials |
