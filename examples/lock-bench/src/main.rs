@@ -342,9 +342,10 @@ async fn bench(args: Args) -> bool {
         _ => None,
     };
     // Connected last, so the three contenders' clients are set up as before it existed.
-    let native = match has_delifeq {
-        true => Some(Locker::connect(Kind::NativeFloor, &opts).await),
-        false => None,
+    let native = if has_delifeq {
+        Some(Locker::connect(Kind::NativeFloor, &opts).await)
+    } else {
+        None
     };
     let native = native.as_ref();
     let mut report = Report::default();
