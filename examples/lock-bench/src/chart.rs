@@ -8,10 +8,11 @@ use plotters::prelude::*;
 
 use crate::stats::Sample;
 
-const COLORS: [RGBColor; 3] = [
+const COLORS: [RGBColor; 4] = [
     RGBColor(0xd6, 0x27, 0x28), // ours
     RGBColor(0x1f, 0x77, 0xb4), // floor
     RGBColor(0x7f, 0x7f, 0x7f), // rslock
+    RGBColor(0x2c, 0xa0, 0x2c), // native floor, where it runs
 ];
 
 /// One panel: a title and `(contender, sample)` pairs.

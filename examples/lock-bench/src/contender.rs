@@ -1,4 +1,6 @@
-//! The three contenders behind one interface.
+//! The three contenders behind one interface, and the native floor (a fourth lock, run only
+//! on a server with `DELIFEQ`; not in [`Kind::ALL`], so the three contenders' runs stay as
+//! they were).
 
 use std::time::Duration;
 
@@ -15,21 +17,37 @@ pub(crate) enum Kind {
     Ours,
     Floor,
     Rslock,
+    /// The floor on native compare commands (`DELIFEQ`, no script): see [`Floor::connect_native`].
+    NativeFloor,
 }
 
 impl Kind {
+    /// The three contenders (the native floor is run apart, where the server has `DELIFEQ`).
     pub(crate) const ALL: [Kind; 3] = [Kind::Ours, Kind::Floor, Kind::Rslock];
 
+    /// The key in `BENCH` lines, JSON and lock names.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Ours => "ours",
             Kind::Floor => "floor",
             Kind::Rslock => "rslock",
+            Kind::NativeFloor => "native_floor",
+        }
+    }
+
+    /// The row's name in the tables.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::NativeFloor => "native floor",
+            other => other.name(),
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == s)
+        Kind::ALL
+            .into_iter()
+            .chain([Kind::NativeFloor])
+            .find(|k| k.name() == s)
     }
 }
 
@@ -81,6 +99,9 @@ impl Locker {
             }
             Kind::Floor => {
                 Locker::Floor(Floor::connect(&opts.url, lease.unwrap_or(FIXED_LEASE)).await)
+            }
+            Kind::NativeFloor => {
+                Locker::Floor(Floor::connect_native(&opts.url, lease.unwrap_or(FIXED_LEASE)).await)
             }
             Kind::Rslock => {
                 let mut waiting = rslock::LockManager::new(vec![opts.url.as_str()]);

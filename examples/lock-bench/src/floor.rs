@@ -10,6 +10,26 @@
 //! No reentrancy, no fencing tokens, no watchdog, no local queueing: every local waiter
 //! retries on every message. [`Watchdog`] is a minimal batched renewal for W5 only.
 //!
+//! [`Floor::connect_native`] is the same lock on a server with native compare commands
+//! (Valkey 9's `DELIFEQ`; see [`server_has_delifeq`]), without any script: the *native floor*.
+//!
+//! * acquire: `SET key token NX PX lease`, as above;
+//! * release: `DELIFEQ key token` pipelined with `DEL key:w` (the waiters flag), then, only
+//!   when that `DEL` removed a flag, `PUBLISH` on the name's channel;
+//! * wait: subscribe to the name's channel first; then every attempt is `SET key:w 1 PX`
+//!   [`FLAG_TTL`] pipelined before the `SET NX`; then wait for a message or [`RECHECK`].
+//!
+//! Why no wake-up is lost: a waiter's flag is set after its subscription and before its
+//! attempt, and that attempt failed, so the holder's `DELIFEQ` (and the `DEL` after it on the
+//! same connection) run after the flag was set: the `DEL` finds it and the holder publishes
+//! to a channel the waiter already listens on. If another release's `DEL` took the flag
+//! first, that release published, which woke the waiter too; a woken waiter sets the flag
+//! again before its next attempt. If the flag expired (a waiter's wait is at most [`RECHECK`],
+//! shorter than [`FLAG_TTL`]), the re-check covers it, as it covers a holder that died. A
+//! release publishes whenever its `DEL` removed a flag, even when its `DELIFEQ` found the lock
+//! gone (its lease ran out), so a flag it takes from another holder's waiters still wakes them
+//! and they set it again. Nobody waiting: nothing is published, no flag key is ever written.
+//!
 //! [`Floor::with_lock_core_calls`] gives a second contender for the uncontended scenarios
 //! (W1, W2, W6): this client sending lock-core's own two server calls per cycle (`FCALL` of the
 //! acquire and release functions lock-core loaded) instead of its own. Against the floor, it
@@ -45,6 +65,9 @@ static RENEW: LazyLock<redis::Script> = LazyLock::new(|| {
 
 /// How long a waiter waits for a message before it tries again anyway.
 const RECHECK: Duration = Duration::from_secs(1);
+/// The native floor's waiters flag (`key:w`) lives this long: longer than one wait
+/// ([`RECHECK`]), and set again before every attempt, so it stays while anyone waits.
+const FLAG_TTL: Duration = Duration::from_secs(2);
 /// Bound on a single command or subscription.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -60,6 +83,8 @@ pub(crate) struct Floor {
     lease_ms: u64,
     /// Set: lock-core's server calls instead of the floor's own.
     calls: Option<Arc<CoreCalls>>,
+    /// The native floor: `DELIFEQ` and a waiters flag instead of the release script.
+    native: bool,
 }
 
 /// lock-core's acquire and release functions, and owner ids in lock-core's format.
@@ -102,6 +127,27 @@ fn channel(key: &str) -> String {
     format!("{key}:released")
 }
 
+/// The native floor's waiters flag of a name.
+fn flag(key: &str) -> String {
+    format!("{key}:w")
+}
+
+/// Whether the server has `DELIFEQ` (Valkey 9): `COMMAND INFO DELIFEQ` answers one entry,
+/// nil for a command the server does not know.
+pub(crate) async fn server_has_delifeq(con: &mut MultiplexedConnection) -> bool {
+    let info: redis::RedisResult<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query_async(con)
+        .await;
+    match info {
+        Ok(redis::Value::Array(entries)) => entries
+            .first()
+            .is_some_and(|e| !matches!(e, redis::Value::Nil)),
+        _ => false,
+    }
+}
+
 impl Floor {
     pub(crate) async fn connect(url: &str, lease: Duration) -> Self {
         let client = redis::Client::open(url).expect("floor: bad URL");
@@ -139,6 +185,15 @@ impl Floor {
             subs,
             lease_ms: lease.as_millis() as u64,
             calls: None,
+            native: false,
+        }
+    }
+
+    /// The native floor (see the module's docs): for a server with `DELIFEQ` only.
+    pub(crate) async fn connect_native(url: &str, lease: Duration) -> Self {
+        Self {
+            native: true,
+            ..Self::connect(url, lease).await
         }
     }
 
@@ -230,6 +285,36 @@ impl Floor {
         }))
     }
 
+    /// An attempt of a waiter, subscribed already: the native floor sets the waiters flag
+    /// first, in the same pipeline; the others just try.
+    async fn try_lock_waiting(&self, key: &str) -> Result<Option<FloorGuard>, String> {
+        if !self.native {
+            return self.try_lock(key).await;
+        }
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut con = self.con.clone();
+        let ((), ok): ((), Option<String>) = redis::pipe()
+            .cmd("SET")
+            .arg(flag(key))
+            .arg(1)
+            .arg("PX")
+            .arg(FLAG_TTL.as_millis() as u64)
+            .cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.lease_ms)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| format!("native floor SET flag + SET NX: {e}"))?;
+        Ok(ok.map(|_| FloorGuard {
+            key: key.to_owned(),
+            token,
+            fence: None,
+        }))
+    }
+
     /// Takes the lock, waiting at most `wait` (pub/sub wake-ups).
     pub(crate) async fn lock(&self, key: &str, wait: Duration) -> Result<FloorGuard, String> {
         if let Some(g) = self.try_lock(key).await? {
@@ -243,7 +328,7 @@ impl Floor {
                 let notified = notify.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if let Some(g) = self.try_lock(key).await? {
+                if let Some(g) = self.try_lock_waiting(key).await? {
                     return Ok(g);
                 }
                 let now = Instant::now();
@@ -259,7 +344,7 @@ impl Floor {
     }
 
     /// Compare-and-delete, publishing on the name's channel (with lock-core's calls, its
-    /// release function).
+    /// release function; the native floor: `DELIFEQ`, publishing only to flagged waiters).
     pub(crate) async fn unlock(&self, guard: FloorGuard) -> Result<bool, String> {
         let mut con = self.con.clone();
         if let (Some(calls), Some(fence)) = (&self.calls, &guard.fence) {
@@ -273,6 +358,26 @@ impl Floor {
                 .await
                 .map_err(|e| format!("floor FCALL release: {e}"))?;
             return Ok(n == 1);
+        }
+        if self.native {
+            let (deleted, flagged): (i64, i64) = redis::pipe()
+                .cmd("DELIFEQ")
+                .arg(&guard.key)
+                .arg(&guard.token)
+                .cmd("DEL")
+                .arg(flag(&guard.key))
+                .query_async(&mut con)
+                .await
+                .map_err(|e| format!("native floor DELIFEQ + DEL flag: {e}"))?;
+            if flagged == 1 {
+                let _: i64 = redis::cmd("PUBLISH")
+                    .arg(channel(&guard.key))
+                    .arg(1)
+                    .query_async(&mut con)
+                    .await
+                    .map_err(|e| format!("native floor PUBLISH: {e}"))?;
+            }
+            return Ok(deleted == 1);
         }
         let n: i64 = RELEASE
             .key(&guard.key)
@@ -404,5 +509,96 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The native floor against the harness's server (`REDIS_SERVER_BIN`); on a server without
+    /// `DELIFEQ` (redis-server 7) there is nothing to test and it says so. No timing: every
+    /// wait is bounded, and what is checked is the keys and messages the server holds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn native_floor_flags_waiters_and_cleans_up() {
+        let server = lock_tests::RedisServer::start();
+        let url = server.url();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        if !server_has_delifeq(&mut con).await {
+            eprintln!("skipped: the server has no DELIFEQ (set REDIS_SERVER_BIN to a Valkey 9)");
+            return;
+        }
+        let holder = Floor::connect_native(&url, Duration::from_secs(30)).await;
+        let waiter = Floor::connect_native(&url, Duration::from_secs(30)).await;
+        let probe = con.clone();
+        let exists = |key: String| {
+            let mut con = probe.clone();
+            async move {
+                redis::cmd("EXISTS")
+                    .arg(key)
+                    .query_async::<i64>(&mut con)
+                    .await
+                    .unwrap()
+            }
+        };
+
+        // Uncontended: no flag is written, and the release publishes nothing (a message of
+        // our own, published after it, is the first one on the channel).
+        let mut sub = client.get_async_pubsub().await.unwrap();
+        sub.subscribe(channel("a")).await.unwrap();
+        let g = holder.lock("a", Duration::from_secs(5)).await.unwrap();
+        assert!(holder.unlock(g).await.unwrap());
+        assert_eq!(exists("a".into()).await, 0);
+        assert_eq!(exists(flag("a")).await, 0);
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(channel("a"))
+            .arg("marker")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let mut messages = sub.on_message();
+        let first = messages.next().await.unwrap();
+        assert_eq!(first.get_payload::<String>().unwrap(), "marker");
+        drop(messages);
+
+        // A waiter flags the name before it waits; the release takes the flag and wakes it.
+        let g = holder.lock("b", Duration::from_secs(5)).await.unwrap();
+        let w = waiter.clone();
+        let waiting = tokio::spawn(async move { w.lock("b", Duration::from_secs(30)).await });
+        let mut flagged = false;
+        for _ in 0..2_000 {
+            if exists(flag("b")).await == 1 {
+                flagged = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(flagged, "the waiter never set b:w");
+        assert!(holder.unlock(g).await.unwrap());
+        let g = waiting.await.unwrap().unwrap();
+        assert_eq!(exists("b".into()).await, 1);
+        // The winning attempt set the flag again (it cannot know it was the last waiter); its
+        // own release takes it, and nothing is left.
+        assert!(waiter.unlock(g).await.unwrap());
+        assert_eq!(exists("b".into()).await, 0);
+        assert_eq!(exists(flag("b")).await, 0);
+
+        // A release whose lock is gone (its lease ran out, another holder took the name)
+        // reports it and leaves the other holder's key alone.
+        let g = holder.lock("c", Duration::from_secs(5)).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("c")
+            .arg("someone-else")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(!holder.unlock(g).await.unwrap());
+        let v: String = redis::cmd("GET")
+            .arg("c")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(v, "someone-else");
     }
 }

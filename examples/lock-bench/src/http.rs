@@ -5,7 +5,8 @@
 //! * `/ours/{id}`, `/floor/{id}`, `/rslock/{id}`: the same handler taking the lock itself
 //!   with one attempt and releasing it before answering;
 //! * [`CORE_CALLS_ROUTE`]`/{id}`, where the run has it: the same with the floor's client
-//!   sending lock-core's server calls.
+//!   sending lock-core's server calls;
+//! * [`NATIVE_ROUTE`]`/{id}`, on a server with `DELIFEQ`: the same with the native floor.
 //!
 //! Every request has a key of its own, so none is ever turned away; the driver checks that
 //! every answer is `200`.
@@ -68,11 +69,14 @@ impl Drop for Server {
 
 /// The route of the floor's client on lock-core's calls.
 pub(crate) const CORE_CALLS_ROUTE: &str = "core_calls";
+/// The route of the native floor.
+pub(crate) const NATIVE_ROUTE: &str = "native_floor";
 
 /// Starts the app; `lockers` are ours, the floor and rslock, in that order.
 pub(crate) async fn serve(
     lockers: &[Locker],
     core_calls: Option<&Locker>,
+    native: Option<&Locker>,
     nodelay: bool,
 ) -> Server {
     let [ours, floor, rslock] = lockers else {
@@ -96,6 +100,12 @@ pub(crate) async fn serve(
         app = app.route(
             &format!("/{CORE_CALLS_ROUTE}/{{id}}"),
             direct_route(calls.clone()),
+        );
+    }
+    if let Some(native) = native {
+        app = app.route(
+            &format!("/{NATIVE_ROUTE}/{{id}}"),
+            direct_route(native.clone()),
         );
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

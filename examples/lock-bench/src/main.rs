@@ -8,6 +8,11 @@
 //! loaded). Its rate over the floor's is what lock-core's server side alone leaves (no client
 //! of those calls does better); ours over its rate is what lock-core's client keeps of that.
 //!
+//! On a server with `DELIFEQ` (Valkey 9; `REDIS_SERVER_BIN` picks the binary the bench
+//! starts) every scenario but W5 also runs the *native floor* last: the floor without scripts
+//! (`SET NX PX`, `DELIFEQ`, a waiters flag; see `floor.rs`). Every `BENCH` line ends with the
+//! server µs per cycle of each row.
+//!
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
 //!                                      [--only W1,W3h,...] [--rslock-retry-ms N] [--pool N]
@@ -16,7 +21,7 @@
 //! | scenario | what |
 //! |---|---|
 //! | W1 | 1 task, 20,000 acquire + release cycles on distinct names |
-//! | W2 | 64 tasks, 100,000 cycles on distinct names; server µs per cycle |
+//! | W2 | 64 tasks, 100,000 cycles on distinct names |
 //! | W3h | 16 tasks in this process on one name, 2,000 sections of 1 ms, strict hand-off |
 //! | W3x | the same across 4 processes × 4 tasks (this binary run as child processes) |
 //! | W4 | one waiter on another client; the holder releases after 100 ms; 20 trials |
@@ -180,9 +185,26 @@ struct Bench {
     /// `[ours, floor, rslock]`
     values: [Option<f64>; 3],
     decimals: usize,
+    /// The native floor's figure, where it ran (a server with `DELIFEQ`).
+    native: Option<f64>,
+    /// Server µs per cycle of each row that has it, in the order of the rows: (row key, µs).
+    server_us: Vec<(&'static str, f64)>,
 }
 
 impl Bench {
+    fn new(scenario: &'static str, values: [Option<f64>; 3], decimals: usize) -> Self {
+        Bench {
+            scenario,
+            values,
+            decimals,
+            native: None,
+            server_us: Vec::new(),
+        }
+    }
+
+    /// The `BENCH` line: `ours=`, `floor=`, `rslock=` and their ratios as always, then (new
+    /// fields at the end, so older parsers keep working) `native_floor=` and
+    /// `ratio_native_floor=` where the native floor ran, and `server_us_<row>=` per row.
     fn line(&self) -> String {
         let fmt = |v: f64| format!("{v:.*}", self.decimals);
         let mut s = format!("BENCH {}", self.scenario);
@@ -196,6 +218,17 @@ impl Bench {
                 if let Some(y) = self.values[i] {
                     s += &format!(" {label}={:.3}", x / y);
                 }
+            }
+        }
+        if let Some(n) = self.native {
+            s += &format!(" {}={}", Kind::NativeFloor.name(), fmt(n));
+            if let Some(x) = self.values[0] {
+                s += &format!(" ratio_native_floor={:.3}", x / n);
+            }
+        }
+        for (key, us) in &self.server_us {
+            if us.is_finite() {
+                s += &format!(" server_us_{key}={us:.2}");
             }
         }
         s
@@ -294,7 +327,9 @@ async fn bench(args: Args) -> bool {
         .get_multiplexed_async_connection()
         .await
         .expect("connect to redis");
-    let redis_version = redis_version(&mut admin).await;
+    let version = ServerVersion::read(&mut admin).await;
+    let redis_version = version.redis.clone();
+    let has_delifeq = floor::server_has_delifeq(&mut admin).await;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
 
     let mut lockers = Vec::new();
@@ -306,16 +341,25 @@ async fn bench(args: Args) -> bool {
         Locker::Floor(floor) => floor.with_lock_core_calls().await.map(Locker::Floor),
         _ => None,
     };
+    // Connected last, so the three contenders' clients are set up as before it existed.
+    let native = if has_delifeq {
+        Some(Locker::connect(Kind::NativeFloor, &opts).await)
+    } else {
+        None
+    };
+    let native = native.as_ref();
     let mut report = Report::default();
     let mut failures = Vec::new();
     eprintln!(
-        "lock-bench: redis {redis_version} at {url}, {} run, run id {run}, lock-core metrics {}",
+        "lock-bench: {} at {url}, {} run, run id {run}, lock-core metrics {}, native floor {}",
+        version.describe(),
         if args.quick { "quick" } else { "full" },
         if cfg!(feature = "metrics") {
             "on (no-op recorder)"
         } else {
             "off"
-        }
+        },
+        if has_delifeq { "on" } else { NO_DELIFEQ }
     );
 
     macro_rules! scenario {
@@ -342,6 +386,7 @@ async fn bench(args: Args) -> bool {
             &mut report,
             &lockers,
             core_calls.as_ref(),
+            native,
             &mut admin,
             &url,
             &run,
@@ -356,6 +401,7 @@ async fn bench(args: Args) -> bool {
             &mut report,
             &lockers,
             core_calls.as_ref(),
+            native,
             &mut admin,
             &url,
             &run,
@@ -366,30 +412,61 @@ async fn bench(args: Args) -> bool {
     );
     scenario!(
         "W3h",
-        w3h(&mut report, &lockers, &mut admin, &url, &run, &plan)
+        w3h(&mut report, &lockers, native, &mut admin, &url, &run, &plan)
     );
-    scenario!("W3x", w3x(&mut report, &opts, &mut admin, &run, &plan));
-    scenario!("W4", w4(&mut report, &opts, &lockers, &run, &plan));
+    scenario!(
+        "W3x",
+        w3x(&mut report, &opts, has_delifeq, &mut admin, &run, &plan)
+    );
+    scenario!(
+        "W4",
+        w4(
+            &mut report,
+            &opts,
+            &lockers,
+            native,
+            &mut admin,
+            &url,
+            &run,
+            &plan
+        )
+    );
     scenario!("W5", w5(&mut report, &opts, &run, &plan));
     scenario!(
         "W6",
-        w6(&mut report, &lockers, core_calls.as_ref(), &run, &plan)
+        w6(
+            &mut report,
+            &lockers,
+            core_calls.as_ref(),
+            native,
+            &mut admin,
+            &url,
+            &run,
+            &plan
+        )
     );
     scenario!(
         "W7",
-        w7(&mut report, &lockers, &mut admin, &url, &run, &plan)
+        w7(&mut report, &lockers, native, &mut admin, &url, &run, &plan)
     );
 
     // Output: tables, targets, files, then the BENCH lines last.
     let total = t_start.elapsed().as_secs_f64();
     println!();
     println!(
-        "lock-bench ({} run, {total:.0} s): redis-server {redis_version} on 127.0.0.1, {} CPUs, \
-         lock-core pool {}, rslock retry delay 0..{} ms",
+        "lock-bench ({} run, {total:.0} s): {}-server {} on 127.0.0.1, {} CPUs, \
+         lock-core pool {}, rslock retry delay 0..{} ms, native floor {}",
         if args.quick { "quick" } else { "full" },
+        version.product(),
+        version.version(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         opts.pool,
-        args.rslock_retry_ms
+        args.rslock_retry_ms,
+        if has_delifeq {
+            "on (DELIFEQ)"
+        } else {
+            NO_DELIFEQ
+        }
     );
     for t in &report.tables {
         println!();
@@ -459,6 +536,9 @@ async fn bench(args: Args) -> bool {
                 "metrics": cfg!(feature = "metrics"),
                 "seconds": total,
                 "redis_version": redis_version,
+                "valkey_version": version.valkey,
+                "server": version.describe(),
+                "native_floor": has_delifeq,
                 "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
                 "lock_core_pool": opts.pool,
                 "rslock_retry_delay_ms": args.rslock_retry_ms,
@@ -503,17 +583,60 @@ async fn bench(args: Args) -> bool {
     failures.is_empty()
 }
 
-async fn redis_version(admin: &mut MultiplexedConnection) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(admin)
-        .await
-        .unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_owned()
+/// What the native floor's row says on a server without `DELIFEQ`.
+const NO_DELIFEQ: &str = "n/a: the server has no DELIFEQ";
+
+/// The server's versions from `INFO server`: Valkey reports `redis_version:7.2.4` whatever its
+/// own version, which is `valkey_version`.
+#[derive(Debug)]
+struct ServerVersion {
+    redis: String,
+    valkey: Option<String>,
+}
+
+impl ServerVersion {
+    async fn read(admin: &mut MultiplexedConnection) -> Self {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(admin)
+            .await
+            .unwrap_or_default();
+        Self::parse(&info)
+    }
+
+    fn parse(info: &str) -> Self {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        ServerVersion {
+            redis: field("redis_version").unwrap_or_else(|| "?".to_owned()),
+            valkey: field("valkey_version"),
+        }
+    }
+
+    /// `redis` or `valkey`.
+    fn product(&self) -> &'static str {
+        if self.valkey.is_some() {
+            "valkey"
+        } else {
+            "redis"
+        }
+    }
+
+    /// The product's own version.
+    fn version(&self) -> &str {
+        self.valkey.as_deref().unwrap_or(&self.redis)
+    }
+
+    /// `redis 7.0.15`, or `valkey 9.1.2 (redis_version 7.2.4)`.
+    fn describe(&self) -> String {
+        match &self.valkey {
+            Some(v) => format!("valkey {v} (redis_version {})", self.redis),
+            None => format!("redis {}", self.redis),
+        }
+    }
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -575,6 +698,7 @@ async fn cycles(
     report: &mut Report,
     lockers: &[Locker],
     core_calls: Option<&Locker>,
+    native: Option<&Locker>,
     admin: &mut MultiplexedConnection,
     url: &str,
     run: &str,
@@ -588,12 +712,15 @@ async fn cycles(
     );
     let mut json = serde_json::Map::new();
     // The three contenders, then (not one of them: a measure of lock-core's server side) the
-    // floor's client on lock-core's calls.
+    // floor's client on lock-core's calls, then the native floor: each added row runs after
+    // the ones before it existed.
     let contenders = Kind::ALL
         .iter()
-        .map(|k| (k.name(), k.name()))
+        .map(|k| (k.name(), k.label()))
         .zip(lockers)
-        .chain(core_calls.map(|l| ((CORE_CALLS, CORE_CALLS_LABEL), l)));
+        .chain(core_calls.map(|l| ((CORE_CALLS, CORE_CALLS_LABEL), l)))
+        .chain(native.map(|l| ((Kind::NativeFloor.name(), Kind::NativeFloor.label()), l)));
+    let mut server = Vec::new();
     for ((key, label), locker) in contenders {
         let prefix = format!("lb:{run}:{scenario}:{key}");
         let before = CmdStats::read(admin).await;
@@ -626,10 +753,15 @@ async fn cycles(
         j["commandstats"] = delta.to_json();
         j["monitor"] = counts.to_json();
         json.insert(key.into(), j);
-        rows.push(sample.rate());
+        rows.push((key, sample.rate()));
+        server.push((key, server_us));
+    }
+    if native.is_none() {
+        table += &na_row(6);
     }
     report.tables.push(table);
-    let values = [Some(rows[0]), Some(rows[1]), Some(rows[2])];
+    let rate = |key: &str| rows.iter().find(|(k, _)| *k == key).map(|&(_, r)| r);
+    let values = Kind::ALL.map(|k| rate(k.name()));
     let (rf, rr) = (ratio(values[0], values[1]), ratio(values[0], values[2]));
     let show = |r: Option<f64>| format!("{:.3}×", r.unwrap_or(f64::NAN));
     match scenario {
@@ -654,20 +786,54 @@ async fn cycles(
             );
         }
     }
-    if let Some(&calls) = rows.get(3) {
-        core_calls_bounds(report, scenario, rows[0], rows[1], calls);
+    if let (Some(ours), Some(floor), Some(calls)) = (values[0], values[1], rate(CORE_CALLS)) {
+        core_calls_bounds(report, scenario, ours, floor, calls);
     }
+    let native_rate = rate(Kind::NativeFloor.name());
+    native_ratio(
+        report,
+        scenario,
+        "ours ÷ native floor cycles/s",
+        values[0],
+        native_rate,
+    );
     json.insert("tasks".into(), tasks.into());
     json.insert("cycles".into(), cycles.into());
     report
         .json
         .insert(scenario.into(), serde_json::Value::Object(json));
-    report.benches.push(Bench {
-        scenario,
-        values,
-        decimals: 0,
-    });
+    let mut bench = Bench::new(scenario, values, 0);
+    bench.native = native_rate;
+    bench.server_us = server;
+    report.benches.push(bench);
     Ok(())
+}
+
+/// A table row saying the native floor did not run: its label, [`NO_DELIFEQ`], and `cells`
+/// empty cells after it (the table's other columns).
+fn na_row(cells: usize) -> String {
+    format!(
+        "| {} | {NO_DELIFEQ} |{}\n",
+        Kind::NativeFloor.label(),
+        " |".repeat(cells - 1)
+    )
+}
+
+/// The informational "ours ÷ native floor" line of the targets table (no target: the native
+/// floor needs a server with `DELIFEQ`, and lock-core does not use it).
+fn native_ratio(
+    report: &mut Report,
+    scenario: &'static str,
+    what: &str,
+    ours: Option<f64>,
+    native: Option<f64>,
+) {
+    let measured = match (ours, native) {
+        (Some(o), Some(n)) => format!("{:.3}×", o / n),
+        (_, None) => NO_DELIFEQ.to_owned(),
+        (None, Some(_)) => "n/a".to_owned(),
+    };
+    report.target(scenario, &format!("no target: {what}"), measured, None);
 }
 
 /// The two ratios the floor's client on lock-core's calls gives (rates `ours`, `floor`,
@@ -729,6 +895,16 @@ fn combine(timed: handoff::HandoffRun, counting: handoff::HandoffRun) -> Handoff
     }
 }
 
+/// Server µs per section of each hand-off row (ours, the floor, rslock, the native floor).
+fn handoff_server_us(results: &[HandoffResult]) -> Vec<(&'static str, f64)> {
+    Kind::ALL
+        .into_iter()
+        .chain([Kind::NativeFloor])
+        .zip(results)
+        .map(|(k, r)| (k.name(), r.server_us_per_section))
+        .collect()
+}
+
 fn handoff_table_header(title: &str) -> String {
     format!(
         "| {title} | sections/s | hand-off p50 µs | p90 µs | p99 µs | max µs | mean µs | mean hold µs | requests/section | server µs/section |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
@@ -739,7 +915,7 @@ fn handoff_row(kind: Kind, r: &HandoffResult) -> String {
     let s = &r.sample;
     format!(
         "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} |\n",
-        kind.name(),
+        kind.label(),
         s.rate(),
         s.percentile(50.0),
         s.percentile(90.0),
@@ -755,6 +931,7 @@ fn handoff_row(kind: Kind, r: &HandoffResult) -> String {
 async fn w3h(
     report: &mut Report,
     lockers: &[Locker],
+    native: Option<&Locker>,
     admin: &mut MultiplexedConnection,
     url: &str,
     run: &str,
@@ -774,7 +951,12 @@ async fn w3h(
     ));
     let mut json = serde_json::Map::new();
     let mut results = Vec::new();
-    for (kind, locker) in Kind::ALL.iter().zip(lockers) {
+    // The native floor last, after the three contenders.
+    let rows = Kind::ALL
+        .iter()
+        .zip(lockers)
+        .chain(native.map(|l| (&Kind::NativeFloor, l)));
+    for (kind, locker) in rows {
         let name = format!("lb:{run}:W3h:{}", kind.name());
         let timed = handoff::run_local(locker, admin, None, &name, shape).await?;
         let counting_shape = handoff::Shape {
@@ -792,11 +974,17 @@ async fn w3h(
         let r = combine(timed, counting);
         table += &handoff_row(*kind, &r);
         json.insert(kind.name().into(), r.json.clone());
-        report.handoffs.push(("W3h", kind.name(), r.sample.clone()));
+        report
+            .handoffs
+            .push(("W3h", kind.label(), r.sample.clone()));
         results.push(r);
+    }
+    if native.is_none() {
+        table += &na_row(9);
     }
     report.tables.push(table);
     let values = [0, 1, 2].map(|i| Some(results[i].sample.rate()));
+    let native_rate = results.get(3).map(|r| r.sample.rate());
     let rf = ratio(values[0], values[1]);
     let ours = &results[0];
     report.target(
@@ -825,23 +1013,30 @@ async fn w3h(
         format!("{:.2}", ours.requests_per_section),
         Some(ours.requests_per_section <= 3.0),
     );
+    native_ratio(
+        report,
+        "W3h",
+        "ours ÷ native floor sections/s",
+        values[0],
+        native_rate,
+    );
     json.insert("tasks".into(), shape.tasks.into());
     json.insert("sections".into(), shape.sections.into());
     json.insert("hold_ms".into(), (shape.hold.as_secs_f64() * 1e3).into());
     report
         .json
         .insert("W3h".into(), serde_json::Value::Object(json));
-    report.benches.push(Bench {
-        scenario: "W3h",
-        values,
-        decimals: 0,
-    });
+    let mut bench = Bench::new("W3h", values, 0);
+    bench.native = native_rate;
+    bench.server_us = handoff_server_us(&results);
+    report.benches.push(bench);
     Ok(())
 }
 
 async fn w3x(
     report: &mut Report,
     opts: &Opts,
+    native: bool,
     admin: &mut MultiplexedConnection,
     run: &str,
     plan: &Plan,
@@ -861,7 +1056,11 @@ async fn w3x(
     ));
     let mut json = serde_json::Map::new();
     let mut results = Vec::new();
-    for kind in Kind::ALL {
+    // The native floor last, after the three contenders.
+    let kinds = Kind::ALL
+        .into_iter()
+        .chain(native.then_some(Kind::NativeFloor));
+    for kind in kinds {
         let name = format!("lb:{run}:W3x:{}", kind.name());
         let timed = handoff::run_processes(kind, opts, admin, None, &name, shape).await?;
         let counting_shape = handoff::Shape {
@@ -880,11 +1079,17 @@ async fn w3x(
         let r = combine(timed, counting);
         table += &handoff_row(kind, &r);
         json.insert(kind.name().into(), r.json.clone());
-        report.handoffs.push(("W3x", kind.name(), r.sample.clone()));
+        report
+            .handoffs
+            .push(("W3x", kind.label(), r.sample.clone()));
         results.push(r);
+    }
+    if !native {
+        table += &na_row(9);
     }
     report.tables.push(table);
     let values = [0, 1, 2].map(|i| Some(results[i].sample.rate()));
+    let native_rate = results.get(3).map(|r| r.sample.rate());
     let p50 = results[0].sample.percentile(50.0);
     report.target(
         "W3x",
@@ -892,53 +1097,97 @@ async fn w3x(
         format!("{p50:.0} µs"),
         Some(p50 <= 300.0),
     );
+    native_ratio(
+        report,
+        "W3x",
+        "ours ÷ native floor sections/s",
+        values[0],
+        native_rate,
+    );
     json.insert("processes".into(), shape.procs.into());
     json.insert("tasks_per_process".into(), shape.tasks.into());
     json.insert("sections".into(), shape.sections.into());
     report
         .json
         .insert("W3x".into(), serde_json::Value::Object(json));
-    report.benches.push(Bench {
-        scenario: "W3x",
-        values,
-        decimals: 0,
-    });
+    let mut bench = Bench::new("W3x", values, 0);
+    bench.native = native_rate;
+    bench.server_us = handoff_server_us(&results);
+    report.benches.push(bench);
     Ok(())
 }
 
 // ---------------------------------------------------------------- W4
 
+/// Trials run under `MONITOR` after each timed W4 run, to tell a row's requests from the
+/// commands its scripts call (for its server µs per cycle).
+const W4_COUNT_TRIALS: usize = 3;
+
+#[allow(clippy::too_many_arguments)]
 async fn w4(
     report: &mut Report,
     opts: &Opts,
     lockers: &[Locker],
+    native: Option<&Locker>,
+    admin: &mut MultiplexedConnection,
+    url: &str,
     run: &str,
     plan: &Plan,
 ) -> Result<(), String> {
     let mut table = format!(
-        "| W4: 1 waiter (another client), release after {} ms, {} trials | release→acquire p50 µs | p99 µs | max µs |\n|---|---:|---:|---:|\n",
+        "| W4: 1 waiter (another client), release after {} ms, {} trials | release→acquire p50 µs | p99 µs | max µs | server µs/cycle |\n|---|---:|---:|---:|---:|\n",
         plan.w4_hold.as_millis(),
         plan.w4_trials
     );
     let mut json = serde_json::Map::new();
     let mut p50s = Vec::new();
-    for (kind, holder) in Kind::ALL.iter().zip(lockers) {
-        let waiter = Locker::connect(*kind, opts).await;
+    let mut server = Vec::new();
+    // The native floor last, after the three contenders.
+    let rows = Kind::ALL
+        .into_iter()
+        .zip(lockers)
+        .chain(native.map(|l| (Kind::NativeFloor, l)));
+    for (kind, holder) in rows {
+        let waiter = Locker::connect(kind, opts).await;
         let prefix = format!("lb:{run}:W4:{}", kind.name());
+        let before = CmdStats::read(admin).await;
         let s = handoff::run_single_waiter(holder, &waiter, &prefix, plan.w4_trials, plan.w4_hold)
             .await?;
+        let delta = CmdStats::read(admin).await.since(&before);
+        // Counting pass.
+        let watch = monitor::Watch::start(url).await?;
+        handoff::run_single_waiter(
+            holder,
+            &waiter,
+            &format!("{prefix}:count"),
+            W4_COUNT_TRIALS,
+            plan.w4_hold,
+        )
+        .await?;
+        let counts = watch.stop(admin, None, None, &[]).await?;
+        drop(waiter);
+        // Two cycles a trial: the holder's and the waiter's.
+        let server_us = delta.server_usec(&counts) / (2 * plan.w4_trials) as f64;
         table += &format!(
-            "| {} | {:.0} | {:.0} | {:.0} |\n",
-            kind.name(),
+            "| {} | {:.0} | {:.0} | {:.0} | {server_us:.1} |\n",
+            kind.label(),
             s.percentile(50.0),
             s.percentile(99.0),
             s.percentile(100.0)
         );
         let mut j = s.summary();
         j["latency_us"] = s.raw_us().into();
+        j["server_us_per_cycle"] = server_us.into();
+        j["commandstats"] = delta.to_json();
+        j["monitor"] = counts.to_json();
+        j["monitor_trials"] = W4_COUNT_TRIALS.into();
         json.insert(kind.name().into(), j);
         p50s.push(Some(s.percentile(50.0)));
-        report.handoffs.push(("W4", kind.name(), s));
+        server.push((kind.name(), server_us));
+        report.handoffs.push(("W4", kind.label(), s));
+    }
+    if native.is_none() {
+        table += &na_row(4);
     }
     report.tables.push(table);
     let ours = &report
@@ -954,14 +1203,21 @@ async fn w4(
         format!("p50 {p50:.0} µs, max {:.0} µs", ours.unwrap_or(f64::NAN)),
         Some(p50 <= 1000.0),
     );
+    let native_p50 = p50s.get(3).copied().flatten();
+    native_ratio(
+        report,
+        "W4",
+        "ours ÷ native floor release → acquire p50 (lower is better)",
+        p50s[0],
+        native_p50,
+    );
     report
         .json
         .insert("W4".into(), serde_json::Value::Object(json));
-    report.benches.push(Bench {
-        scenario: "W4",
-        values: [p50s[0], p50s[1], p50s[2]],
-        decimals: 1,
-    });
+    let mut bench = Bench::new("W4", [p50s[0], p50s[1], p50s[2]], 1);
+    bench.native = native_p50;
+    bench.server_us = server;
+    report.benches.push(bench);
     Ok(())
 }
 
@@ -1032,27 +1288,33 @@ async fn w5(report: &mut Report, opts: &Opts, run: &str, plan: &Plan) -> Result<
     report
         .json
         .insert("W5".into(), serde_json::Value::Object(json));
-    report.benches.push(Bench {
-        scenario: "W5",
-        values: [rt100[0], rt100[1], rt100[2]],
-        decimals: 3,
-    });
+    report
+        .benches
+        .push(Bench::new("W5", [rt100[0], rt100[1], rt100[2]], 3));
     Ok(())
 }
 
 // ---------------------------------------------------------------- W6
 
+/// Requests of each W6 variant run under `MONITOR` after the timed rounds, to tell a row's
+/// requests from the commands its scripts call (for its server µs per request).
+const W6_COUNT_REQUESTS: usize = 256;
+
+#[allow(clippy::too_many_arguments)]
 async fn w6(
     report: &mut Report,
     lockers: &[Locker],
     core_calls: Option<&Locker>,
+    native: Option<&Locker>,
+    admin: &mut MultiplexedConnection,
+    url: &str,
     run: &str,
     plan: &Plan,
 ) -> Result<(), String> {
     // One server as `axum::serve` comes (the lock-tower docs' setup), one with TCP_NODELAY
     // on its accepted connections.
-    let plain = http::serve(lockers, core_calls, false).await;
-    let nodelay = http::serve(lockers, core_calls, true).await;
+    let plain = http::serve(lockers, core_calls, native, false).await;
+    let nodelay = http::serve(lockers, core_calls, native, true).await;
     // The last two (the floor and rslock on the TCP_NODELAY server, for W6n) come after the
     // first six, so those run in the same order as before they were added.
     let mut variants: Vec<(&str, &http::Server, &str, &str)> = vec![
@@ -1095,13 +1357,30 @@ async fn w6(
             "floor client on lock-core's server calls, TCP_NODELAY server",
         ));
     }
+    // After it, on a server with DELIFEQ: the native floor, on both servers.
+    if native.is_some() {
+        variants.push((
+            NATIVE_PLAIN,
+            &plain,
+            http::NATIVE_ROUTE,
+            "native floor: handler calls the native floor",
+        ));
+        variants.push((
+            NATIVE_NODELAY,
+            &nodelay,
+            http::NATIVE_ROUTE,
+            "native floor: handler calls the native floor, TCP_NODELAY server",
+        ));
+    }
     // Two rounds, interleaved, so that a slow patch of the machine hits every variant.
     let rounds = 2;
     let per_round = plan.w6_requests / rounds;
     let mut lat: Vec<Vec<u64>> = vec![Vec::new(); variants.len()];
     let mut wall = vec![Duration::ZERO; variants.len()];
+    let mut deltas = vec![stats::CmdDelta::default(); variants.len()];
     for round in 0..rounds {
         for (i, (key, server, route, _)) in variants.iter().enumerate() {
+            let before = CmdStats::read(admin).await;
             let s = http::drive(
                 &server.base,
                 route,
@@ -1110,9 +1389,24 @@ async fn w6(
                 per_round,
             )
             .await?;
+            deltas[i].add(&CmdStats::read(admin).await.since(&before));
             wall[i] += Duration::from_secs_f64(s.items() as f64 / s.rate().max(1e-9));
             lat[i].extend(s.raw_us().iter().map(|us| (us * 1e3) as u64));
         }
+    }
+    // Counting passes, after every timed round.
+    let mut counts = Vec::with_capacity(variants.len());
+    for (key, server, route, _) in &variants {
+        let watch = monitor::Watch::start(url).await?;
+        http::drive(
+            &server.base,
+            route,
+            &format!("{run}-{key}-count"),
+            plan.w6_concurrency,
+            W6_COUNT_REQUESTS,
+        )
+        .await?;
+        counts.push(watch.stop(admin, None, None, &[]).await?);
     }
     let samples: Vec<Sample> = lat
         .into_iter()
@@ -1122,21 +1416,39 @@ async fn w6(
             Sample::from_ns(l, n, *w)
         })
         .collect();
+    let server_us: Vec<f64> = deltas
+        .iter()
+        .zip(&counts)
+        .zip(&samples)
+        .map(|((d, c), s)| d.server_usec(c) / s.items().max(1) as f64)
+        .collect();
     let mut table = format!(
-        "| W6: axum over loopback HTTP, {} requests each, {} connections, distinct keys | requests/s | p50 µs | p99 µs |\n|---|---:|---:|---:|\n",
+        "| W6: axum over loopback HTTP, {} requests each, {} connections, distinct keys | requests/s | p50 µs | p99 µs | server µs/request |\n|---|---:|---:|---:|---:|\n",
         plan.w6_requests, plan.w6_concurrency
     );
     let mut json = serde_json::Map::new();
-    for ((key, _, _, label), s) in variants.iter().zip(&samples) {
+    for (i, ((key, _, _, label), s)) in variants.iter().zip(&samples).enumerate() {
         table += &format!(
-            "| {label} | {:.0} | {:.0} | {:.0} |\n",
+            "| {label} | {:.0} | {:.0} | {:.0} | {:.1} |\n",
             s.rate(),
             s.percentile(50.0),
-            s.percentile(99.0)
+            s.percentile(99.0),
+            server_us[i]
         );
-        json.insert((*key).into(), s.summary());
+        let mut j = s.summary();
+        j["server_us_per_request"] = server_us[i].into();
+        j["commandstats"] = deltas[i].to_json();
+        j["monitor"] = counts[i].to_json();
+        j["monitor_requests"] = W6_COUNT_REQUESTS.into();
+        json.insert((*key).into(), j);
+    }
+    if native.is_none() {
+        table += &na_row(4);
     }
     report.tables.push(table);
+    let at = |key: &str| variants.iter().position(|v| v.0 == key);
+    let rate = |key: &str| at(key).map(|i| samples[i].rate());
+    let us = |key: &str| at(key).map(|i| server_us[i]);
     let r = samples[0].rate() / samples[1].rate();
     report.target(
         "W6",
@@ -1158,42 +1470,79 @@ async fn w6(
         format!("{r:.3}×"),
         Some(r >= 0.9),
     );
-    if let Some(calls) = samples.get(8) {
-        core_calls_bounds(
-            report,
-            "W6n",
-            samples[4].rate(),
-            samples[6].rate(),
-            calls.rate(),
-        );
+    native_ratio(
+        report,
+        "W6",
+        "layer ÷ handler calling the native floor",
+        Some(samples[0].rate()),
+        rate(NATIVE_PLAIN),
+    );
+    if let Some(calls) = rate(CORE_CALLS) {
+        core_calls_bounds(report, "W6n", samples[4].rate(), samples[6].rate(), calls);
     }
+    native_ratio(
+        report,
+        "W6n",
+        "layer ÷ handler calling the native floor, both TCP_NODELAY",
+        Some(samples[4].rate()),
+        rate(NATIVE_NODELAY),
+    );
     report
         .json
         .insert("W6".into(), serde_json::Value::Object(json));
     // BENCH W6: ours = the layer, floor = the same handler calling lock-core directly (the
-    // layer's floor), rslock = the handler calling rslock; all on the plain axum::serve.
-    report.benches.push(Bench {
-        scenario: "W6",
-        values: [
+    // layer's floor), rslock = the handler calling rslock; all on the plain axum::serve. The
+    // native floor and the server µs fields name the same variants (server_us_floor: the
+    // handler calling lock-core).
+    let mut bench = Bench::new(
+        "W6",
+        [
             Some(samples[0].rate()),
             Some(samples[1].rate()),
             Some(samples[3].rate()),
         ],
-        decimals: 0,
-    });
+        0,
+    );
+    bench.native = rate(NATIVE_PLAIN);
+    bench.server_us = [
+        ("ours", "layer"),
+        ("floor", "ours"),
+        ("rslock", "rslock"),
+        (Kind::NativeFloor.name(), NATIVE_PLAIN),
+    ]
+    .into_iter()
+    .filter_map(|(field, key)| Some((field, us(key)?)))
+    .collect();
+    report.benches.push(bench);
     // BENCH W6n: the issue's comparison, all on the TCP_NODELAY server: ours = the layer,
     // floor = the handler calling the floor, rslock = the handler calling rslock.
-    report.benches.push(Bench {
-        scenario: "W6n",
-        values: [
+    let mut bench = Bench::new(
+        "W6n",
+        [
             Some(samples[4].rate()),
             Some(samples[6].rate()),
             Some(samples[7].rate()),
         ],
-        decimals: 0,
-    });
+        0,
+    );
+    bench.native = rate(NATIVE_NODELAY);
+    bench.server_us = [
+        ("ours", "layer_nodelay"),
+        ("floor", "floor_nodelay"),
+        ("rslock", "rslock_nodelay"),
+        (Kind::NativeFloor.name(), NATIVE_NODELAY),
+        (CORE_CALLS, CORE_CALLS),
+    ]
+    .into_iter()
+    .filter_map(|(field, key)| Some((field, us(key)?)))
+    .collect();
+    report.benches.push(bench);
     Ok(())
 }
+
+/// The native floor's W6 variants (JSON keys, request ids).
+const NATIVE_PLAIN: &str = "native_floor";
+const NATIVE_NODELAY: &str = "native_floor_nodelay";
 
 // ---------------------------------------------------------------- W7
 
@@ -1203,6 +1552,7 @@ const W7_COUNT_SECTIONS: u64 = 2_000;
 async fn w7(
     report: &mut Report,
     lockers: &[Locker],
+    native: Option<&Locker>,
     admin: &mut MultiplexedConnection,
     url: &str,
     run: &str,
@@ -1221,7 +1571,13 @@ async fn w7(
     let mut json = serde_json::Map::new();
     let mut results = Vec::new();
     let mut violated = Vec::new();
-    for (kind, locker) in Kind::ALL.iter().zip(lockers) {
+    let mut server = Vec::new();
+    // The native floor last, after the three contenders.
+    let rows = Kind::ALL
+        .iter()
+        .zip(lockers)
+        .chain(native.map(|l| (&Kind::NativeFloor, l)));
+    for (kind, locker) in rows {
         let prefix = format!("lb:{run}:W7:{}", kind.name());
         let timed = mix::run(locker, admin, None, &prefix, mix).await?;
         // Counting pass: the same mix, fewer sections, under MONITOR (as W3h does).
@@ -1252,7 +1608,7 @@ async fn w7(
         let a = &timed.acquire;
         table += &format!(
             "| {} | {:.0} | {sections}{} | {:.0} | {:.0} | {:.0} | {:.0} | {requests:.2} | {server_us:.1} | {} |\n",
-            kind.name(),
+            kind.label(),
             a.rate(),
             if timed.hit_time_limit {
                 " (time limit)"
@@ -1282,10 +1638,15 @@ async fn w7(
         j["monitor"] = counts.to_json();
         j["monitor_sections"] = counting.acquire.items().into();
         json.insert(kind.name().into(), j);
+        server.push((kind.name(), server_us));
         results.push(timed);
+    }
+    if native.is_none() {
+        table += &na_row(9);
     }
     report.tables.push(table);
     let values = [0, 1, 2].map(|i| Some(results[i].acquire.rate()));
+    let native_rate = results.get(3).map(|r| r.acquire.rate());
     let rf = ratio(values[0], values[1]);
     report.target(
         "W7",
@@ -1303,6 +1664,13 @@ async fn w7(
         format!("{p99:.0} µs (floor {floor_p99:.0} µs)"),
         Some(p99 <= floor_p99),
     );
+    native_ratio(
+        report,
+        "W7",
+        "ours ÷ native floor sections/s",
+        values[0],
+        native_rate,
+    );
     json.insert("tasks".into(), mix.tasks.into());
     json.insert("names".into(), mix.names.into());
     json.insert("zipf_s".into(), mix.s.into());
@@ -1314,11 +1682,10 @@ async fn w7(
     report
         .json
         .insert("W7".into(), serde_json::Value::Object(json));
-    report.benches.push(Bench {
-        scenario: "W7",
-        values,
-        decimals: 0,
-    });
+    let mut bench = Bench::new("W7", values, 0);
+    bench.native = native_rate;
+    bench.server_us = server;
+    report.benches.push(bench);
     if violated.is_empty() {
         Ok(())
     } else {
@@ -1326,5 +1693,53 @@ async fn w7(
             "MUTUAL EXCLUSION VIOLATED (an acquire returned a name another task was holding): {}",
             violated.join(", ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_version_prefers_valkey_version() {
+        let redis =
+            ServerVersion::parse("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n");
+        assert_eq!(redis.describe(), "redis 7.0.15");
+        assert_eq!((redis.product(), redis.version()), ("redis", "7.0.15"));
+        let valkey = ServerVersion::parse(
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n",
+        );
+        assert_eq!(valkey.describe(), "valkey 9.1.2 (redis_version 7.2.4)");
+        assert_eq!((valkey.product(), valkey.version()), ("valkey", "9.1.2"));
+        assert_eq!(ServerVersion::parse("").describe(), "redis ?");
+    }
+
+    #[test]
+    fn bench_line_keeps_its_fields_first_and_adds_new_ones_at_the_end() {
+        let old = "BENCH W1 ours=900 floor=1000 rslock=1200 ratio_floor=0.900 ratio_rslock=0.750";
+        let mut b = Bench::new("W1", [Some(900.0), Some(1000.0), Some(1200.0)], 0);
+        assert_eq!(b.line(), old);
+        b.native = Some(1125.0);
+        b.server_us = vec![("ours", 7.891), ("floor", 3.9), ("native_floor", f64::NAN)];
+        let line = b.line();
+        assert_eq!(
+            line,
+            format!(
+                "{old} native_floor=1125 ratio_native_floor=0.800 server_us_ours=7.89 server_us_floor=3.90"
+            )
+        );
+        // Every field after the scenario is key=number.
+        for field in line.split(' ').skip(2) {
+            let (_, v) = field.split_once('=').unwrap();
+            assert!(v.parse::<f64>().is_ok(), "{field}");
+        }
+    }
+
+    #[test]
+    fn na_row_has_the_tables_cell_count() {
+        let header = "| W4: ... | release→acquire p50 µs | p99 µs | max µs | server µs/cycle |";
+        let row = na_row(4);
+        assert_eq!(row.matches('|').count(), header.matches('|').count());
+        assert!(row.starts_with("| native floor | n/a: the server has no DELIFEQ |"));
     }
 }

@@ -20,6 +20,9 @@ use crate::sys::mono_ns;
 pub(crate) struct Counts {
     pub(crate) client: BTreeMap<String, u64>,
     pub(crate) lua: BTreeMap<String, u64>,
+    /// The bench's own coordination traffic (W3x), not counted as requests; it still takes
+    /// its part of a command's calls in [`Counts::share`].
+    pub(crate) excluded: BTreeMap<String, u64>,
 }
 
 impl Counts {
@@ -28,16 +31,16 @@ impl Counts {
         self.client.values().sum()
     }
 
-    /// The fraction of calls of `cmd` that clients sent (the rest came from scripts), if
-    /// `cmd` was seen.
+    /// The fraction of calls of `cmd` that clients sent for the lock (the rest came from
+    /// scripts, or were the bench's coordination traffic), if `cmd` was seen.
     pub(crate) fn share(&self, cmd: &str) -> Option<f64> {
-        let c = self.client.get(cmd).copied().unwrap_or(0);
-        let l = self.lua.get(cmd).copied().unwrap_or(0);
-        (c + l > 0).then(|| c as f64 / (c + l) as f64)
+        let get = |m: &BTreeMap<String, u64>| m.get(cmd).copied().unwrap_or(0);
+        let (c, l, x) = (get(&self.client), get(&self.lua), get(&self.excluded));
+        (c + l + x > 0).then(|| c as f64 / (c + l + x) as f64)
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "client": self.client, "lua": self.lua })
+        serde_json::json!({ "client": self.client, "lua": self.lua, "excluded": self.excluded })
     }
 }
 
@@ -146,12 +149,12 @@ impl Watch {
             if from.is_some_and(|f| l.unix_us < f) || to.is_some_and(|t| l.unix_us > t) {
                 continue;
             }
-            if matches!(l.cmd.as_str(), "info" | "echo" | "monitor")
-                || exclude.iter().any(|x| l.args.contains(x.as_str()))
-            {
+            if matches!(l.cmd.as_str(), "info" | "echo" | "monitor") {
                 continue;
             }
-            let map = if l.lua {
+            let map = if exclude.iter().any(|x| l.args.contains(x.as_str())) {
+                &mut counts.excluded
+            } else if l.lua {
                 &mut counts.lua
             } else {
                 &mut counts.client
@@ -178,5 +181,19 @@ mod tests {
         assert_eq!(l.cmd, "hget");
         let l = parse(r#"1.000001 [0 unix:/tmp/s] "client" "setinfo" "lib-name" "x""#).unwrap();
         assert_eq!(l.cmd, "client|setinfo");
+    }
+
+    #[test]
+    fn share_leaves_out_scripts_and_coordination() {
+        let mut counts = Counts::default();
+        counts.client.insert("publish".into(), 3);
+        counts.lua.insert("get".into(), 2);
+        counts.excluded.insert("publish".into(), 1);
+        counts.excluded.insert("hincrby".into(), 4);
+        assert_eq!(counts.share("publish"), Some(0.75));
+        assert_eq!(counts.share("get"), Some(0.0));
+        assert_eq!(counts.share("hincrby"), Some(0.0));
+        assert_eq!(counts.share("set"), None);
+        assert_eq!(counts.requests(), 3);
     }
 }

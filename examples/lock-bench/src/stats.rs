@@ -189,6 +189,15 @@ impl CmdDelta {
             .sum()
     }
 
+    /// Adds another run's commands to these (W6 times each variant in several rounds).
+    pub(crate) fn add(&mut self, other: &CmdDelta) {
+        for (name, &(calls, usec)) in &other.0 {
+            let e = self.0.entry(name.clone()).or_default();
+            e.0 += calls;
+            e.1 += usec;
+        }
+    }
+
     /// Calls of the named commands.
     pub(crate) fn calls(&self, names: &[&str]) -> u64 {
         names
