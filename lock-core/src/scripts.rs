@@ -7,9 +7,7 @@
 //!
 //! - as one Redis **function library** (`FUNCTION LOAD`, Redis 7.0+): the prelude and every
 //!   operation as a function, called with `FCALL`. The helpers are created once, when the
-//!   library loads, instead of on every call: measured with callgrind on redis-server 7.0, a
-//!   fresh acquisition costs ~40k instructions this way against ~60k as a script with the
-//!   prelude in front;
+//!   library loads, instead of on every call;
 //! - as **scripts** (`EVALSHA`, `EVAL` on `NOSCRIPT`), prelude in front of each, where
 //!   functions cannot be loaded (a server older than 7.0, or an ACL user without
 //!   `FUNCTION LOAD`).

@@ -164,9 +164,8 @@
 //! goes out only once the lock is released, so the response leaves in at least two writes.
 //! With Nagle's algorithm on (the default for `axum::serve`), the last write can wait for the
 //! client's delayed ACK, about 40 ms on Linux. Small bodies are not affected (they are read
-//! under the lock and sent in one piece after the release); before they were, the benchmark
-//! measured 44 ms per request through the layer without `TCP_NODELAY`. For streaming
-//! responses, turn it on:
+//! under the lock and sent in one piece after the release). For streaming responses, turn it
+//! on:
 //!
 //! ```no_run
 //! # async fn f(app: axum::Router) -> std::io::Result<()> {

@@ -5,10 +5,9 @@
 //! grant before anyone else of the same owner sends a command. If the caller goes away while
 //! the script is in flight (a dropped future, a timeout), the request is not abandoned: its
 //! future moves to the background, finishes there, and the acquisition is undone after its
-//! reply, which orders the undo after the acquisition on the server. (Sent from the dropped
-//! future on another connection, an undo could overtake the acquisition and leave an orphan;
-//! the randomized cancellation test caught that in a first version.) On the common path
-//! nothing is spawned: the request runs in the caller's future.
+//! reply, which orders the undo after the acquisition on the server (sent from the dropped
+//! future on another connection, an undo could overtake the acquisition and leave an orphan).
+//! On the common path nothing is spawned: the request runs in the caller's future.
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -148,29 +148,8 @@ impl Shared {
             return Err(lost());
         }
         let config = &self.redlock.config;
-        let timeout = config.node_timeout;
         let start = Instant::now();
-        let replies = join_all(nodes.iter().enumerate().map(|(i, slot)| {
-            let client = &self.redlock.nodes[i];
-            let name = &self.track.name;
-            async move {
-                match slot {
-                    Some(guard) => match tokio::time::timeout(timeout, guard.extend(lease)).await {
-                        Ok(Ok(())) => NodeRenewal::Confirmed(None),
-                        Ok(Err(LockError::Lost { .. })) => NodeRenewal::Gone,
-                        Ok(Err(e)) => NodeRenewal::Unknown(Some(e)),
-                        Err(_) => NodeRenewal::Unknown(None),
-                    },
-                    None => match spawn_node_attempt(client, name, lease, timeout).await {
-                        Ok(Ok(Ok(Some(guard)))) => NodeRenewal::Confirmed(Some(guard)),
-                        Ok(Ok(Ok(None))) => NodeRenewal::Gone,
-                        Ok(Ok(Err(e))) => NodeRenewal::Unknown(Some(e)),
-                        Ok(Err(_)) | Err(_) => NodeRenewal::Unknown(None),
-                    },
-                }
-            }
-        }))
-        .await;
+        let replies = self.ask_nodes(&nodes, lease).await;
         let now = Instant::now();
         let (mut confirmed, mut gone, mut error) = (0, 0, None);
         for (slot, reply) in nodes.iter_mut().zip(replies) {
@@ -225,6 +204,33 @@ impl Shared {
         }
         self.settle(&mut nodes);
         Err(lost())
+    }
+
+    /// Asks every node at once, within the node timeout, to set the lease to `lease` (taking
+    /// the lock again where this guard holds nothing): one answer per node.
+    async fn ask_nodes(&self, nodes: &[Option<LockGuard>], lease: Duration) -> Vec<NodeRenewal> {
+        let timeout = self.redlock.config.node_timeout;
+        join_all(nodes.iter().enumerate().map(|(i, slot)| {
+            let client = &self.redlock.nodes[i];
+            let name = &self.track.name;
+            async move {
+                match slot {
+                    Some(guard) => match tokio::time::timeout(timeout, guard.extend(lease)).await {
+                        Ok(Ok(())) => NodeRenewal::Confirmed(None),
+                        Ok(Err(LockError::Lost { .. })) => NodeRenewal::Gone,
+                        Ok(Err(e)) => NodeRenewal::Unknown(Some(e)),
+                        Err(_) => NodeRenewal::Unknown(None),
+                    },
+                    None => match spawn_node_attempt(client, name, lease, timeout).await {
+                        Ok(Ok(Ok(Some(guard)))) => NodeRenewal::Confirmed(Some(guard)),
+                        Ok(Ok(Ok(None))) => NodeRenewal::Gone,
+                        Ok(Ok(Err(e))) => NodeRenewal::Unknown(Some(e)),
+                        Ok(Err(_)) | Err(_) => NodeRenewal::Unknown(None),
+                    },
+                }
+            }
+        }))
+        .await
     }
 
     /// Releases the node guards of a lost or dropped lock (an unlock collects them itself).
