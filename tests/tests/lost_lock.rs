@@ -464,34 +464,30 @@ async fn outcome_in_a_child(
     outcome
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_in_a_process_frozen_past_its_lease_reports_the_loss() {
+/// `mode` in a child frozen past its lease, [`RUNS`] times: the loss every time; then once not
+/// frozen: success.
+async fn frozen_runs_report_the_loss(mode: &str) {
     let server = RedisServer::start();
     let client = client(&server.url()).await;
     for run in 0..RUNS {
-        let outcome = outcome_in_a_child(&server, &client, "run", true).await;
-        assert_eq!(outcome, "lost", "run {run}");
+        let outcome = outcome_in_a_child(&server, &client, mode, true).await;
+        assert_eq!(outcome, "lost", "{mode}, run {run}");
     }
     assert_eq!(
-        outcome_in_a_child(&server, &client, "run", false).await,
+        outcome_in_a_child(&server, &client, mode, false).await,
         "ok true"
     );
     assert_clean(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_in_a_process_frozen_past_its_lease_reports_the_loss() {
+    frozen_runs_report_the_loss("run").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_macro_in_a_process_frozen_past_its_lease_reports_the_loss() {
-    let server = RedisServer::start();
-    let client = client(&server.url()).await;
-    for run in 0..RUNS {
-        let outcome = outcome_in_a_child(&server, &client, "macro", true).await;
-        assert_eq!(outcome, "lost", "run {run}");
-    }
-    assert_eq!(
-        outcome_in_a_child(&server, &client, "macro", false).await,
-        "ok true"
-    );
-    assert_clean(&server).await;
+    frozen_runs_report_the_loss("macro").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,7 +155,14 @@ impl Started for Taking {
             .attempt_all(&self.holds, lease, Shape::Table, |claims| {
                 engine.multi_acquire_command(claims, lease_len, will_wait)
             })
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // A table answer a multi-lock's acquisition never gives.
+                LockError::SizeMismatch { recorded, .. } => LockError::UnexpectedReply(
+                    format!("a multi-lock's acquisition answered a semaphore size ({recorded})"),
+                ),
+                e => e,
+            })?;
         if let Attempt::Busy { index, .. } = attempt {
             self.busy = Some(index);
         }
