@@ -158,9 +158,9 @@ impl Started for Taking {
             .await
             .map_err(|e| match e {
                 // A table answer a multi-lock's acquisition never gives.
-                LockError::SizeMismatch { recorded, .. } => LockError::UnexpectedReply(
-                    format!("a multi-lock's acquisition answered a semaphore size ({recorded})"),
-                ),
+                LockError::SizeMismatch { recorded, .. } => LockError::UnexpectedReply(format!(
+                    "a multi-lock's acquisition answered a semaphore size ({recorded})"
+                )),
                 e => e,
             })?;
         if let Attempt::Busy { index, .. } = attempt {
