@@ -419,9 +419,13 @@ impl Frozen {
         send_signal(self.child.id().unwrap(), signal).unwrap();
     }
 
-    /// Writes the line the child's body waits for.
-    async fn release_the_body(&mut self) {
-        self.stdin.write_all(b"go\n").await.unwrap();
+    /// Writes the line the child's body `id` waits for (`body` for `run` and `macro`, the
+    /// order id for `layer`).
+    async fn release_the_body(&mut self, id: &str) {
+        self.stdin
+            .write_all(format!("go {id}\n").as_bytes())
+            .await
+            .unwrap();
         self.stdin.flush().await.unwrap();
     }
 
@@ -432,10 +436,11 @@ impl Frozen {
         &mut self,
         client: &LockClient,
         name: &str,
+        id: &str,
     ) -> lock_core::LockGuard {
         self.signal("-STOP");
         let taken = client.lock(name).wait(Duration::from_secs(60)).await;
-        self.release_the_body().await;
+        self.release_the_body(id).await;
         self.signal("-CONT");
         taken.expect("the frozen child's lease ran out and another client took the lock")
     }
@@ -452,9 +457,9 @@ async fn outcome_in_a_child(
     let mut child = Frozen::start(mode, server, &name);
     child.line("WAITING").await;
     let taken = if freeze {
-        Some(child.freeze_past_the_lease(client, &name).await)
+        Some(child.freeze_past_the_lease(client, &name, "body").await)
     } else {
-        child.release_the_body().await;
+        child.release_the_body("body").await;
         None
     };
     let outcome = child.line("OUTCOME").await;
@@ -507,9 +512,10 @@ async fn the_layer_in_a_process_frozen_past_its_lease_answers_503() {
         child.line("WAITING").await;
         let taken = if freeze {
             let name = format!("order:{run}");
-            Some(child.freeze_past_the_lease(&client, &name).await)
+            let id = run.to_string();
+            Some(child.freeze_past_the_lease(&client, &name, &id).await)
         } else {
-            child.release_the_body().await;
+            child.release_the_body(&run.to_string()).await;
             None
         };
         let response = request.await.unwrap().unwrap();

@@ -7,12 +7,12 @@
 //!
 //! ```text
 //! frozen_body run|macro <redis url> <lock name> <watchdog lease ms>
-//!     prints WAITING when the body waits, then one line: OUTCOME ok <held> | OUTCOME lost |
-//!     OUTCOME error <error>
+//!     prints WAITING when the body waits (until the line `go body`), then one line:
+//!     OUTCOME ok <held> | OUTCOME lost | OUTCOME error <error>
 //! frozen_body layer <redis url> <lock name> <watchdog lease ms>
 //!     serves POST /orders/{id} behind DistributedLockLayer on a loopback port and prints
-//!     LISTENING <port>; each request's handler prints WAITING and answers 200 after reading
-//!     a line
+//!     LISTENING <port>; each request's handler prints WAITING and answers 200 after the
+//!     line `go <id>`
 //! ```
 
 // Its lines on standard output are what the suite reads.
@@ -21,10 +21,12 @@
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Path;
 use axum::routing::post;
 use lock_core::{HeldLock, LockClient, LockError, distributed_lock};
 use lock_tower::{DistributedLockLayer, PathParam};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Notify;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -34,6 +36,7 @@ async fn main() -> Result<(), BoxError> {
     let [mode, url, name, lease_ms] = args.as_slice() else {
         return Err("usage: frozen_body run|macro|layer <redis url> <lock name> <lease ms>".into());
     };
+    read_lines();
     let client = LockClient::builder(url.as_str())
         .watchdog_lease(Duration::from_millis(lease_ms.parse()?))
         .build()
@@ -50,13 +53,48 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The lines read on standard input so far, by one reader task for the whole process, and a
+/// wake-up for each: a body waits for its own line (`go <id>`), so one that is cancelled (the
+/// layer drops it) leaves nothing behind for the next.
+static LINES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+static READ: Notify = Notify::const_new();
+
+/// Reads standard input line by line for as long as it is open.
+fn read_lines() {
+    tokio::spawn(async {
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            LINES
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(line);
+            READ.notify_waiters();
+        }
+    });
+}
+
+/// Waits for the line `go <id>` on standard input.
+async fn go(id: &str) {
+    let wanted = format!("go {id}");
+    loop {
+        let read = READ.notified();
+        tokio::pin!(read);
+        read.as_mut().enable();
+        if LINES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&wanted)
+        {
+            return;
+        }
+        read.await;
+    }
+}
+
 /// Waits for a line on standard input; returns whether the lock was held when it came.
 async fn body(held: HeldLock) -> bool {
     println!("WAITING");
-    let mut line = String::new();
-    let _ = BufReader::new(tokio::io::stdin())
-        .read_line(&mut line)
-        .await;
+    go("body").await;
     held.is_held()
 }
 
@@ -76,12 +114,9 @@ fn report(outcome: Result<bool, LockError>) {
 async fn serve(client: LockClient) -> Result<(), BoxError> {
     let app = Router::new().route(
         "/orders/{id}",
-        post(|| async {
+        post(|Path(id): Path<String>| async move {
             println!("WAITING");
-            let mut line = String::new();
-            let _ = BufReader::new(tokio::io::stdin())
-                .read_line(&mut line)
-                .await;
+            go(&id).await;
             "done"
         })
         .route_layer(DistributedLockLayer::new(client, PathParam::new("id")).prefix("order:")),
