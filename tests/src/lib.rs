@@ -15,13 +15,19 @@
 //! - [`TlsFiles`]: a throwaway CA with server and client certificates, for
 //!   servers started with [`RedisServer::start_tls`] (and TLS clusters).
 //! - [`logs`]: `tracing` events captured for a test to check.
+//! - [`conformance`]: lock-core's behavioural claims, written once and run against every
+//!   backend of the run (`tests/tests/conformance.rs`).
+//! - [`linearizability`]: an outside judge of lock histories (stateright's linearizability
+//!   tester over a lease-mutex model and a fenced-register model).
 //! - [`init_tracing`] and [`unique_name`]: small helpers for test bodies.
 //!
 //! The harness never touches a Redis server it did not start itself.
 
 pub mod checkers;
 pub mod cluster;
+pub mod conformance;
 pub mod fixtures;
+pub mod linearizability;
 pub mod logs;
 pub mod proxy;
 pub mod sentinel;

@@ -35,6 +35,8 @@ use super::worker::UNLOCK_BOUND;
 #[derive(Debug, Clone)]
 pub(crate) struct Violation {
     pub(crate) kind: &'static str,
+    /// The lock name it is about, when it is about one (the outside judge compares by name).
+    pub(crate) name: Option<String>,
     pub(crate) summary: String,
     pub(crate) excerpt: Vec<String>,
 }
@@ -80,7 +82,7 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn rel(&self, t: i64) -> String {
+    pub(crate) fn rel(&self, t: i64) -> String {
         format!("{:+.1}ms", (t - self.t0) as f64 / 1000.0)
     }
 
@@ -150,6 +152,7 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
         if !closed {
             f.violations.push(Violation {
                 kind: "liveness",
+                name: None,
                 summary: format!(
                     "section {} (worker {}.{}) never ended and its worker was not killed",
                     sec.id, sec.worker, sec.inc
@@ -198,6 +201,7 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
             if note.starts_with("panic") || note.starts_with("fatal") {
                 f.violations.push(Violation {
                     kind: "crash",
+                    name: None,
                     summary: format!(
                         "worker {}.{} (pid {}): {note}",
                         life.worker, life.inc, life.pid
@@ -210,6 +214,7 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
     for (kind, problem) in &h.problems {
         f.violations.push(Violation {
             kind,
+            name: None,
             summary: problem.clone(),
             excerpt: Vec::new(),
         });
@@ -262,6 +267,7 @@ fn check_exclusion(h: &History, ctx: &Ctx, family: &str, name: &str, ivs: &[Iv],
                     ctx,
                     Violation {
                         kind: "exclusion",
+                        name: Some(name.to_owned()),
                         summary: format!(
                             "two holders of {family} lock {name} at once, both still believing they held it:\n      {}\n      {}",
                             describe(h, ctx, a),
@@ -311,6 +317,7 @@ fn check_tokens(h: &History, ctx: &Ctx, name: &str, ivs: &[Iv], f: &mut Findings
                 ctx,
                 Violation {
                     kind: "fencing",
+                    name: Some(name.to_owned()),
                     summary: format!(
                         "fencing token of {name} did not grow: a holder that started later got a token no larger than an earlier one's:\n      {}\n      {}",
                         describe(h, ctx, prev),
@@ -356,6 +363,7 @@ fn check_writes(h: &History, ctx: &Ctx, name: &str, ivs: &[Iv], f: &mut Findings
                     ctx,
                     Violation {
                         kind: "fencing",
+                        name: Some(name.to_owned()),
                         summary: format!(
                             "a write to {name} by a holder within its lease was refused (token {} not above {} of {by}):\n      {}",
                             w.token,
@@ -408,6 +416,7 @@ fn check_permits(h: &History, ctx: &Ctx, name: &str, ivs: &[Iv], f: &mut Finding
                         ctx,
                         Violation {
                             kind: "semaphore",
+                            name: Some(name.to_owned()),
                             summary: format!(
                                 "{held} permits of semaphore {name} (size {}) held at {}:\n      {}",
                                 ctx.sem_size,
@@ -443,6 +452,7 @@ fn check_liveness(h: &History, ctx: &Ctx, f: &mut Findings) {
         if hung || took > bound {
             f.violations.push(Violation {
                 kind: "liveness",
+                name: None,
                 summary: format!(
                     "{what} took {:.0} ms (bound {:.0} ms, time its workers were stopped left out){}",
                     took as f64 / 1000.0,
@@ -510,6 +520,7 @@ fn check_liveness(h: &History, ctx: &Ctx, f: &mut Findings) {
     for op in h.ops.iter().filter(|op| op.out == "unexpected") {
         f.violations.push(Violation {
             kind: "error",
+            name: None,
             summary: format!(
                 "acquisition {} {} {} by worker {}.{} failed with an untyped error: {}",
                 op.req,
@@ -525,6 +536,7 @@ fn check_liveness(h: &History, ctx: &Ctx, f: &mut Findings) {
     for r in h.http.iter().filter(|r| r.out == "unexpected") {
         f.violations.push(Violation {
             kind: "error",
+            name: None,
             summary: format!(
                 "HTTP {} /{}/{} answered {}",
                 r.req, r.route, r.key, r.status
@@ -552,6 +564,7 @@ fn check_kills(h: &History, ctx: &Ctx, f: &mut Findings) {
                 ctx,
                 Violation {
                     kind: "leftover",
+                    name: None,
                     summary: format!(
                         "worker {}.{} was killed at {}; at {} (its lease and 3 s later) it still held:\n      {}",
                         pk.worker,
@@ -746,14 +759,15 @@ fn write_line(w: &Write) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::history::{Life, Op, Part};
     use super::super::store::Write;
     use super::*;
 
-    const MS: i64 = 1000;
+    pub(crate) const MS: i64 = 1000;
 
-    fn ctx() -> Ctx {
+    /// A standalone run of 100 s that started at 0.
+    pub(crate) fn ctx() -> Ctx {
         Ctx {
             t0: 0,
             run_end: 100_000 * MS,

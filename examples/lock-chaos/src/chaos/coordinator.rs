@@ -21,6 +21,7 @@ use super::check::{self, Ctx};
 use super::cli::{Deploy, RunConfig, TopologyKind, WorkerArgs};
 use super::event::{self, now_us};
 use super::history::{Fault, History, Life, PostKill};
+use super::judge;
 use super::nemesis::{self, FaultKind, Planned};
 use super::report::Report;
 use super::topology::{self, Topo};
@@ -246,7 +247,8 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
         failovers,
         min_replicas: cfg.min_replicas,
     };
-    let findings = check::check(&hist, &ctx);
+    let mut findings = check::check(&hist, &ctx);
+    let judged = judge::judge(&hist, &ctx, &mut findings);
     let keep = cfg.keep_logs || !findings.violations.is_empty();
     let log_dir = if keep {
         Some(coord.dir.display().to_string())
@@ -256,7 +258,7 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
     };
     drop(check_server);
     drop(topo);
-    Ok(Report::new(
+    let mut report = Report::new(
         &cfg,
         planned,
         &hist,
@@ -264,7 +266,9 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
         (run_end - ctx.t0) as f64 / 1e6,
         clock_step_ms,
         log_dir,
-    ))
+    );
+    report.judged = judged;
+    Ok(report)
 }
 
 fn write_history(path: &std::path::Path, raw: &[String], h: &History) -> std::io::Result<()> {

@@ -7,7 +7,7 @@
 //! lock, semaphore, multi-lock, and the tower layer over HTTP — on a few shared names and
 //! report every acquisition and critical section on their standard output. A nemesis injects
 //! faults on a schedule computed from the seed. After the run, the checkers (`check`) read the
-//! whole history.
+//! whole history, and so does an outside judge (`judge`: stateright's linearizability tester).
 //!
 //! These files are compiled twice: into the `lock-chaos` binary, and into the test suite
 //! (`tests/tests/chaos.rs`, with `#[path]`), so they use only crates `lock-tests` also has.
@@ -17,6 +17,7 @@ mod cli;
 mod coordinator;
 mod event;
 mod history;
+mod judge;
 mod nemesis;
 mod report;
 mod rng;

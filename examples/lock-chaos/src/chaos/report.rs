@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::check::{Findings, Violation};
 use super::cli::{RunConfig, TopologyKind};
 use super::history::History;
+use super::judge::Judged;
 use super::nemesis::FaultKind;
 
 /// What a run found.
@@ -33,6 +34,8 @@ pub(crate) struct Report {
     /// Changes of the primaries the coordinator saw (Sentinel and Cluster runs).
     pub(crate) primary_changes: Vec<String>,
     pub(crate) findings: Findings,
+    /// The outside judge's verdicts (set by the coordinator after the checks).
+    pub(crate) judged: Judged,
     pub(crate) log_dir: Option<String>,
     pub(crate) replay: String,
 }
@@ -138,6 +141,7 @@ impl Report {
                 .map(|f| f.detail.clone())
                 .collect(),
             findings,
+            judged: Judged::default(),
             log_dir,
             replay,
         }
@@ -157,12 +161,13 @@ impl Report {
 
     pub(crate) fn result_line(&self) -> String {
         format!(
-            "RESULT seconds={:.0} ops={} faults={} violations={} fenced_overlaps={} seed={}",
+            "RESULT seconds={:.0} ops={} faults={} violations={} fenced_overlaps={} not_linearizable={} seed={}",
             self.seconds,
             self.operations(),
             self.faults_injected(),
             self.violations(),
             self.findings.fenced_overlaps,
+            self.judged.failures().len(),
             self.seed
         )
     }
@@ -320,6 +325,7 @@ impl Report {
                 let _ = writeln!(out, "    [{}] {}", v.kind, v.summary);
             }
         }
+        self.render_judge(&mut out);
         let _ = writeln!(out, "\nviolations: {}", self.violations());
         for v in f.violations.iter().take(20) {
             render_violation(&mut out, v);
@@ -334,6 +340,64 @@ impl Report {
         out.push_str(&self.result_line());
         out.push('\n');
         out
+    }
+}
+
+impl Report {
+    /// The outside judge's section: verdicts by model, failures, and disagreements with the
+    /// checks above.
+    fn render_judge(&self, out: &mut String) {
+        let j = &self.judged;
+        let _ = writeln!(
+            out,
+            "\noutside judge (stateright's linearizability tester, one history per key; {:.2} s):",
+            j.seconds
+        );
+        for model in ["lease mutex", "fenced register"] {
+            let verdicts: Vec<_> = j.verdicts.iter().filter(|v| v.model == model).collect();
+            let bad: Vec<_> = verdicts.iter().filter(|v| !v.ok()).collect();
+            let steps: u64 = verdicts.iter().map(|v| v.steps).sum();
+            let _ = writeln!(
+                out,
+                "  {model:<16} {} keys, {} operations ({} of unknown outcome), {} search steps: {}",
+                verdicts.len(),
+                j.ops(model),
+                verdicts.iter().map(|v| v.unknown).sum::<usize>(),
+                steps,
+                if bad.is_empty() {
+                    "every key linearizable".to_owned()
+                } else {
+                    format!("{} keys NOT linearizable or undecided", bad.len())
+                }
+            );
+            for v in bad {
+                let documented = if j.documented.contains(&v.key) {
+                    " (within a failover window: documented)"
+                } else {
+                    ""
+                };
+                let _ = writeln!(out, "    {v}{documented}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  not judged: read shares and semaphore permits (no model), busy answers (a killed worker's acquisition leaves no trace)"
+        );
+        if j.disagreements.is_empty() {
+            let _ = writeln!(
+                out,
+                "  the judge and the checks above agree on every judged name"
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  DISAGREEMENTS with the checks above: {}",
+                j.disagreements.len()
+            );
+            for d in &j.disagreements {
+                let _ = writeln!(out, "    {d}");
+            }
+        }
     }
 }
 
