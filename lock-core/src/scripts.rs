@@ -221,6 +221,16 @@ impl Call {
         self
     }
 
+    /// The keys, as given (for the in-memory backend, which runs the operation itself).
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter()
+    }
+
+    /// The arguments, as given.
+    pub(crate) fn args(&self) -> impl Iterator<Item = &[u8]> {
+        self.args.iter()
+    }
+
     /// One [`Op::Batch`] call doing `calls` (each an [`Op::Acquire`] or an [`Op::Release`]) in
     /// order, each with its own answer (see `batch.lua`); `None` if any call is of another
     /// operation.
