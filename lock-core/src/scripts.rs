@@ -36,10 +36,10 @@ macro_rules! ops {
         }
 
         impl Op {
-            const ALL: &'static [Op] = &[$(Op::$op),*];
+            pub(crate) const ALL: &'static [Op] = &[$(Op::$op),*];
 
             /// The operation's name (its file, and its function's suffix).
-            fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self {
                     $(Op::$op => $file,)*
                 }

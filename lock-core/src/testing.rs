@@ -249,3 +249,58 @@ impl LockClient {
         MemoryServer::new().client().await
     }
 }
+
+/// Not public API: each Lua operation on the in-memory server next to its script, for the
+/// workspace's `memory_vs_redis` suite, which runs both and compares them. May change or go in
+/// any release.
+#[doc(hidden)]
+pub mod __conformance {
+    use redis::Value;
+
+    use super::MemoryServer;
+    use crate::scripts::{Call, Op, Scripts};
+
+    fn find(op: &str) -> Option<Op> {
+        Op::ALL.iter().copied().find(|o| o.name() == op)
+    }
+
+    /// The name of every Lua operation (its file's).
+    pub fn operations() -> Vec<&'static str> {
+        Op::ALL.iter().map(|op| op.name()).collect()
+    }
+
+    /// The operation `op` as a script (the prelude in front), as `EVALSHA` runs it.
+    pub fn script(op: &str) -> Option<redis::Script> {
+        Some(Scripts::get(false).script(find(op)?).clone())
+    }
+
+    /// Runs `op` on `server` as its Rust twin does; an error is an error value. None for an
+    /// operation that does not exist.
+    pub fn run(server: &MemoryServer, op: &str, keys: &[&[u8]], args: &[&[u8]]) -> Option<Value> {
+        let mut call = Call::new(find(op)?);
+        for key in keys {
+            call.key(*key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        Some(server.server.run_script(&call))
+    }
+
+    /// Runs one plain command on `server`; an error is an error value.
+    pub fn command(server: &MemoryServer, cmd: &redis::Cmd) -> Value {
+        server.server.run_command(cmd)
+    }
+
+    /// Every key, sorted, with its type, value (a string's bytes; a hash's fields and values
+    /// in insertion order; a sorted set's members and scores in order) and `PTTL`.
+    pub fn dump(server: &MemoryServer) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
+        server.server.dump()
+    }
+
+    /// The channel of every message published since the last call (the first call starts
+    /// recording).
+    pub fn published(server: &MemoryServer) -> Vec<Vec<u8>> {
+        server.server.published()
+    }
+}

@@ -3,7 +3,7 @@
 //! and write them (a key whose time has come is gone; a hash or sorted set that loses its
 //! last member is gone; reading a key of another type is `WRONGTYPE`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use tokio::time::{Duration, Instant};
 
@@ -15,7 +15,8 @@ pub(super) struct WrongType;
 #[derive(Debug, Clone)]
 enum Data {
     Str(Vec<u8>),
-    Hash(BTreeMap<String, String>),
+    /// Fields in insertion order, as a small Redis hash (a listpack) keeps them.
+    Hash(Vec<(String, String)>),
     /// Member → score.
     ZSet(HashMap<String, f64>),
 }
@@ -75,6 +76,32 @@ impl Keyspace {
         let mut keys: Vec<String> = self.entries.keys().cloned().collect();
         keys.sort();
         keys
+    }
+
+    /// Every live key, sorted, with its type (`TYPE`), its value (a string's bytes, a hash's
+    /// fields and values, a sorted set's members and scores in order) and its `PTTL`.
+    pub(super) fn dump(&mut self) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
+        let mut out = Vec::new();
+        for key in self.keys() {
+            let pttl = self.pttl(&key);
+            let (kind, parts) = match self.entry(&key).map(|e| e.data.clone()) {
+                None => continue,
+                Some(Data::Str(value)) => ("string", vec![value]),
+                Some(Data::Hash(hash)) => {
+                    let parts = hash.into_iter().flat_map(|(f, v)| [f, v]);
+                    ("hash", parts.map(String::into_bytes).collect())
+                }
+                Some(Data::ZSet(_)) => {
+                    let members = self.zrange(&key).unwrap_or_default();
+                    let parts = members
+                        .into_iter()
+                        .flat_map(|(m, s)| [m, super::script::score_text(s)]);
+                    ("zset", parts.map(String::into_bytes).collect())
+                }
+            };
+            out.push((key, kind, parts, pttl));
+        }
+        out
     }
 
     pub(super) fn exists(&mut self, key: &str) -> bool {
@@ -144,7 +171,7 @@ impl Keyspace {
     }
 
     /// The hash at `key` (None: no key), or `WRONGTYPE`.
-    fn hash(&mut self, key: &str) -> Result<Option<&mut BTreeMap<String, String>>, WrongType> {
+    fn hash(&mut self, key: &str) -> Result<Option<&mut Vec<(String, String)>>, WrongType> {
         match self.entry(key) {
             None => Ok(None),
             Some(Entry {
@@ -156,18 +183,17 @@ impl Keyspace {
     }
 
     pub(super) fn hget(&mut self, key: &str, field: &str) -> Result<Option<String>, WrongType> {
-        Ok(self.hash(key)?.and_then(|h| h.get(field).cloned()))
+        let hash = self.hash(key)?;
+        Ok(hash.and_then(|h| h.iter().find(|(f, _)| f == field).map(|(_, v)| v.clone())))
     }
 
     pub(super) fn hset(&mut self, key: &str, field: &str, value: String) -> Result<(), WrongType> {
         match self.hash(key)? {
-            Some(hash) => {
-                hash.insert(field.to_owned(), value);
-            }
-            None => {
-                let hash = BTreeMap::from([(field.to_owned(), value)]);
-                self.insert(key, Data::Hash(hash));
-            }
+            Some(hash) => match hash.iter_mut().find(|(f, _)| f == field) {
+                Some((_, v)) => *v = value,
+                None => hash.push((field.to_owned(), value)),
+            },
+            None => self.insert(key, Data::Hash(vec![(field.to_owned(), value)])),
         }
         Ok(())
     }
@@ -177,7 +203,9 @@ impl Keyspace {
         let Some(hash) = self.hash(key)? else {
             return Ok(false);
         };
-        let removed = hash.remove(field).is_some();
+        let before = hash.len();
+        hash.retain(|(f, _)| f != field);
+        let removed = hash.len() < before;
         if hash.is_empty() {
             self.entries.remove(key);
         }
@@ -186,10 +214,7 @@ impl Keyspace {
 
     /// `HGETALL`: every field and value.
     pub(super) fn hgetall(&mut self, key: &str) -> Result<Vec<(String, String)>, WrongType> {
-        Ok(self
-            .hash(key)?
-            .map(|h| h.iter().map(|(f, v)| (f.clone(), v.clone())).collect())
-            .unwrap_or_default())
+        Ok(self.hash(key)?.map(|h| h.clone()).unwrap_or_default())
     }
 
     /// The sorted set at `key` (None: no key), or `WRONGTYPE`.

@@ -36,6 +36,23 @@ use crate::command::Wire;
 use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
 
+impl Server {
+    /// Runs the Lua operation of `call` as its Rust twin does (for the conformance suite).
+    pub(crate) fn run_script(&self, call: &crate::scripts::Call) -> Value {
+        self.call(|ctx| script::run(ctx, call))
+    }
+
+    /// Runs one plain command (for the conformance suite).
+    pub(crate) fn run_command(&self, cmd: &redis::Cmd) -> Value {
+        self.call(|ctx| commands::command(ctx, cmd))
+    }
+
+    /// Every key with its type, value and `PTTL` (see `Keyspace::dump`).
+    pub(crate) fn dump(&self) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
+        self.call(|ctx| ctx.ks.dump())
+    }
+}
+
 /// One client's backend: its link to an in-memory server.
 pub(crate) struct Memory {
     link: Arc<Link>,

@@ -117,6 +117,12 @@ impl Server {
     pub(crate) fn keys(&self) -> Vec<String> {
         self.call(|ctx| ctx.ks.keys())
     }
+
+    /// The channels published on since the last call (the first call starts recording).
+    pub(crate) fn published(&self) -> Vec<Vec<u8>> {
+        let mut state = lock(&self.state);
+        state.bus.tap.replace(Vec::new()).unwrap_or_default()
+    }
 }
 
 /// The server clock: a fixed epoch plus the time tokio's clock has moved since the server
@@ -144,6 +150,9 @@ impl Clock {
 struct Bus {
     subscribers: Vec<Subscriber>,
     next_id: u64,
+    /// The channel of every message since the last [`Server::published`], while a test taps
+    /// the bus.
+    tap: Option<Vec<Vec<u8>>>,
 }
 
 #[derive(Debug)]
@@ -158,6 +167,9 @@ struct Subscriber {
 
 impl Bus {
     fn publish(&mut self, channel: &[u8]) -> usize {
+        if let Some(tap) = &mut self.tap {
+            tap.push(channel.to_vec());
+        }
         self.subscribers.retain(|s| !s.tx.is_closed());
         self.subscribers
             .iter()
