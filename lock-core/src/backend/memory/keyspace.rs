@@ -142,14 +142,11 @@ impl Keyspace {
 
     /// `GET`.
     pub(super) fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, WrongType> {
-        match self.entry(key) {
-            None => Ok(None),
-            Some(Entry {
-                data: Data::Str(value),
-                ..
-            }) => Ok(Some(value.clone())),
-            Some(_) => Err(WrongType),
-        }
+        let value = self.typed(key, |data| match data {
+            Data::Str(value) => Some(value),
+            _ => None,
+        })?;
+        Ok(value.cloned())
     }
 
     /// Writes a string (whatever the key held), with `ttl`.
@@ -170,16 +167,25 @@ impl Keyspace {
         );
     }
 
-    /// The hash at `key` (None: no key), or `WRONGTYPE`.
-    fn hash(&mut self, key: &str) -> Result<Option<&mut Vec<(String, String)>>, WrongType> {
+    /// The value at `key` as `pick` reads it (None: no key), or `WRONGTYPE` when it is of
+    /// another type.
+    fn typed<T>(
+        &mut self,
+        key: &str,
+        pick: fn(&mut Data) -> Option<&mut T>,
+    ) -> Result<Option<&mut T>, WrongType> {
         match self.entry(key) {
             None => Ok(None),
-            Some(Entry {
-                data: Data::Hash(hash),
-                ..
-            }) => Ok(Some(hash)),
-            Some(_) => Err(WrongType),
+            Some(entry) => pick(&mut entry.data).map(Some).ok_or(WrongType),
         }
+    }
+
+    /// The hash at `key` (None: no key), or `WRONGTYPE`.
+    fn hash(&mut self, key: &str) -> Result<Option<&mut Vec<(String, String)>>, WrongType> {
+        self.typed(key, |data| match data {
+            Data::Hash(hash) => Some(hash),
+            _ => None,
+        })
     }
 
     pub(super) fn hget(&mut self, key: &str, field: &str) -> Result<Option<String>, WrongType> {
@@ -219,14 +225,10 @@ impl Keyspace {
 
     /// The sorted set at `key` (None: no key), or `WRONGTYPE`.
     fn zset(&mut self, key: &str) -> Result<Option<&mut HashMap<String, f64>>, WrongType> {
-        match self.entry(key) {
-            None => Ok(None),
-            Some(Entry {
-                data: Data::ZSet(set),
-                ..
-            }) => Ok(Some(set)),
-            Some(_) => Err(WrongType),
-        }
+        self.typed(key, |data| match data {
+            Data::ZSet(set) => Some(set),
+            _ => None,
+        })
     }
 
     pub(super) fn zscore(&mut self, key: &str, member: &str) -> Result<Option<f64>, WrongType> {

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::keyspace::Ttl;
 use super::prelude::{
-    Lock, acquire_lock, busy, free_lock, in_batch, lock_string, next_token, parse_lock, px,
+    Lock, acquire_lock, flag_waiters, free_lock, in_batch, lock_string, next_token, parse_lock, px,
     read_lock, release_lock, take_again,
 };
 use super::script::{Args, Res, bulk_or_nil, foreign, int, number};
@@ -132,11 +132,7 @@ pub(super) fn multi_acquire(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
             if expected != 0 {
                 return Ok(table(&[3, index]));
             }
-            if a.arg(3)? == "1" && lock.waiters.is_empty() {
-                let mut flagged = lock.value.clone().unwrap_or_default();
-                flagged.push(b'1');
-                ctx.ks.set(key, flagged, Ttl::Keep);
-            }
+            flag_waiters(ctx, key, &lock, a.arg(3)?);
             return Ok(table(&[0, index, ctx.ks.pttl(key)]));
         } else if lock.count == expected {
             plan.push(Plan::Again(lock));
@@ -190,10 +186,4 @@ fn take_planned(ctx: &mut Ctx<'_>, a: &Args<'_>, owner: &str, plan: Vec<Plan>) -
 /// A table of integers.
 pub(super) fn table(items: &[i64]) -> Value {
     Value::Array(items.iter().map(|n| int(*n)).collect())
-}
-
-/// The waiters flag of a busy lock, as `busy` sets it (re-exported for the others' ops).
-pub(super) fn busy_answer(ctx: &mut Ctx<'_>, key: &str, lock: &Lock, will_wait: &str) -> i64 {
-    let value = lock.value.as_deref().unwrap_or_default();
-    busy(ctx, key, value, &lock.waiters, will_wait)
 }

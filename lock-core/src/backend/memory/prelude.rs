@@ -106,19 +106,19 @@ pub(super) fn free_string(
     Ok(())
 }
 
-/// `busy`: -2 - pttl, or -1 without an expiry; with `will_wait` ('1') sets the waiters flag.
-pub(super) fn busy(
-    ctx: &mut Ctx<'_>,
-    key: &str,
-    value: &[u8],
-    waiters: &str,
-    will_wait: &str,
-) -> i64 {
-    if will_wait == "1" && waiters.is_empty() {
-        let mut flagged = value.to_vec();
+/// Sets the waiters flag of `lock` (held by another owner) at `key` when the caller will wait
+/// (`will_wait` '1') and it is not set yet, so the holder's release publishes.
+pub(super) fn flag_waiters(ctx: &mut Ctx<'_>, key: &str, lock: &Lock, will_wait: &str) {
+    if will_wait == "1" && lock.waiters.is_empty() {
+        let mut flagged = lock.value.clone().unwrap_or_default();
         flagged.push(b'1');
         ctx.ks.set(key, flagged, Ttl::Keep);
     }
+}
+
+/// `busy`: -2 - pttl, or -1 without an expiry; sets the waiters flag (`flag_waiters`).
+pub(super) fn busy(ctx: &mut Ctx<'_>, key: &str, lock: &Lock, will_wait: &str) -> i64 {
+    flag_waiters(ctx, key, lock, will_wait);
     let pttl = ctx.ks.pttl(key);
     if pttl < 0 { -1 } else { -2 - pttl }
 }
@@ -294,8 +294,7 @@ pub(super) fn acquire_lock(
         Start::Go(lock) => lock,
     };
     if !lock.owner.is_empty() {
-        let value = lock.value.as_deref().unwrap_or_default();
-        return Ok(int(busy(ctx, key, value, &lock.waiters, will_wait)));
+        return Ok(int(busy(ctx, key, &lock, will_wait)));
     }
     let token = next_token(ctx, lock.token.as_deref())?;
     let value = lock_string(caller, 1, &token, &lock.released, "");

@@ -5,8 +5,7 @@
 use redis::Value;
 
 use super::keyspace::Ttl;
-use super::mutex::busy_answer;
-use super::prelude::{Start, lock_string, next_token, px, read_lock, start_acquire};
+use super::prelude::{Start, busy, lock_string, next_token, px, read_lock, start_acquire};
 use super::script::{Args, Fail, Res, bulk, bulk_or_nil, foreign, int, number};
 use super::server::Ctx;
 
@@ -41,7 +40,7 @@ pub(super) fn write(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     let wait_ms = if lock.owner.is_empty() {
         readers_wait(ctx, readers, now)?
     } else {
-        let answer = busy_answer(ctx, key, &lock, will_wait);
+        let answer = busy(ctx, key, &lock, will_wait);
         if answer == -1 {
             return Ok(int(-1));
         }
@@ -110,7 +109,7 @@ pub(super) fn read(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
         return Ok(foreign());
     };
     if !lock.owner.is_empty() && lock.owner != owner {
-        return Ok(int(busy_answer(ctx, key, &lock, a.arg(4)?)));
+        return Ok(int(busy(ctx, key, &lock, a.arg(4)?)));
     }
     if expected == 0 && lock.owner.is_empty() {
         let waiting = ctx.ks.get(mark)?;
