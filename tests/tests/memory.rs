@@ -18,9 +18,10 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_core::testing::MemoryServer;
 use lock_core::{
-    HeldLock, LockClient, LockError, MutexProtocol, Period, distributed_lock, reentrant,
+    HeldLock, LockClient, LockError, LockGuard, MutexProtocol, Period, distributed_lock, reentrant,
 };
 use lock_tower::{DistributedLockLayer, PathParam};
+use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -43,6 +44,20 @@ async fn two_instances() -> (MemoryServer, LockClient, LockClient) {
     let a = server.client().await.unwrap();
     let b = server.client().await.unwrap();
     (server, a, b)
+}
+
+/// `a` holds the mutex `name` and `b` waits for it (for at most `wait`) in a task of its own,
+/// which has had a second to start waiting.
+async fn held_and_awaited(
+    (a, b): (&LockClient, &LockClient),
+    name: &'static str,
+    wait: Duration,
+) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
+    let held = a.lock(name).await.unwrap();
+    let b = b.clone();
+    let waiting = tokio::spawn(async move { b.lock(name).wait(wait).await });
+    tokio::time::sleep(SECOND).await;
+    (held, waiting)
 }
 
 /// Every key but the mutexes' fencing counter is gone once the fence TTL (1 h) has passed.
@@ -78,12 +93,7 @@ async fn the_watchdog_keeps_a_lock_and_a_fixed_lease_runs_out() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_is_woken_by_the_release_and_times_out_while_it_is_held() {
     let (_server, a, b) = two_instances().await;
-    let held = a.lock("order:1").await.unwrap();
-    let waiting = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock("order:1").wait(Duration::from_secs(60)).await }
-    });
-    tokio::time::sleep(SECOND).await;
+    let (held, waiting) = held_and_awaited((&a, &b), "order:1", Duration::from_secs(60)).await;
     let timed_out = b.lock("order:1").wait(Duration::from_secs(5)).await;
     assert!(
         matches!(timed_out, Err(LockError::Timeout { .. })),
@@ -231,6 +241,33 @@ async fn the_scripted_protocol_batches_many_tasks_on_one_client() {
         "free lock strings expire: {:?}",
         server.keys()
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn info_and_owner_descriptions_read_as_on_redis() {
+    let server = MemoryServer::new();
+    let a = server
+        .builder()
+        .owner_description("billing@host-a")
+        .build()
+        .await
+        .unwrap();
+    let b = server.client().await.unwrap();
+    let guard = a.lock("o").await.unwrap();
+    let seen = b.mutex("o").info().await.unwrap();
+    let owner = seen.owner.clone().unwrap();
+    assert!(owner.starts_with(a.client_id()), "{owner}");
+    // The native protocol keeps no count or token in the key: only the holder's client knows.
+    assert_eq!((seen.hold_count, seen.fencing_token), (1, None));
+    let own = a.mutex("o").info().await.unwrap();
+    assert_eq!(own.fencing_token, Some(guard.fencing_token()));
+    let described = b.owner_description(&owner).await.unwrap();
+    assert_eq!(described.as_deref(), Some("billing@host-a"));
+    assert!(guard.unlock().await.unwrap());
+    drop(a);
+    // Nothing refreshes it once its client is gone: it expires after 3 watchdog leases.
+    tokio::time::sleep(Duration::from_secs(91)).await;
+    assert_eq!(b.owner_description(&owner).await.unwrap(), None);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,12 +460,7 @@ async fn leader_terms_grow_when_the_leader_is_cut_off() {
 #[tokio::test(start_paused = true)]
 async fn an_unreachable_server_fails_calls_typed_and_waiters_ride_it_out() {
     let (server, a, b) = two_instances().await;
-    let held = a.lock("o").await.unwrap();
-    let waiting = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock("o").wait(Duration::from_secs(120)).await }
-    });
-    tokio::time::sleep(SECOND).await;
+    let (held, waiting) = held_and_awaited((&a, &b), "o", Duration::from_secs(120)).await;
     server.set_reachable(false);
     let refused = a.try_lock("p").await;
     assert!(
