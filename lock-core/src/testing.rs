@@ -14,10 +14,11 @@
 //! `#[distributed_lock]` and lock-tower's `DistributedLockLayer` work on it unchanged. Names,
 //! options and sizes are checked by the same code, with the same typed errors. The mutex
 //! speaks the native protocol ([`MutexProtocol::Native`](crate::MutexProtocol)) unless the
-//! builder asks for [`Scripted`](crate::MutexProtocol::Scripted); every other operation is
-//! a Rust twin of its Lua script (there is no Lua interpreter), keeping the same keys in the
-//! same formats. Fencing tokens strictly increase per name, across releases, expiries and
-//! force-unlocks.
+//! builder asks for [`Scripted`](crate::MutexProtocol::Scripted) (so a mutex's `info()` shows
+//! its hold count and token to the holder's own client only, as on Valkey 9); every other
+//! operation is a Rust twin of its Lua script (there is no Lua interpreter), keeping the same
+//! keys in the same formats. Fencing tokens strictly increase per name, across releases,
+//! expiries and force-unlocks.
 //!
 //! **Time is tokio's.** Leases expire, the watchdog renews and [`lost()`](crate::Guard::lost)
 //! fires on `tokio::time`, so in a test with a paused clock (`#[tokio::test(start_paused =
@@ -53,9 +54,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! `#[distributed_lock]` on it (lock-tower's layer works the same way, given the client; the
-//! workspace's `tests/tests/memory.rs` sends a `tower::ServiceExt::oneshot` request through
-//! one):
+//! `#[distributed_lock]` on it (lock-tower's layer works the same way, given the client: the
+//! workspace README's *Testing your service* sends `tower::ServiceExt::oneshot` requests
+//! through one, as do the workspace's `tests/tests/memory.rs`):
 //!
 //! ```
 //! use std::time::Duration;
@@ -92,8 +93,8 @@
 //!   between clients;
 //! - **replication, failover, persistence**: there are no replicas
 //!   ([`min_replicas`](crate::LockClientBuilder::min_replicas) makes `build()` fail with
-//!   [`LockError::Unsupported`]), nothing survives the server value, and no restart loses
-//!   keys unless a test [`evict`](MemoryServer::evict)s them;
+//!   [`LockError::Unsupported`]), no restart, and no key is lost unless a test
+//!   [`evict`](MemoryServer::evict)s it; the keys live as long as the server does;
 //! - **Sentinel and Cluster**: one server, no slots (a multi-lock is always one call; an
 //!   `.atomic()` multi-lock never fails with `CrossSlot`), plain `PUBLISH`;
 //! - **the network**: calls are applied in the order they are made, replies are never lost
@@ -104,8 +105,10 @@
 //!   ([`connect_primaries`](crate::LockClientBuilder::connect_primaries) fails with
 //!   [`LockError::Unsupported`]);
 //! - **Redis's limits and costs**: memory, eviction (`maxmemory-policy` reads `noeviction`),
-//!   the cost of a call, Lua's number precision, and the Lua code itself, which is not run
-//!   (its Rust twins are tested against the same expectations, not against Redis).
+//!   the cost of a call, Lua's number precision;
+//! - **the Lua code itself**, which is not run: its Rust twins are held to it by the
+//!   workspace's `memory_vs_redis` suite (the same random calls to a real server and to this
+//!   one, replies and keys compared), but not at the very millisecond a lease runs out.
 
 use std::sync::Arc;
 use std::time::Duration;
