@@ -36,7 +36,7 @@ pub(super) fn acquire(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
                 let deadline = ctx.ks.zscore(deadlines, &head)?;
                 let deadline =
                     deadline.ok_or_else(|| Fail("ERR the head has no deadline".into()))?;
-                (deadline as i64 - now).max(1)
+                (deadline as i64).saturating_sub(now).max(1)
             }
         }
     } else {
@@ -46,13 +46,17 @@ pub(super) fn acquire(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     if ttl > 0 {
         let arrival = ctx.time_us() as f64;
         ctx.ks.zadd(queue, arrival, owner, (true, false))?;
-        ctx.ks
-            .zadd(deadlines, score(now + ttl), owner, (false, false))?;
-        ctx.ks.pexpire(queue, ttl * 2);
-        ctx.ks.pexpire(deadlines, ttl * 2);
+        ctx.ks.zadd(
+            deadlines,
+            score(now.saturating_add(ttl)),
+            owner,
+            (false, false),
+        )?;
+        ctx.ks.pexpire(queue, ttl.saturating_mul(2));
+        ctx.ks.pexpire(deadlines, ttl.saturating_mul(2));
         hint = hint.min(ttl);
     }
-    Ok(int(-2 - hint))
+    Ok(int((-2i64).saturating_sub(hint)))
 }
 
 /// `fair_release.lua`: as `release.lua`; a full release wakes the head of the queue.

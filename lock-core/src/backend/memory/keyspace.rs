@@ -40,19 +40,38 @@ pub(super) enum Ttl {
 pub(super) struct Keyspace {
     entries: HashMap<String, Entry>,
     now: Instant,
+    /// Calls until keys whose time has come are swept out (as Redis's active expiry does, so
+    /// per-request names that are never read again do not pile up).
+    until_sweep: u32,
 }
+
+/// Calls between two sweeps.
+const SWEEP_EVERY: u32 = 1024;
 
 impl Keyspace {
     pub(super) fn new(now: Instant) -> Self {
         Self {
             entries: HashMap::new(),
             now,
+            until_sweep: SWEEP_EVERY,
         }
     }
 
     /// Sets the instant the next commands run at (one per call, as a script sees it).
     pub(super) fn at(&mut self, now: Instant) {
         self.now = now;
+        self.until_sweep -= 1;
+        if self.until_sweep == 0 {
+            self.sweep();
+        }
+    }
+
+    /// Drops every key whose time has come.
+    fn sweep(&mut self) {
+        let now = self.now;
+        self.until_sweep = SWEEP_EVERY;
+        self.entries
+            .retain(|_, e| e.expires.is_none_or(|t| t > now));
     }
 
     /// The live entry at `key`; one whose time has come is dropped first.
@@ -70,9 +89,7 @@ impl Keyspace {
 
     /// Every live key, sorted.
     pub(super) fn keys(&mut self) -> Vec<String> {
-        let now = self.now;
-        self.entries
-            .retain(|_, e| e.expires.is_none_or(|t| t > now));
+        self.sweep();
         let mut keys: Vec<String> = self.entries.keys().cloned().collect();
         keys.sort();
         keys

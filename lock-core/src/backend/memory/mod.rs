@@ -15,6 +15,8 @@
 
 mod commands;
 mod fair;
+#[cfg(test)]
+mod fuzz;
 mod keyspace;
 mod mutex;
 mod prelude;
@@ -116,10 +118,13 @@ impl Memory {
 
 impl Topology for Memory {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        invocation.sends.fetch_add(1, Ordering::Relaxed);
-        self.call(|ctx| match invocation.command {
-            Wire::Script(call) => script::run(ctx, call),
-            Wire::Native(native) => commands::pipeline(ctx, native.pipeline()),
+        self.call(|ctx| {
+            // Counted once it reaches the server, as a connection's send is.
+            invocation.sends.fetch_add(1, Ordering::Relaxed);
+            match invocation.command {
+                Wire::Script(call) => script::run(ctx, call),
+                Wire::Native(native) => commands::pipeline(ctx, native.pipeline()),
+            }
         })
         .await
     }

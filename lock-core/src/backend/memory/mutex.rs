@@ -136,7 +136,7 @@ pub(super) fn multi_acquire(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
             return Ok(table(&[0, index, ctx.ks.pttl(key)]));
         } else if lock.count == expected {
             plan.push(Plan::Again(lock));
-        } else if lock.count == expected + 1 {
+        } else if lock.count == expected.saturating_add(1) {
             plan.push(Plan::Applied(lock.token));
         } else {
             return Ok(table(&[3, index]));

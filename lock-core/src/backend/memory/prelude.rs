@@ -120,7 +120,11 @@ pub(super) fn flag_waiters(ctx: &mut Ctx<'_>, key: &str, lock: &Lock, will_wait:
 pub(super) fn busy(ctx: &mut Ctx<'_>, key: &str, lock: &Lock, will_wait: &str) -> i64 {
     flag_waiters(ctx, key, lock, will_wait);
     let pttl = ctx.ks.pttl(key);
-    if pttl < 0 { -1 } else { -2 - pttl }
+    if pttl < 0 {
+        -1
+    } else {
+        (-2i64).saturating_sub(pttl)
+    }
 }
 
 /// `take_again`: the owner takes the lock string it holds once more (count + 1 when its
@@ -136,7 +140,7 @@ pub(super) fn take_again(
     if lock.count == expected {
         let next = lock_string(
             &lock.owner,
-            lock.count + 1,
+            lock.count.saturating_add(1),
             token,
             &lock.released,
             &lock.waiters,
@@ -148,7 +152,7 @@ pub(super) fn take_again(
             Ttl::Keep
         };
         ctx.ks.set(key, next, ttl);
-    } else if lock.count != expected + 1 {
+    } else if lock.count != expected.saturating_add(1) {
         return Ok(0);
     }
     number(token)
@@ -205,7 +209,7 @@ pub(super) fn give_back(
             if lock.count > 1 {
                 let value = lock_string(
                     &lock.owner,
-                    lock.count - 1,
+                    lock.count.saturating_sub(1),
                     last,
                     &lock.released,
                     &lock.waiters,
@@ -217,7 +221,11 @@ pub(super) fn give_back(
             return Ok(Some((1, lock.waiters == "1")));
         }
         return Ok(Some((
-            if lock.count == expected - 1 { 3 } else { 0 },
+            if lock.count == expected.saturating_sub(1) {
+                3
+            } else {
+                0
+            },
             false,
         )));
     }

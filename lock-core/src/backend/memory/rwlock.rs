@@ -44,7 +44,7 @@ pub(super) fn write(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
         if answer == -1 {
             return Ok(int(-1));
         }
-        Some(-2 - answer)
+        Some((-2i64).saturating_sub(answer))
     };
     if let Some(wait) = wait_ms {
         if will_wait == "1" {
@@ -52,7 +52,7 @@ pub(super) fn write(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
             ctx.ks
                 .set(mark, owner.as_bytes().to_vec(), Ttl::Px(ttl.max(1)));
         }
-        return Ok(int(-2 - wait));
+        return Ok(int((-2i64).saturating_sub(wait)));
     }
     let token = next_token(ctx, lock.token.as_deref())?;
     // Readers held back by a waiting writer's mark wait for this writer's release: flag it.
@@ -99,7 +99,7 @@ pub(super) fn read(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
             count = c;
         }
     }
-    if count == expected + 1 {
+    if count == expected.saturating_add(1) {
         return Ok(int(1));
     }
     if count != expected {
@@ -114,10 +114,10 @@ pub(super) fn read(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     if expected == 0 && lock.owner.is_empty() {
         let waiting = ctx.ks.get(mark)?;
         if waiting.is_some_and(|w| w != owner.as_bytes()) {
-            return Ok(int(-2 - ctx.ks.pttl(mark).max(1)));
+            return Ok(int((-2i64).saturating_sub(ctx.ks.pttl(mark).max(1))));
         }
     }
-    let share = format!("{}|{}", count + 1, now.saturating_add(lease));
+    let share = format!("{}|{}", count.saturating_add(1), now.saturating_add(lease));
     ctx.ks.hset(readers, owner, share)?;
     if ctx.ks.pttl(readers) < lease {
         ctx.ks.pexpire(readers, lease);
@@ -136,15 +136,18 @@ pub(super) fn read_release(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     };
     if count == expected && expiry > now {
         if count > 1 {
-            ctx.ks
-                .hset(readers, owner, format!("{}|{expiry}", count - 1))?;
+            ctx.ks.hset(
+                readers,
+                owner,
+                format!("{}|{expiry}", count.saturating_sub(1)),
+            )?;
             return Ok(int(2));
         }
         ctx.ks.hdel(readers, owner)?;
         ctx.publish(channel);
         return Ok(int(1));
     }
-    if count >= 1 && count == expected - 1 {
+    if count >= 1 && count == expected.saturating_sub(1) {
         return Ok(int(3));
     }
     if mine.is_some() {

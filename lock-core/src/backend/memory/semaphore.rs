@@ -10,11 +10,24 @@ use super::prelude::px;
 use super::script::{Args, Fail, Res, bulk, bulk_or_nil, int, score, score_text};
 use super::server::Ctx;
 
+/// The most permits a group may have here: the largest semaphore's size (`Semaphore::MAX_SIZE`;
+/// the engine sends at most 1,000). More fails the call instead of looping for ever, where
+/// Redis would run the script until its time limit.
+const MAX_PERMITS: i64 = 100_000;
+
+/// A group's permit count, `ARGV[i]`.
+fn permits(a: &Args<'_>, i: usize) -> Res<i64> {
+    match a.num(i)? {
+        n if n > MAX_PERMITS => Err(Fail(format!("ERR {n} permits in one group"))),
+        n => Ok(n),
+    }
+}
+
 /// `sem_acquire.lua`: `{1}` taken, `{0, 1, ms}` not enough permits, `{2, recorded}` another
 /// size recorded.
 pub(super) fn acquire(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     let (set, size_key, owner) = (a.key(1)?, a.key(2)?, a.arg(1)?);
-    let (now, n, size, lease) = (ctx.now_ms(), a.num(2)?, a.num(3)?, a.num(4)?);
+    let (now, n, size, lease) = (ctx.now_ms(), permits(a, 2)?, a.num(3)?, a.num(4)?);
     let first = ctx.ks.zscore(set, &format!("{owner}:1"))?;
     if first.is_some_and(|s| s > now as f64) {
         return Ok(table(&[1]));
@@ -39,7 +52,7 @@ pub(super) fn acquire(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
                 "ERR more permits wanted than the semaphore has".to_owned(),
             ));
         };
-        return Ok(table(&[0, 1, (expiry as i64 - now).max(1)]));
+        return Ok(table(&[0, 1, (expiry as i64).saturating_sub(now).max(1)]));
     }
     let expiry = score(now.saturating_add(lease));
     for k in 1..=n {
@@ -59,7 +72,7 @@ pub(super) fn release(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     let (set, size_key, owner) = (a.key(1)?, a.key(2)?, a.arg(1)?);
     let now = ctx.now_ms() as f64;
     let (mut valid, mut removed) = (0, 0);
-    for k in 1..=a.num(2)? {
+    for k in 1..=permits(a, 2)? {
         let member = format!("{owner}:{k}");
         if let Some(score) = ctx.ks.zscore(set, &member)? {
             if score > now {
@@ -84,7 +97,7 @@ pub(super) fn renew(ctx: &mut Ctx<'_>, a: &Args<'_>) -> Res<Value> {
     let mut out = Vec::with_capacity(a.key_count() / 2);
     for i in 1..=a.key_count() / 2 {
         let (set, size_key) = (a.key(2 * i - 1)?, a.key(2 * i)?);
-        let (owner, n) = (a.arg(2 * i)?, a.num(2 * i + 1)?);
+        let (owner, n) = (a.arg(2 * i)?, permits(a, 2 * i + 1)?);
         // `redis.pcall`: a key of another type is not held.
         let held = (1..=n).all(|k| {
             matches!(ctx.ks.zscore(set, &format!("{owner}:{k}")), Ok(Some(s)) if s > now as f64)
