@@ -11,7 +11,8 @@
 //! [`run`](crate::LockRequest::run), [`TryLockRequest::run`](crate::TryLockRequest::run),
 //! `hold_at_least`, [`Period`](crate::Period), the [`Leader`](crate::Leader), `info()`,
 //! `force_unlock`, the [`Guard`](crate::Guard) trait and [`HeldLock`](crate::HeldLock), so
-//! `#[distributed_lock]` and lock-tower's `DistributedLockLayer` work on it unchanged. Names,
+//! `#[distributed_lock]` and lock-tower's `DistributedLockLayer` work on it unchanged; a
+//! [`RedLock`](crate::RedLock) takes clients of several `MemoryServer`s as its nodes. Names,
 //! options and sizes are checked by the same code, with the same typed errors. The mutex
 //! speaks the native protocol ([`MutexProtocol::Native`](crate::MutexProtocol)) unless the
 //! builder asks for [`Scripted`](crate::MutexProtocol::Scripted) (so a mutex's `info()` shows

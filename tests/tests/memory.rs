@@ -18,7 +18,8 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_core::testing::MemoryServer;
 use lock_core::{
-    HeldLock, LockClient, LockError, LockGuard, MutexProtocol, Period, distributed_lock, reentrant,
+    HeldLock, LockClient, LockError, LockGuard, MutexProtocol, Period, RedLock, distributed_lock,
+    reentrant,
 };
 use lock_tower::{DistributedLockLayer, PathParam};
 use tokio::task::JoinHandle;
@@ -452,6 +453,44 @@ async fn leader_terms_grow_when_the_leader_is_cut_off() {
             .map(|t| t.number()),
         None
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn redlock_over_three_memory_servers_needs_a_majority() {
+    let servers = [
+        MemoryServer::new(),
+        MemoryServer::new(),
+        MemoryServer::new(),
+    ];
+    let mut clients = Vec::new();
+    for server in &servers {
+        clients.push(server.client().await.unwrap());
+    }
+    let redlock = RedLock::new(clients.clone()).unwrap();
+    redlock.check_distinct().await.unwrap();
+    let again = servers[0].client().await.unwrap();
+    let twice = RedLock::new([clients[0].clone(), clients[1].clone(), again]).unwrap();
+    let refused = twice.check_distinct().await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidOption { .. })),
+        "{refused:?}"
+    );
+
+    servers[2].set_reachable(false);
+    let guard = redlock
+        .try_lock("r")
+        .await
+        .unwrap()
+        .expect("two nodes of three");
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(guard.is_held(), "extended on the two nodes it reaches");
+    servers[1].set_reachable(false);
+    let minority = redlock.try_lock("other").await;
+    assert!(
+        !matches!(minority, Ok(Some(_))),
+        "one node of three: {minority:?}"
+    );
+    guard.lost().await;
 }
 
 // ---------------------------------------------------------------------------------------------
