@@ -21,6 +21,14 @@ pub(super) struct Lock {
     pub(super) waiters: String,
 }
 
+impl Lock {
+    /// This lock string with the hold count `count` (its other fields as they are).
+    fn with_count(&self, count: i64) -> Vec<u8> {
+        let token = self.token.as_deref().unwrap_or("0");
+        lock_string(&self.owner, count, token, &self.released, &self.waiters)
+    }
+}
+
 /// `parse_lock`: None for a value this library did not write (Lua's `false`).
 pub(super) fn parse_lock(value: Option<Vec<u8>>) -> Option<Lock> {
     let Some(bytes) = value else {
@@ -138,13 +146,7 @@ pub(super) fn take_again(
 ) -> Res<i64> {
     let token = lock.token.as_deref().unwrap_or("0");
     if lock.count == expected {
-        let next = lock_string(
-            &lock.owner,
-            lock.count.saturating_add(1),
-            token,
-            &lock.released,
-            &lock.waiters,
-        );
+        let next = lock.with_count(lock.count.saturating_add(1));
         let lease_ms = number(lease)?;
         let ttl = if ctx.ks.pttl(key) < lease_ms {
             Ttl::Px(px(lease)?)
@@ -207,13 +209,7 @@ pub(super) fn give_back(
     if lock.owner == owner {
         if lock.count == expected {
             if lock.count > 1 {
-                let value = lock_string(
-                    &lock.owner,
-                    lock.count.saturating_sub(1),
-                    last,
-                    &lock.released,
-                    &lock.waiters,
-                );
+                let value = lock.with_count(lock.count.saturating_sub(1));
                 ctx.ks.set(key, value, Ttl::Keep);
                 return Ok(Some((2, false)));
             }
