@@ -8,6 +8,7 @@ use std::time::Duration;
 use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 
+use crate::backend::memory::{Memory, Server};
 use crate::backend::primaries::{self, Timeouts};
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
@@ -54,6 +55,8 @@ enum Deployment {
         service: String,
         primary_url: Option<String>,
     },
+    /// A server in this process (`lock_core::testing`).
+    Memory(Arc<Server>),
 }
 
 /// Builds a [`LockClient`]. Made by [`LockClient::builder`], [`LockClient::builder_cluster`]
@@ -75,6 +78,11 @@ pub struct LockClientBuilder {
 }
 
 impl LockClientBuilder {
+    /// A builder for a client of the in-memory `server` (see `lock_core::testing`).
+    pub(crate) fn memory(server: Arc<Server>) -> LockClientBuilder {
+        LockClientBuilder::new(Deployment::Memory(server))
+    }
+
     fn new(deployment: Deployment) -> LockClientBuilder {
         LockClientBuilder {
             deployment,
@@ -472,6 +480,11 @@ impl LockClientBuilder {
                 let backend = Sentinel::new(discovery);
                 Ok(Backend::Sentinel(backend))
             }
+            Prepared::Memory(server) => Ok(Backend::Memory(Memory::new(
+                server,
+                connect_timeout,
+                response_timeout,
+            ))),
         }
     }
 
@@ -542,6 +555,10 @@ impl LockClientBuilder {
                     response_timeout: self.response_timeout,
                 })))
             }
+            Deployment::Memory(server) => {
+                self.tls.check(false)?;
+                Ok(Prepared::Memory(server.clone()))
+            }
         }
     }
 
@@ -593,6 +610,13 @@ impl LockClientBuilder {
                 primaries::cluster(urls, &seeds, &self.tls, timeouts).await?
             }
             Prepared::Sentinel(discovery) => primaries::sentinel(discovery, timeouts).await?,
+            Prepared::Memory(_) => {
+                return Err(LockError::Unsupported {
+                    feature: "connect_primaries",
+                    missing: "a Redis server (the in-memory server has no connections)",
+                    detail: None,
+                });
+            }
         };
         Ok(Primaries::new(found, timeouts))
     }
@@ -607,6 +631,7 @@ enum Prepared<'a> {
     },
     /// How to find the primary (not started).
     Sentinel(Arc<Discovery>),
+    Memory(Arc<Server>),
 }
 
 /// A URL the redis crate refuses: only the reason is reported (URLs may carry a password).

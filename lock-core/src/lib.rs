@@ -63,7 +63,9 @@
 //! | Redis Sentinel | [`LockClient::builder_sentinel`] | asks the sentinels for the primary, follows failovers (commands, renewals, pub/sub); [`LockError::NoPrimary`] while none is known |
 //! | Redis Cluster (7.0+) | [`LockClient::builder_cluster`] | one slot per lock (hash tag `{name}`), MOVED/ASK followed, sharded pub/sub, renewals grouped by slot; a multi-lock across slots is taken in a stable order with rollback |
 //!
-//! The lock logic is the same on all three: only how a script reaches its node differs.
+//! | this process (tests) | [`LockClient::in_memory`], [`testing::MemoryServer`] | no Redis: locks kept in the process on tokio's clock, with fault hooks (see [Testing your service](#testing-your-service-without-redis)) |
+//!
+//! The lock logic is the same on all of them: only how a call reaches its node differs.
 //!
 //! # Production Redis: TLS, ACL users, managed services
 //!
@@ -265,6 +267,33 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Testing your service without Redis
+//!
+//! [`LockClient::in_memory`] gives a client whose locks live in the process, with the same
+//! API for every primitive, so code under `#[distributed_lock]` or lock-tower's layer runs
+//! unchanged in a unit test. Its time is tokio's: under a paused clock
+//! (`#[tokio::test(start_paused = true)]`, tokio's `test-util` feature) leases run out and
+//! the watchdog renews without the test sleeping. A [`testing::MemoryServer`] shares one
+//! server between clients (two instances contending) and has the fault hooks: cut a client
+//! off, take the server away, delay replies, evict a key. See [`testing`] for what it does
+//! not honour.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::testing::MemoryServer;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! let server = MemoryServer::new();
+//! let client = server.client().await?;
+//! let guard = client.lock("report:daily").await?;
+//! server.set_reachable(false); // renewals fail from now on
+//! tokio::time::sleep(Duration::from_secs(31)).await; // past the 30 s lease, at once
+//! assert!(!guard.is_held());
+//! guard.lost().await;
+//! # Ok(()) }
+//! ```
+//!
 //! # Defaults and limits
 //!
 //! | setting | default | limits |
@@ -383,6 +412,7 @@ mod rwlock;
 mod scope;
 mod scripts;
 mod semaphore;
+pub mod testing;
 mod util;
 mod waiters;
 mod watchdog;

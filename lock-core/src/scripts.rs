@@ -34,10 +34,10 @@ macro_rules! ops {
         }
 
         impl Op {
-            const ALL: &'static [Op] = &[$(Op::$op),*];
+            pub(crate) const ALL: &'static [Op] = &[$(Op::$op),*];
 
             /// The operation's name (its file, and its function's suffix).
-            fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self {
                     $(Op::$op => $file,)*
                 }
@@ -217,6 +217,16 @@ impl Call {
     pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
         arg.write_redis_args(&mut self.args);
         self
+    }
+
+    /// The keys, as given (for the in-memory backend, which runs the operation itself).
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter()
+    }
+
+    /// The arguments, as given.
+    pub(crate) fn args(&self) -> impl Iterator<Item = &[u8]> {
+        self.args.iter()
     }
 
     /// One [`Op::Batch`] call doing `calls` (each an [`Op::Acquire`] or an [`Op::Release`]) in

@@ -5,9 +5,10 @@
 //! - [`Sentinel`]: the primary that a group of sentinels names, followed across failovers.
 //! - [`Cluster`]: a Redis Cluster through the redis crate's cluster connection (slots,
 //!   `MOVED`/`ASK` and topology refreshes handled there).
+//! - [`Memory`]: a server kept in this process, on tokio's clock, for tests (`memory`).
 //!
 //! Each also says where the client's pub/sub connection goes ([`PubSubSource`]), so the waiters
-//! need nothing else of it; the three modules are private to this one.
+//! need nothing else of it; the four modules are private to this one.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::error::LockError;
 use crate::scripts::{Call, Mode, Scripts};
 
 mod cluster;
+pub(crate) mod memory;
 pub(crate) mod primaries;
 mod probe;
 mod sentinel;
@@ -30,6 +32,7 @@ mod standalone;
 pub(crate) mod tls;
 
 pub(crate) use cluster::{Cluster, Seeds};
+pub(crate) use memory::Memory;
 pub(crate) use sentinel::{Discovery, Sentinel, Settings as SentinelSettings};
 pub(crate) use standalone::Standalone;
 
@@ -94,6 +97,7 @@ pub(crate) enum Backend {
     Standalone(Box<Standalone>),
     Sentinel(Sentinel),
     Cluster(Cluster),
+    Memory(Memory),
 }
 
 macro_rules! each {
@@ -102,6 +106,7 @@ macro_rules! each {
             Backend::Standalone($b) => $e,
             Backend::Sentinel($b) => $e,
             Backend::Cluster($b) => $e,
+            Backend::Memory($b) => $e,
         }
     };
 }
@@ -112,7 +117,7 @@ impl Backend {
     // Boxed: the topologies' futures nest deeply, and callers' futures (a
     // `#[distributed_lock]` function's, say) embed this one; erasing its type here keeps
     // their layouts within the compiler's query depth. Each topology's future is boxed on its
-    // own, so a call allocates what its topology needs, not the largest of the three.
+    // own, so a call allocates what its topology needs, not the largest of them.
     pub(crate) async fn invoke_value(
         &self,
         invocation: &Invocation<'_>,
@@ -187,6 +192,14 @@ impl Backend {
     pub(crate) fn pubsub_source(&self) -> PubSubSource {
         each!(self, b => b.pubsub_source())
     }
+
+    /// The in-memory backend, if this is one.
+    pub(crate) fn memory(&self) -> Option<&Memory> {
+        match self {
+            Backend::Memory(memory) => Some(memory),
+            _ => None,
+        }
+    }
 }
 
 /// Where a client's pub/sub connection goes, as its backend hands it out.
@@ -197,6 +210,8 @@ pub(crate) enum PubSubSource {
     /// slot, through a RESP3 cluster connection ([`Seeds::builder`]) that follows slot moves
     /// and failovers.
     Cluster(Seeds),
+    /// An in-memory server's bus, through this client's link to it.
+    Memory(Arc<memory::Link>),
 }
 
 /// The one node a plain pub/sub connection goes to.

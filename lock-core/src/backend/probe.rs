@@ -99,6 +99,8 @@ fn known(reply: &Value) -> Option<[bool; 3]> {
 /// A server's name and version, from `INFO server`.
 struct Server {
     valkey: bool,
+    /// What the server calls itself where it says (`server_name`), else `redis`.
+    name: String,
     version: String,
     major: u32,
 }
@@ -117,7 +119,12 @@ impl Server {
                 .map(|v| v.trim().to_owned())
         };
         let valkey_version = field("valkey_version");
-        let valkey = valkey_version.is_some() || field("server_name").as_deref() == Some("valkey");
+        let named = field("server_name");
+        let valkey = valkey_version.is_some() || named.as_deref() == Some("valkey");
+        let name = match (valkey, named) {
+            (true, _) => "valkey".to_owned(),
+            (false, named) => named.unwrap_or_else(|| "redis".to_owned()),
+        };
         let version = valkey_version
             .or_else(|| field("redis_version"))
             .unwrap_or_else(|| "unknown".to_owned());
@@ -128,14 +135,14 @@ impl Server {
             .unwrap_or(0);
         Server {
             valkey,
+            name,
             version,
             major,
         }
     }
 
     fn describe(&self) -> String {
-        let name = if self.valkey { "valkey" } else { "redis" };
-        format!("{name} {}", self.version)
+        format!("{} {}", self.name, self.version)
     }
 }
 

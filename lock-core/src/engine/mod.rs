@@ -162,6 +162,11 @@ impl Engine {
         &self.waiters
     }
 
+    /// The deployment's backend.
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
     /// The slot of a key on a Cluster; None where all keys live together.
     pub(crate) fn slot(&self, key: &str) -> Option<redis::cluster_routing::Slot> {
         self.backend.slot(key)

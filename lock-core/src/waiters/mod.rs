@@ -16,10 +16,12 @@
 //! - `pubsub`: the task for one node (`SUBSCRIBE`): a standalone server, or the primary the
 //!   sentinels name, followed when it moves;
 //! - `sharded`: the task for a Cluster (`SSUBSCRIBE` through a RESP3 cluster connection);
+//! - `memory`: the task for an in-memory server (its bus, in this process);
 //! - `waiter`: [`Waiter`], one waiting request's deadline and subscription.
 //!
 //! The backend says where the connection goes ([`PubSubSource`]).
 
+mod memory;
 mod pubsub;
 mod sharded;
 mod waiter;
@@ -91,6 +93,9 @@ impl Waiters {
             }
             PubSubSource::Cluster(seeds) => {
                 tokio::spawn(sharded::run(task, seeds.builder()));
+            }
+            PubSubSource::Memory(link) => {
+                tokio::spawn(memory::run(task, link));
             }
         }
         Self { shared }

@@ -1,0 +1,310 @@
+//! Testing your service without Redis: a lock server kept in the process, on tokio's clock.
+//!
+//! [`LockClient::in_memory`] gives a client whose locks live in this process. A
+//! [`MemoryServer`] is that server made explicit: shared by several clients, so two
+//! "instances" of your service contend for its locks as they would on one Redis server, with
+//! fault hooks to cut a client off, take the whole server away, slow its replies down, or
+//! evict a key.
+//!
+//! **The same API.** A client of the in-memory server is an ordinary [`LockClient`]: every
+//! primitive (mutex, fair lock, read-write lock, semaphore, multi-lock), re-entry,
+//! [`run`](crate::LockRequest::run), [`TryLockRequest::run`](crate::TryLockRequest::run),
+//! `hold_at_least`, [`Period`](crate::Period), the [`Leader`](crate::Leader), `info()`,
+//! `force_unlock`, the [`Guard`](crate::Guard) trait and [`HeldLock`](crate::HeldLock), so
+//! `#[distributed_lock]` and lock-tower's `DistributedLockLayer` work on it unchanged; a
+//! [`RedLock`](crate::RedLock) takes clients of several `MemoryServer`s as its nodes. Names,
+//! options and sizes are checked by the same code, with the same typed errors. The mutex
+//! speaks the native protocol ([`MutexProtocol::Native`](crate::MutexProtocol)) unless the
+//! builder asks for [`Scripted`](crate::MutexProtocol::Scripted) (so a mutex's `info()` shows
+//! its hold count and token to the holder's own client only, as on Valkey 9); every other
+//! operation is a Rust twin of its Lua script (there is no Lua interpreter), keeping the same
+//! keys in the same formats. Fencing tokens strictly increase per name, across releases,
+//! expiries and force-unlocks.
+//!
+//! **Time is tokio's.** Leases expire, the watchdog renews and [`lost()`](crate::Guard::lost)
+//! fires on `tokio::time`, so in a test with a paused clock (`#[tokio::test(start_paused =
+//! true)]`, which needs tokio's `test-util` feature in your dev-dependencies) a 30 s lease runs
+//! out the moment the test waits for it, without sleeping. The server's `TIME` is a fixed
+//! epoch (2026-01-01T00:00:00Z) plus the time tokio's clock has moved since the server was
+//! made (and at least 1 µs more on each call). Nothing in it reads the system clock: a
+//! [`Period`](crate::Period)'s name still does.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::testing::MemoryServer;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! // In a test: #[tokio::test(start_paused = true)] async fn ...
+//! let server = MemoryServer::new();
+//! let (a, b) = (server.client().await?, server.client().await?);
+//!
+//! let guard = a.lock("job:nightly").await?;
+//! // The watchdog renews the 30 s lease every 10 s: an hour later it is still held.
+//! tokio::time::sleep(Duration::from_secs(3600)).await;
+//! assert!(guard.is_held());
+//!
+//! // Instance a is cut off: its renewals fail and its lease runs out.
+//! server.set_client_reachable(&a, false);
+//! guard.lost().await; // on tokio's clock: the test does not wait 30 s
+//! assert!(!guard.is_held());
+//!
+//! // Instance b takes over once the lease is over in the server, with a newer token.
+//! let taken = b.lock("job:nightly").wait(Duration::from_secs(5)).await?;
+//! assert!(taken.fencing_token() > guard.fencing_token());
+//! # Ok(()) }
+//! ```
+//!
+//! `#[distributed_lock]` on it (lock-tower's layer works the same way, given the client: the
+//! workspace README's *Testing your service* sends `tower::ServiceExt::oneshot` requests
+//! through one, as do the workspace's `tests/tests/memory.rs`):
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::{LockClient, LockError, distributed_lock};
+//!
+//! #[distributed_lock(key = "invoice:{id}", client = client, wait = "2s")]
+//! async fn issue(client: &LockClient, id: u64) -> Result<u64, LockError> {
+//!     Ok(id * 100)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), LockError> {
+//! let client = LockClient::in_memory().await?;
+//! assert_eq!(issue(&client, 7).await?, 700);
+//!
+//! // Another instance holds the invoice: the call waits its 2 s (of tokio's clock), then
+//! // gives up.
+//! let held = client.lock("invoice:7").await?;
+//! assert!(matches!(issue(&client, 7).await, Err(LockError::Timeout { .. })));
+//! held.unlock().await?;
+//! assert_eq!(issue(&client, 7).await?, 700);
+//! # Ok(()) }
+//! ```
+//!
+//! # What it does not tell you
+//!
+//! The fault hooks are for tests of *your* code's reactions (a lost lock, an outage, a slow
+//! reply); one process proves nothing about instances of a service on several machines. The
+//! in-memory server does not honour, and a test on it says nothing about:
+//!
+//! - **other processes**: only clients made from the same [`MemoryServer`] in this process
+//!   share locks;
+//! - **a server's own clock**: the clock is tokio's (see above), never stepped, never skewed
+//!   between clients;
+//! - **replication, failover, persistence**: there are no replicas
+//!   ([`min_replicas`](crate::LockClientBuilder::min_replicas) makes `build()` fail with
+//!   [`LockError::Unsupported`]), no restart, and no key is lost unless a test
+//!   [`evict`](MemoryServer::evict)s it; the keys live as long as the server does;
+//! - **Sentinel and Cluster**: one server, no slots (a multi-lock is always one call; an
+//!   `.atomic()` multi-lock never fails with `CrossSlot`), plain `PUBLISH`;
+//! - **the network**: calls are applied in the order they are made, replies are never lost
+//!   (so a resent command, or a reply lost after a command was applied, never happens unless
+//!   [`delay_replies`](MemoryServer::delay_replies) reaches the response timeout), an
+//!   unreachable server refuses at once (it never blackholes for the connect timeout), and a
+//!   pool, TLS and ACL users do not exist
+//!   ([`connect_primaries`](crate::LockClientBuilder::connect_primaries) fails with
+//!   [`LockError::Unsupported`]);
+//! - **Redis's limits and costs**: memory, eviction (`maxmemory-policy` reads `noeviction`),
+//!   the cost of a call, Lua's number precision;
+//! - **the Lua code itself**, which is not run: its Rust twins are held to it by the
+//!   workspace's `memory_vs_redis` suite (the same random calls to a real server and to this
+//!   one, replies and keys compared), but not at the very millisecond a lease runs out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::memory::Server;
+use crate::builder::LockClientBuilder;
+use crate::client::LockClient;
+use crate::error::LockError;
+
+/// A lock server kept in this process, shared by the clients made from it: for tests (see
+/// the [module docs](self)). Cheap to clone (an `Arc` inside); it lives as long as any clone
+/// or any of its clients.
+///
+/// Its faults are off when it is made: reachable, replies at once.
+#[derive(Clone)]
+pub struct MemoryServer {
+    server: Arc<Server>,
+}
+
+impl MemoryServer {
+    /// A new, empty server. Its clock starts at 2026-01-01T00:00:00Z and moves with tokio's
+    /// clock from now on.
+    pub fn new() -> MemoryServer {
+        MemoryServer {
+            server: Server::new(),
+        }
+    }
+
+    /// A builder for a client of this server, with the same options and defaults as a Redis
+    /// client's ([`LockClient::builder`]): key prefix, watchdog lease, fence TTL, mutex
+    /// protocol, owner description, metric label, connect and response timeouts (the
+    /// response timeout bounds [`delay_replies`](Self::delay_replies)). Options that need a
+    /// Redis deployment fail in [`build`](LockClientBuilder::build) as elsewhere: a pool
+    /// ([`LockError::InvalidOption`]), a TLS certificate ([`LockError::InvalidOption`]),
+    /// `min_replicas` ([`LockError::Unsupported`]: there are no replicas).
+    pub fn builder(&self) -> LockClientBuilder {
+        LockClientBuilder::memory(self.server.clone())
+    }
+
+    /// A client of this server with the default options. Each client has its own id, watchdog
+    /// and pub/sub subscriber, as a service instance would.
+    pub async fn client(&self) -> Result<LockClient, LockError> {
+        self.builder().build().await
+    }
+
+    /// The server `client` is connected to, if it is a client of an in-memory server (made by
+    /// [`LockClient::in_memory`] or from a `MemoryServer`).
+    pub fn of(client: &LockClient) -> Option<MemoryServer> {
+        let memory = client.engine().backend().memory()?;
+        Some(MemoryServer {
+            server: memory.link().server().clone(),
+        })
+    }
+
+    /// Takes the server away from every client (`false`) or brings it back (`true`). While it
+    /// is away, every call fails at once with [`LockError::Unavailable`] and is not applied,
+    /// every client's subscriptions drop (waiters look again every 200 ms, as without a
+    /// pub/sub connection), renewals fail, and each hold is lost when its lease runs out on
+    /// the client's side. The keys stay, and their leases run on: a lock whose lease ends
+    /// while the server is away is free when it comes back. Default: reachable.
+    pub fn set_reachable(&self, reachable: bool) {
+        self.server.set_faults(|f| f.down = !reachable);
+    }
+
+    /// Cuts `client` off from the server (`false`) or connects it again (`true`), as
+    /// [`set_reachable`](Self::set_reachable) does for every client, while the other clients
+    /// go on: a network partition of one instance. Returns false, and does nothing, when
+    /// `client` is not a client of this server. Default: reachable.
+    pub fn set_client_reachable(&self, client: &LockClient, reachable: bool) -> bool {
+        let Some(memory) = client.engine().backend().memory() else {
+            return false;
+        };
+        let link = memory.link();
+        if !Arc::ptr_eq(link.server(), &self.server) {
+            return false;
+        }
+        link.set_cut(!reachable);
+        true
+    }
+
+    /// Delays every reply by `delay` on tokio's clock (`Duration::ZERO`, the default: none).
+    /// A call is applied at once and answered `delay` later; a delay of the client's response
+    /// timeout or more (default 1 s) answers [`LockError::ResponseTimeout`] after the response
+    /// timeout instead, though the call was applied, as a Redis server that answers too late.
+    /// Messages to waiters are not delayed.
+    pub fn delay_replies(&self, delay: Duration) {
+        self.server.set_faults(|f| f.delay = delay);
+    }
+
+    /// Deletes `key` as if the server had evicted it (or an operator had deleted it); returns
+    /// whether there was one. A mutex named `N` under the default prefix is the key
+    /// `lock:{N}`; [`layout::LockKeys`](crate::layout::LockKeys) names every key of every
+    /// kind. The holder learns it at its next renewal (at most a third of its lease later)
+    /// and its guard is lost; nothing is published, so waiters learn it when they look again.
+    pub fn evict(&self, key: &str) -> bool {
+        self.server.evict(key)
+    }
+
+    /// Every key the server holds now, sorted (a key whose time to live has run out is gone).
+    /// With the default protocol and prefix, a server whose locks are all released keeps only
+    /// `lock:fence`, the mutexes' fencing counter; a free fair lock or writer keeps its lock
+    /// string for the fence TTL (default 1 h); a client with an owner description keeps
+    /// `lock:client:<id>` for 3 watchdog leases.
+    pub fn keys(&self) -> Vec<String> {
+        self.server.keys()
+    }
+}
+
+impl Default for MemoryServer {
+    fn default() -> Self {
+        MemoryServer::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryServer")
+            .field("faults", &self.server.faults())
+            .finish_non_exhaustive()
+    }
+}
+
+// The constructor lives here, next to the server it makes.
+impl LockClient {
+    /// A client whose locks are kept in this process, on tokio's clock: for tests of your
+    /// service without Redis (see [`testing`](crate::testing)). Its server is its own; for
+    /// several clients sharing one (two instances contending) and for the fault hooks, make a
+    /// [`MemoryServer`] (or get this one's with [`MemoryServer::of`]). Default options, as
+    /// [`LockClient::connect`]'s.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let client = lock_core::LockClient::in_memory().await?;
+    /// let guard = client.lock("order:42").await?;
+    /// assert!(client.try_lock("order:42").await?.is_none());
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn in_memory() -> Result<LockClient, LockError> {
+        MemoryServer::new().client().await
+    }
+}
+
+/// Not public API: each Lua operation on the in-memory server next to its script, for the
+/// workspace's `memory_vs_redis` suite, which runs both and compares them. May change or go in
+/// any release.
+#[doc(hidden)]
+pub mod __conformance {
+    use redis::Value;
+
+    use super::MemoryServer;
+    use crate::scripts::{Call, Op, Scripts};
+
+    fn find(op: &str) -> Option<Op> {
+        Op::ALL.iter().copied().find(|o| o.name() == op)
+    }
+
+    /// The name of every Lua operation (its file's).
+    pub fn operations() -> Vec<&'static str> {
+        Op::ALL.iter().map(|op| op.name()).collect()
+    }
+
+    /// The operation `op` as a script (the prelude in front), as `EVALSHA` runs it.
+    pub fn script(op: &str) -> Option<redis::Script> {
+        Some(Scripts::get(false).script(find(op)?).clone())
+    }
+
+    /// Runs `op` on `server` as its Rust twin does; an error is an error value. None for an
+    /// operation that does not exist.
+    pub fn run(server: &MemoryServer, op: &str, keys: &[&[u8]], args: &[&[u8]]) -> Option<Value> {
+        let mut call = Call::new(find(op)?);
+        for key in keys {
+            call.key(*key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        Some(server.server.run_script(&call))
+    }
+
+    /// Runs one plain command on `server`; an error is an error value.
+    pub fn command(server: &MemoryServer, cmd: &redis::Cmd) -> Value {
+        server.server.run_command(cmd)
+    }
+
+    /// Every key, sorted, with its type, value (a string's bytes; a hash's fields and values
+    /// in insertion order; a sorted set's members and scores in order) and `PTTL`.
+    pub fn dump(server: &MemoryServer) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
+        server.server.dump()
+    }
+
+    /// The channel of every message published since the last call (the first call starts
+    /// recording).
+    pub fn published(server: &MemoryServer) -> Vec<Vec<u8>> {
+        server.server.published()
+    }
+}
