@@ -480,7 +480,7 @@ impl LockClientBuilder {
     fn prepare(&self) -> Result<Prepared<'_>, LockError> {
         match &self.deployment {
             Deployment::Standalone { url } => {
-                let info = tls::parse(url, "url")?;
+                let info = crate::url::parse(url, "url")?;
                 self.tls.check(tls::is_tls(&info))?;
                 let client = redis::Client::open(self.tls.apply(info, "url")?)
                     .map_err(|e| invalid("url", e))?;
@@ -517,9 +517,9 @@ impl LockClientBuilder {
                 // TLS to the sentinels and to the primary each follow their own URL's scheme.
                 let sentinels = urls
                     .iter()
-                    .map(|url| tls::parse(url, "sentinels"))
+                    .map(|url| crate::url::parse(url, "sentinels"))
                     .collect::<Result<Vec<_>, _>>()?;
-                let primary = tls::parse(
+                let primary = crate::url::parse(
                     primary_url.as_deref().unwrap_or("redis://primary/"),
                     "sentinel_primary_url",
                 )?;

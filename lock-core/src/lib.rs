@@ -96,7 +96,11 @@
 //! ```
 //!
 //! **ACL users.** `redis://user:password@host` (or `rediss://`) logs in as an ACL user
-//! (`redis://:password@host` with the `default` user's password). The least a lock client
+//! (`redis://:password@host` with the `default` user's password). A server that requires a
+//! password the URL does not give, or refuses the one it gives, is
+//! [`LockError::AuthRequired`] from [`build`](LockClientBuilder::build), which names the URL
+//! the password goes in (behind Sentinel, the primary's:
+//! [`sentinel_primary_url`](LockClientBuilder::sentinel_primary_url)). The least a lock client
 //! needs on a data node (a standalone server, a Sentinel primary and its replicas, every
 //! Cluster node), with the default key prefix `lock:` (use yours in `~…*` and `&…*`):
 //!
@@ -383,6 +387,7 @@ mod rwlock;
 mod scope;
 mod scripts;
 mod semaphore;
+mod url;
 mod util;
 mod waiters;
 mod watchdog;
@@ -408,6 +413,7 @@ pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{Semaphore, SemaphoreGuard};
+pub use url::validate_url;
 
 pub use bb8;
 pub use bb8_redis;

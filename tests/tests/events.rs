@@ -161,3 +161,43 @@ async fn a_lost_lock_is_one_warn_and_the_uncontended_path_stays_at_debug() {
     assert_eq!(warn["fencing_token"], token.to_string());
     assert!(warn.contains_key("held_for"), "{warn:?}");
 }
+
+/// An acquisition that failed after it was sent is undone; when the undo cannot be sent
+/// either, its warning says why (the Redis error itself, not only "Redis command failed").
+#[tokio::test]
+async fn an_undo_that_fails_says_why() {
+    let server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_secs(30)).await;
+    // A value lock-core did not write, where the lock would be: both the acquisition and its
+    // undo are refused by Redis.
+    server.cmd(&["HSET", "lock:{foreign}", "f", "v"]);
+    let events = capture();
+    let err = client.lock("foreign").await.unwrap_err();
+    assert!(
+        matches!(err, lock_core::LockError::Redis(_)) && err.to_string().contains("WRONGTYPE"),
+        "the error says what Redis said: {err}"
+    );
+    let mut seen = Vec::new();
+    let undo = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            seen.extend(events.take());
+            if let Some(undo) = seen.iter().find(|e| {
+                e.field("message")
+                    .is_some_and(|m| m.starts_with("could not undo"))
+            }) {
+                return undo.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the undo's failure is logged");
+    assert_eq!(undo.level, Level::WARN);
+    assert_eq!(undo.field("lock"), Some("foreign"));
+    let error = undo.field("error").unwrap_or_default();
+    assert!(
+        error.starts_with("Redis command failed: ") && error.contains("WRONGTYPE"),
+        "{undo:?}"
+    );
+    assert_eq!(server.cmd(&["HGET", "lock:{foreign}", "f"]), "v");
+}

@@ -201,20 +201,22 @@ async fn connecting_to_nothing_fails_promptly() {
         .build()
         .await
         .unwrap_err();
+    let took = start.elapsed();
     assert!(err.is_unavailable(), "{err:?}");
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
     let LockError::Unavailable {
         source: Some(cause),
-        ..
+        waited,
     } = &err
     else {
         panic!("no cause: {err:?}")
     };
     assert!(cause.is_connection_refusal(), "{cause:?}");
+    // What it really waited (a refusal is at once), not the 20 s it would have waited.
+    assert!(
+        *waited <= took,
+        "waited {waited:?}, but the build returned after {took:?}"
+    );
     assert!(
         err.to_string().to_lowercase().contains("refused"),
         "the message names the cause: {err}"
@@ -239,10 +241,24 @@ async fn a_refused_password_fails_at_once_and_says_so() {
         "{:?}",
         start.elapsed()
     );
+    assert!(
+        matches!(
+            &err,
+            LockError::AuthRequired {
+                option: "url",
+                refused: true,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_unavailable());
     let text = err.to_string();
     assert!(
-        text.contains("WRONGPASS") || text.to_lowercase().contains("password"),
-        "the message names the cause: {text}"
+        text.contains("refused the user and password")
+            && text.contains("redis://user:password@host:port")
+            && !text.contains("wrong"),
+        "the message names the cause and the way out, never the password: {text}"
     );
     let url = format!("redis://:right@{}", server.addr());
     let c = LockClient::builder(&url).build().await.unwrap();
@@ -252,6 +268,37 @@ async fn a_refused_password_fails_at_once_and_says_so() {
         .unlock()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_requires_a_password_reached_without_one_says_how_to_give_it() {
+    let server = RedisServer::start();
+    assert_eq!(server.cmd(&["CONFIG", "SET", "requirepass", "right"]), "OK");
+    // Connecting succeeds without a password; the first command is refused (NOAUTH).
+    let err = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_secs(20))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LockError::AuthRequired {
+                option: "url",
+                refused: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_unavailable(), "no wait rides it out");
+    let text = err.to_string();
+    assert!(
+        text.contains("requires authentication")
+            && text.contains("redis://user:password@host:port")
+            && text.contains("NOAUTH"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

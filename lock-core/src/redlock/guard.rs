@@ -454,6 +454,7 @@ impl RedLockGuard {
     /// When too few nodes answer to tell, the first error is returned; the releases that did
     /// not get through are left to the leases.
     pub async fn unlock(mut self) -> Result<bool, LockError> {
+        let started = Instant::now();
         self.done = true;
         let was_held = self.shared.track.finish(Status::Unlocked);
         let guards: Vec<LockGuard> = {
@@ -483,7 +484,7 @@ impl RedLockGuard {
             Ok(true)
         } else if held + unknown >= quorum {
             Err(error.unwrap_or(LockError::Unavailable {
-                waited: Duration::ZERO,
+                waited: started.elapsed(),
                 source: None,
             }))
         } else {
