@@ -357,6 +357,7 @@ mod builder;
 mod capabilities;
 mod client;
 mod command;
+mod connect_retry;
 mod description;
 mod driver;
 mod engine;

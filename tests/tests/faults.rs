@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockError};
 use lock_tests::fixtures::{
-    assert_clean, client, client_with_lease, eventually, lock_keys, native,
+    assert_clean, blocking, client, client_with_lease, eventually, lock_keys, native,
 };
 use lock_tests::{FaultProxy, RedisServer};
 use rand::{Rng, SeedableRng};
@@ -274,11 +274,15 @@ async fn a_refused_password_fails_at_once_and_says_so() {
 async fn a_server_that_requires_a_password_reached_without_one_says_how_to_give_it() {
     let server = RedisServer::start();
     assert_eq!(server.cmd(&["CONFIG", "SET", "requirepass", "right"]), "OK");
-    // Connecting succeeds without a password; the first command is refused (NOAUTH).
-    let err = LockClient::builder(&server.url())
+    // Connecting succeeds without a password; the first command is refused (NOAUTH). No
+    // retry waits it out.
+    let build = LockClient::builder(&server.url())
         .connect_timeout(Duration::from_secs(20))
-        .build()
+        .connect_retry(Duration::from_secs(600))
+        .build();
+    let err = tokio::time::timeout(Duration::from_secs(60), build)
         .await
+        .expect("a refusal is not retried")
         .unwrap_err();
     assert!(
         matches!(
@@ -298,6 +302,85 @@ async fn a_server_that_requires_a_password_reached_without_one_says_how_to_give_
             && text.contains("redis://user:password@host:port")
             && text.contains("NOAUTH"),
         "{text}"
+    );
+}
+
+/// A service started before its Redis: `build()` with `connect_retry` keeps trying until the
+/// server comes up on the port it aims at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_started_before_its_redis_connects_once_it_is_up() {
+    // Something on the port that hangs up on every connection, until Redis takes it: the
+    // build's tries are seen (no sleep decides when Redis starts).
+    let stand_in = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = stand_in.local_addr().unwrap().port();
+    let build = tokio::spawn(
+        LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+            .connect_timeout(Duration::from_secs(2))
+            .connect_retry(Duration::from_secs(60))
+            .build(),
+    );
+    for _ in 0..2 {
+        let (hung_up, _) = tokio::time::timeout(Duration::from_secs(20), stand_in.accept())
+            .await
+            .expect("the build tries again")
+            .unwrap();
+        drop(hung_up);
+    }
+    assert!(!build.is_finished(), "still trying");
+    drop(stand_in);
+    let server = blocking(move || RedisServer::try_start_on(port, None, &[]))
+        .unwrap_or_else(|e| panic!("redis-server on port {port}: {e}"));
+    let c = tokio::time::timeout(Duration::from_secs(30), build)
+        .await
+        .expect("the build connects once Redis is up")
+        .unwrap()
+        .unwrap();
+    let g = c.lock("late-redis").await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+/// A Redis that never comes: after `connect_retry`'s bound, the error says how long the
+/// client tried and the last cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_never_comes_fails_after_the_bound_with_the_cause() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let max_wait = Duration::from_millis(700);
+    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_retry(max_wait)
+        .build()
+        .await
+        .unwrap_err();
+    let LockError::Unavailable {
+        waited,
+        source: Some(cause),
+    } = &err
+    else {
+        panic!("Unavailable with a cause: {err:?}")
+    };
+    assert!(cause.is_connection_refusal(), "{cause:?}");
+    assert!(*waited >= max_wait, "tried for the whole bound: {waited:?}");
+    let text = err.to_string();
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    // Bad input is said at once, before anything connects.
+    let bad = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_retry(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            bad,
+            LockError::InvalidOption {
+                option: "connect_retry",
+                ..
+            }
+        ),
+        "{bad:?}"
     );
 }
 

@@ -179,6 +179,14 @@ impl Backend {
         each!(self, b => b.connect_timeout())
     }
 
+    /// Starts what the deployment runs in the background once the client is built: under
+    /// Sentinel, the task that listens for `+switch-master`.
+    pub(crate) fn start(&self) {
+        if let Backend::Sentinel(sentinel) = self {
+            sentinel.spawn_watcher();
+        }
+    }
+
     /// True when keys live in slots (a Cluster): messages go through sharded pub/sub.
     pub(crate) fn is_sharded(&self) -> bool {
         matches!(self, Backend::Cluster(_))

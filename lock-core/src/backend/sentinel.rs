@@ -319,6 +319,11 @@ impl Sentinel {
         Self { discovery }
     }
 
+    /// Starts the task that follows the sentinels' `+switch-master` events.
+    pub(crate) fn spawn_watcher(&self) {
+        self.discovery.spawn_watcher();
+    }
+
     /// Runs `f` on the current primary; when it fails in a way that says the primary may have
     /// moved, asks the sentinels and, if they name another node, runs it there once more.
     async fn on_primary<T, F, Fut>(&self, f: F) -> Result<T, LockError>
