@@ -154,7 +154,10 @@
 //! Every primitive is a handle made by the client, with the same verbs: a take that waits
 //! (a [`LockRequest`]: `.wait(d)`, `.lease(d)`, `.await`), a single try (a [`TryLockRequest`]
 //! that resolves to `Ok(None)` when the lock is busy), and `info()`. Every guard implements
-//! [`Guard`] (`name`, `fencing_token`, `is_held`, `remaining`, `lost`, `held_lock`, `unlock`).
+//! [`Guard`] (`name`, `fencing_token`, `is_held`, `remaining`, `lost`, `lease_state`,
+//! `at_risk`, `watch_lease`, `held_lock`, `unlock`). A renewal that fails while the lease still
+//! runs makes the lock [at risk](LeaseState::AtRisk) before it is lost, until a later renewal
+//! succeeds.
 //!
 //! | primitive | handle | take | try once | guard | fencing token |
 //! |---|---|---|---|---|---|
@@ -300,17 +303,19 @@
 //!
 //! **Metrics.** With the `metrics` cargo feature (off by default; off, the calls compile to
 //! nothing), lock-core records acquisitions by kind and outcome, their durations, waits, hold
-//! times, the holds currently held, losses by reason, renewals and batch sizes through the
-//! [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder the application
-//! installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
+//! times, the holds currently held and those at risk, losses by reason, renewals and batch
+//! sizes through the [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder
+//! the application installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
 //! [`metrics`] module; [`LockClientBuilder::metric_label`] adds a bounded `family` label.
 //! For a recorder that needs bucket bounds (Prometheus renders histograms without them as
 //! summaries), [`metrics::HISTOGRAMS`] gives each histogram's.
 //!
 //! **Tracing.** Every acquisition runs in a `debug` span `lock` (`kind`, `name`). Events:
 //! `warn` once per held lock that is lost (`lock`, `kind`, `fencing_token`, `reason`
-//! (`deleted`, `expired`, `unreachable`: see [`metrics`]), `held_for`, `why`), and for renewals
-//! that fail, a pub/sub connection that drops, a release that cannot be sent; `warn` once at
+//! (`deleted`, `expired`, `unreachable`: see [`metrics`]), `held_for`, `why`), once per held
+//! lock whose renewal failed while its lease still runs (`lock renewal failed; the lock is at
+//! risk…`: `lock`, `kind`, `remaining`, `error`; an `info` when a later renewal succeeds), and
+//! for renewal calls that fail, a pub/sub connection that drops, a release that cannot be sent; `warn` once at
 //! build when the server can evict lock keys; `debug` for every acquisition (`lock acquired`:
 //! `lock`, `kind`, `token`, `count`) and full release (`lock released`: `held_for`). Nothing
 //! above `debug` on the uncontended path. A setup that shows the warnings of every crate and
@@ -372,6 +377,7 @@ mod hold;
 mod info;
 pub mod layout;
 mod leader;
+mod lease;
 mod lock_string;
 pub mod metrics;
 mod multi;
@@ -401,9 +407,10 @@ pub use eviction::EvictionRisk;
 pub use fair::FairLock;
 pub use global::{global_client, install_global};
 pub use guard::Guard;
-pub use held::{HeldLock, Lost};
+pub use held::{AtRisk, HeldLock, LeaseWatch, Lost};
 pub use info::{FairLockInfo, LockInfo, ReadWriteLockInfo, SemaphoreInfo};
 pub use leader::{Leader, LeaderEvent, Term};
+pub use lease::LeaseState;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use mutex::{LockGuard, Mutex};
 pub use name::{validate_name, validate_prefix};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{LockClient, LockError};
+use lock_core::{LeaseState, LockClient, LockError};
 use lock_tests::fixtures::{
     assert_clean, blocking, client, client_with_lease, eventually, lock_keys, native,
 };
@@ -382,6 +382,63 @@ async fn a_redis_that_never_comes_fails_after_the_bound_with_the_cause() {
         ),
         "{bad:?}"
     );
+}
+
+/// A renewal that fails (its connection black-holed) puts the lock at risk while it is still
+/// held; a later renewal that succeeds clears that; with none, the lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_renewal_puts_the_lock_at_risk_until_one_succeeds() {
+    const BOUND: Duration = Duration::from_secs(20);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    // Renewals every 2 s; a failed one is known within a few hundred ms.
+    let lease = Duration::from_secs(6);
+    let c = LockClient::builder(&proxy.url())
+        .watchdog_lease(lease)
+        .response_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("risk").await.unwrap();
+    let mut watch = g.watch_lease();
+    let held = g.held_lock();
+    assert_eq!(g.lease_state(), LeaseState::Held);
+
+    let at_risk = g.at_risk();
+    proxy.blackhole();
+    tokio::time::timeout(BOUND, at_risk)
+        .await
+        .expect("a renewal fails");
+    assert!(g.is_held(), "at risk, but still held");
+    assert!(g.remaining() > Duration::ZERO);
+    assert_eq!(g.lease_state(), LeaseState::AtRisk);
+    assert_eq!(held.lease_state(), LeaseState::AtRisk, "every view says so");
+    assert_eq!(watch.changed().await, LeaseState::AtRisk);
+
+    proxy.pass();
+    let recovered = tokio::time::timeout(BOUND, watch.changed())
+        .await
+        .expect("a later renewal succeeds");
+    assert_eq!(recovered, LeaseState::Held);
+    assert!(g.is_held());
+
+    // No renewal succeeds again: at risk first, then lost when the lease runs out.
+    let at_risk = g.at_risk();
+    proxy.blackhole();
+    tokio::time::timeout(BOUND, at_risk)
+        .await
+        .expect("a renewal fails again");
+    assert!(g.is_held(), "at risk before it is lost");
+    assert_eq!(watch.changed().await, LeaseState::AtRisk);
+    tokio::time::timeout(BOUND, g.lost())
+        .await
+        .expect("lost when no renewal succeeds within the lease");
+    assert!(!g.is_held());
+    assert_eq!(g.lease_state(), LeaseState::Ended);
+    assert_eq!(watch.changed().await, LeaseState::Ended);
+    assert_eq!(watch.changed().await, LeaseState::Ended, "final");
+    proxy.pass();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

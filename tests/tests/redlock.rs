@@ -1,13 +1,14 @@
 //! RedLock over five (or three) real redis-server processes: quorum with nodes killed, a node
 //! restarted empty, validity against slow nodes (fault proxy), mutual exclusion checked with
-//! shared state, watchdog renewal, loss of the majority, cancellation, configuration checks.
+//! shared state, watchdog renewal, a renewal short of a majority (at risk), loss of the
+//! majority, cancellation, configuration checks.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::RedLockBuilder;
-use lock_core::{LockClient, LockError, RedLock};
+use lock_core::{LeaseState, LockClient, LockError, RedLock};
 use lock_tests::fixtures::{client_with_lease, eventually, lock_keys};
 use lock_tests::{FaultProxy, RedisServer, unique_name};
 use rand::Rng;
@@ -387,6 +388,37 @@ async fn the_watchdog_keeps_it_past_several_leases() {
     timeout(BOUND, lost)
         .await
         .expect("lost() resolves on release");
+    eventually_clean(&s.iter().collect::<Vec<_>>()).await;
+}
+
+/// A renewal that reaches too few nodes (three of five stopped) puts the lock at risk while
+/// it is still held; one that reaches a majority again clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_short_of_a_majority_is_at_risk_until_one_reaches_it() {
+    let mut s = servers(5);
+    let a = redlock_with(&urls(&s), |b| b.watchdog_lease(Duration::from_secs(4))).await;
+    let name = unique_name("rl");
+    let g = a.lock(&name).wait(BOUND).await.unwrap();
+    let mut watch = g.watch_lease();
+    let at_risk = g.at_risk();
+    for server in &mut s[..3] {
+        server.pause();
+    }
+    timeout(BOUND, at_risk)
+        .await
+        .expect("a renewal falls short");
+    assert!(g.is_held(), "at risk, still held");
+    assert_eq!(g.lease_state(), LeaseState::AtRisk);
+    assert_eq!(watch.changed().await, LeaseState::AtRisk);
+    for server in &mut s[..3] {
+        server.resume();
+    }
+    let state = timeout(BOUND, watch.changed())
+        .await
+        .expect("a renewal reaches a majority again");
+    assert_eq!(state, LeaseState::Held);
+    assert!(g.is_held());
+    assert!(g.unlock().await.unwrap());
     eventually_clean(&s.iter().collect::<Vec<_>>()).await;
 }
 

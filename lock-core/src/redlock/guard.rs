@@ -12,7 +12,8 @@ use super::{Inner, spawn_node_attempt};
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
-use crate::held::{HeldLock, Lost, View};
+use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost, View};
+use crate::lease::LeaseState;
 use crate::mutex::LockGuard;
 use crate::util::{check_lease, shorten};
 
@@ -35,14 +36,16 @@ struct TrackState {
     validity: Duration,
     /// Nodes that granted or confirmed it last time.
     nodes_held: usize,
+    /// The last renewal reached too few nodes while the validity still ran.
+    at_risk: bool,
 }
 
-/// Whether the lock is held, and until when: what `lost()` futures need.
+/// Whether the lock is held, and until when: what `lost()` futures and lease watches need.
 struct Track {
     name: String,
     state: Mutex<TrackState>,
-    /// True once the guard is lost or released.
-    ended: watch::Sender<bool>,
+    /// Bumped by every change of the lease's state (at risk, renewed again, lost, released).
+    changes: watch::Sender<u64>,
 }
 
 impl Track {
@@ -50,19 +53,72 @@ impl Track {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     fn is_held(&self) -> bool {
         let st = self.state();
         st.status == Status::Held && Instant::now() < st.valid_until
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        let st = self.state();
+        if st.status != Status::Held || Instant::now() >= st.valid_until {
+            LeaseState::Ended
+        } else if st.at_risk {
+            LeaseState::AtRisk
+        } else {
+            LeaseState::Held
+        }
+    }
+
+    /// When the validity ends unless a renewal moves it; None once it is not held.
+    fn deadline(&self) -> Option<Instant> {
+        let st = self.state();
+        (st.status == Status::Held).then_some(st.valid_until)
+    }
+
+    /// A renewal or extension reached a majority (`true`), or a renewal of the background
+    /// task reached too few nodes while the validity still runs (`false`): the lease is
+    /// safe, or at risk until a renewal reaches a majority again.
+    fn renewal(&self, confirmed: bool) {
+        let mut st = self.state();
+        if st.status != Status::Held || st.at_risk != confirmed {
+            return;
+        }
+        st.at_risk = !confirmed;
+        let remaining = st.valid_until.saturating_duration_since(Instant::now());
+        drop(st);
+        if confirmed {
+            tracing::info!(lock = %shorten(&self.name), ?remaining,
+                "RedLock renewed on a majority again; no longer at risk");
+        } else {
+            tracing::warn!(lock = %shorten(&self.name), ?remaining,
+                "RedLock renewal reached too few nodes; at risk until one reaches a majority");
+        }
+        self.changed();
+    }
+
+    /// Resolves once the lock is not held (lost, released, dropped).
+    async fn ended(&self) {
+        let mut changes = self.changes.subscribe();
+        while self.state().status == Status::Held {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     fn mark_lost(&self, why: &'static str) {
         let mut st = self.state();
         if st.status == Status::Held {
             st.status = Status::Lost;
+            st.at_risk = false;
             drop(st);
             tracing::warn!(lock = %shorten(&self.name), reason = why, "RedLock lost");
         }
-        self.ended.send_replace(true);
+        self.changed();
     }
 
     /// Marks the lock lost if its validity has passed; returns whether it is held.
@@ -85,29 +141,24 @@ impl Track {
         let held = st.status == Status::Held && Instant::now() < st.valid_until;
         if matches!(st.status, Status::Held | Status::Lost) {
             st.status = status;
+            st.at_risk = false;
         }
         drop(st);
-        self.ended.send_replace(true);
+        self.changed();
         held
     }
 }
 
 fn lost_future(track: Arc<Track>) -> impl Future<Output = ()> + Send + 'static {
-    let mut ended = track.ended.subscribe();
+    let mut changes = track.changes.subscribe();
     async move {
         loop {
-            if *ended.borrow_and_update() {
+            changes.borrow_and_update();
+            let Some(deadline) = track.deadline() else {
                 return;
-            }
-            let deadline = {
-                let st = track.state();
-                if st.status != Status::Held {
-                    return;
-                }
-                st.valid_until
             };
             tokio::select! {
-                changed = ended.changed() => if changed.is_err() { return },
+                changed = changes.changed() => if changed.is_err() { return },
                 _ = tokio::time::sleep_until(deadline) => {
                     track.check_deadline(Instant::now());
                 }
@@ -172,28 +223,11 @@ impl Shared {
         }))
         .await;
         let now = Instant::now();
-        let (mut confirmed, mut gone, mut error) = (0, 0, None);
-        for (slot, reply) in nodes.iter_mut().zip(replies) {
-            match reply {
-                NodeRenewal::Confirmed(taken) => {
-                    confirmed += 1;
-                    if taken.is_some() {
-                        *slot = taken;
-                    }
-                }
-                NodeRenewal::Gone => {
-                    gone += 1;
-                    // Dropping it releases it in the background, in case it is ours after
-                    // all (an extension that timed out may have landed).
-                    *slot = None;
-                }
-                NodeRenewal::Unknown(e) => {
-                    if error.is_none() {
-                        error = e;
-                    }
-                }
-            }
-        }
+        let Tally {
+            confirmed,
+            gone,
+            error,
+        } = tally(&mut nodes, replies);
         let quorum = self.redlock.quorum;
         let new_deadline = start + lease - config.drift(lease);
         let lost_because = {
@@ -207,6 +241,8 @@ impl Shared {
                 st.valid_until = new_deadline;
                 st.validity = new_deadline - now;
                 st.nodes_held = confirmed;
+                drop(st);
+                self.track.renewal(true);
                 return Ok(());
             } else if self.redlock.nodes.len() - gone < quorum {
                 Some("a majority of the nodes no longer hold it")
@@ -235,6 +271,48 @@ impl Shared {
     }
 }
 
+/// What the nodes' answers to an extension came to.
+struct Tally {
+    /// Nodes that extended it or took it again.
+    confirmed: usize,
+    /// Nodes that said it is not ours.
+    gone: usize,
+    /// The first error of a node that did not answer in time or failed.
+    error: Option<LockError>,
+}
+
+/// Counts the nodes' answers, keeping the guards of nodes that took the lock again and
+/// dropping those of nodes that no longer hold it.
+fn tally(nodes: &mut [Option<LockGuard>], replies: Vec<NodeRenewal>) -> Tally {
+    let mut tally = Tally {
+        confirmed: 0,
+        gone: 0,
+        error: None,
+    };
+    for (slot, reply) in nodes.iter_mut().zip(replies) {
+        match reply {
+            NodeRenewal::Confirmed(taken) => {
+                tally.confirmed += 1;
+                if taken.is_some() {
+                    *slot = taken;
+                }
+            }
+            NodeRenewal::Gone => {
+                tally.gone += 1;
+                // Dropping it releases it in the background, in case it is ours after all
+                // (an extension that timed out may have landed).
+                *slot = None;
+            }
+            NodeRenewal::Unknown(e) => {
+                if tally.error.is_none() {
+                    tally.error = e;
+                }
+            }
+        }
+    }
+    tally
+}
+
 /// Drops every node guard, which releases each in the background; the slots stay, one per
 /// node.
 fn release_slots(nodes: &mut [Option<LockGuard>]) {
@@ -247,13 +325,12 @@ fn release_slots(nodes: &mut [Option<LockGuard>]) {
 /// after a failed round (too few answers) it tries again after a retry delay, until the
 /// validity runs out.
 async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Duration) {
-    let mut ended = track.ended.subscribe();
     let period = lease / 3;
     let mut next = Instant::now() + period;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
-            _ = ended.wait_for(|ended| *ended) => break,
+            () = track.ended() => break,
         }
         let Some(shared) = weak.upgrade() else {
             return;
@@ -264,6 +341,7 @@ async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Durat
             Err(LockError::Lost { .. }) => break,
             Err(e) => {
                 tracing::debug!(lock = %shorten(&track.name), error = %e, "RedLock renewal failed");
+                track.renewal(false);
                 let valid_until = track.state().valid_until;
                 next = (Instant::now() + shared.redlock.config.retry_delay())
                     .min(started + period)
@@ -317,8 +395,9 @@ impl RedLockGuard {
                 valid_until,
                 validity,
                 nodes_held: nodes.iter().flatten().count(),
+                at_risk: false,
             }),
-            ended: watch::Sender::new(false),
+            changes: watch::Sender::new(0),
         });
         let shared = Arc::new(Shared {
             redlock,
@@ -418,6 +497,28 @@ impl RedLockGuard {
     /// validity ended (this future checks the deadline itself), or it was released.
     pub fn lost(&self) -> Lost {
         Lost::new(lost_future(self.shared.track.clone()))
+    }
+
+    /// How the lease stands now: held; at risk once a renewal reached too few nodes while
+    /// the validity still runs (until a renewal reaches a majority again, or the validity
+    /// ends and the lock is lost); ended once lost or released. Only a guard that renews
+    /// itself (no fixed lease) is ever at risk.
+    pub fn lease_state(&self) -> LeaseState {
+        if self.done {
+            return LeaseState::Ended;
+        }
+        self.track().lease_state()
+    }
+
+    /// Resolves when the lease is at risk or the lock is not held any more: see
+    /// [`Guard::at_risk`].
+    pub fn at_risk(&self) -> AtRisk {
+        self.held_lock().at_risk()
+    }
+
+    /// A watch of every change of [`lease_state`](Self::lease_state).
+    pub fn watch_lease(&self) -> LeaseWatch {
+        self.held_lock().watch_lease()
     }
 
     /// A cloneable view (name, largest fencing token, lost signal) that cannot release it.
@@ -530,6 +631,22 @@ impl View for TrackView {
     fn lost(&self) -> Lost {
         Lost::new(lost_future(self.track.clone()))
     }
+
+    fn lease_state(&self) -> LeaseState {
+        self.track.lease_state()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.track.changes.subscribe()
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.track.deadline()
+    }
+
+    fn expire_due(&self) {
+        self.track.check_deadline(Instant::now());
+    }
 }
 
 impl Sealed for RedLockGuard {}
@@ -555,6 +672,18 @@ impl Guard for RedLockGuard {
 
     fn lost(&self) -> Lost {
         RedLockGuard::lost(self)
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        RedLockGuard::lease_state(self)
+    }
+
+    fn at_risk(&self) -> AtRisk {
+        RedLockGuard::at_risk(self)
+    }
+
+    fn watch_lease(&self) -> LeaseWatch {
+        RedLockGuard::watch_lease(self)
     }
 
     fn held_lock(&self) -> HeldLock {
