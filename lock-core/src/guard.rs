@@ -18,8 +18,9 @@ use crate::scope;
 /// [`SemaphoreGuard`](crate::SemaphoreGuard), [`MultiLockGuard`](crate::MultiLockGuard) and
 /// [`RedLockGuard`](crate::RedLockGuard).
 ///
-/// Every guard also has these methods as inherent methods, so calling them needs no import;
-/// the trait is for code that takes any kind of lock (the tower layer, `#[distributed_lock]`,
+/// Every guard also has these methods as inherent methods, so calling them needs no import
+/// (`fencing_token` only where the kind always has one, as a plain `u64`: see
+/// [`fencing_token`](Guard::fencing_token)); the trait is for code that takes any kind of lock (the tower layer, `#[distributed_lock]`,
 /// your own helpers). It is sealed: only this crate implements it.
 ///
 /// Dropping a guard releases what it holds in the background, on the client's runtime; it
@@ -43,12 +44,17 @@ pub trait Guard: sealed::Sealed + Send + Sync + fmt::Debug {
     /// The lock's name (a multi-lock's names, joined by `+`).
     fn name(&self) -> &str;
 
-    /// The fencing token, strictly greater than the token of every earlier holder of the
-    /// name: `Some` for a mutex, a fair lock and a write lock (whose guards also have an
-    /// inherent `fencing_token()` returning the `u64` itself); `None` for a read share,
-    /// permits, a multi-lock (see
-    /// [`MultiLockGuard::fencing_tokens`](crate::MultiLockGuard::fencing_tokens)) and a
-    /// RedLock (see [`RedLockGuard::fencing_tokens`](crate::RedLockGuard::fencing_tokens)).
+    /// The fencing token: a number strictly greater than the token of every earlier holder
+    /// of the name (re-entries of one hold share it), for the resource to refuse a stale
+    /// holder's writes. `Some` exactly for the kinds that have one, a mutex, a fair lock and
+    /// a write lock, whose guards ([`LockGuard`](crate::LockGuard),
+    /// [`WriteGuard`](crate::WriteGuard)) also have an inherent `fencing_token()` that returns
+    /// the same number as a plain `u64`. `None` for a read share and permits (which have no
+    /// token; their guards have no inherent `fencing_token()`), a multi-lock (one token per
+    /// lock: [`MultiLockGuard::fencing_tokens`](crate::MultiLockGuard::fencing_tokens)) and a
+    /// RedLock (whose per-node tokens are no single increasing number:
+    /// [`RedLockGuard::node_tokens`](crate::RedLockGuard::node_tokens)).
+    /// [`HeldLock::fencing_token`] is the same.
     fn fencing_token(&self) -> Option<u64>;
 
     /// True while the lock is ours: not released, not lost, and within its lease as last

@@ -160,7 +160,6 @@ impl fmt::Debug for LeaseWatch {
 /// RedLock).
 pub(crate) trait View: Send + Sync {
     fn name(&self) -> &str;
-    fn fencing_token(&self) -> Option<u64>;
     fn is_held(&self) -> bool;
     fn lost(&self) -> Lost;
     fn lease_state(&self) -> LeaseState;
@@ -227,16 +226,16 @@ impl HeldLock {
         }
     }
 
-    /// The fencing token: strictly greater than the token of every earlier holder of the
-    /// name. `Some` for a mutex, a fair lock and a read-write lock's write side; `None` for a
-    /// read share, a semaphore's permits, a multi-lock (each of its locks has its own token:
-    /// see [`MultiLockGuard::fencing_tokens`](crate::MultiLockGuard::fencing_tokens)) and a
-    /// RedLock.
+    /// The fencing token, as [`Guard::fencing_token`](crate::Guard::fencing_token) gives it:
+    /// strictly greater than the token of every earlier holder of the name. `Some` for a
+    /// mutex, a fair lock and a read-write lock's write side; `None` for a read share, a
+    /// semaphore's permits, a multi-lock (each of its locks has its own token: see
+    /// [`MultiLockGuard::fencing_tokens`](crate::MultiLockGuard::fencing_tokens)) and a
+    /// RedLock (see [`RedLockGuard::node_tokens`](crate::RedLockGuard::node_tokens)).
     pub fn fencing_token(&self) -> Option<u64> {
         match &self.inner {
             Inner::One { hold, .. } => hold.fencing_token(),
-            Inner::Many { .. } => None,
-            Inner::Other(view) => view.fencing_token(),
+            Inner::Many { .. } | Inner::Other(_) => None,
         }
     }
 

@@ -161,12 +161,16 @@
 //!
 //! | primitive | handle | take | try once | guard | fencing token |
 //! |---|---|---|---|---|---|
-//! | reentrant mutex | [`LockClient::mutex`] | `lock()` | `try_lock()` | [`LockGuard`] | yes |
-//! | fair lock (arrival order) | [`LockClient::fair_lock`] | `lock()` | `try_lock()` | [`LockGuard`] | yes |
-//! | read-write lock | [`LockClient::read_write_lock`] | `read()` / `write()` | `try_read()` / `try_write()` | [`ReadGuard`] / [`WriteGuard`] | writers |
-//! | semaphore (leased permits) | [`LockClient::semaphore`] | `acquire(n)` | `try_acquire(n)` | [`SemaphoreGuard`] | no |
-//! | several mutexes, all or none | [`LockClient::multi_lock`] | `lock()` | `try_lock()` | [`MultiLockGuard`] | one per name |
-//! | RedLock over independent masters | [`RedLock::new`] | `lock(name)` | `try_lock(name)` | [`RedLockGuard`] | per node |
+//! | reentrant mutex | [`LockClient::mutex`] | `lock()` | `try_lock()` | [`LockGuard`] | `u64` |
+//! | fair lock (arrival order) | [`LockClient::fair_lock`] | `lock()` | `try_lock()` | [`LockGuard`] | `u64` |
+//! | read-write lock | [`LockClient::read_write_lock`] | `read()` / `write()` | `try_read()` / `try_write()` | [`ReadGuard`] / [`WriteGuard`] | writers: `u64` |
+//! | semaphore (leased permits) | [`LockClient::semaphore`] | `acquire(n)` | `try_acquire(n)` | [`SemaphoreGuard`] | none |
+//! | several mutexes, all or none | [`LockClient::multi_lock`] | `lock()` | `try_lock()` | [`MultiLockGuard`] | one per name: `fencing_tokens()` |
+//! | RedLock over independent masters | [`RedLock::new`] | `lock(name)` | `try_lock(name)` | [`RedLockGuard`] | none; each node's: `node_tokens()` |
+//!
+//! The column is the guard's own `fencing_token()`; through [`Guard::fencing_token`] and
+//! [`HeldLock::fencing_token`] every kind answers an `Option<u64>`, `Some` (the same number)
+//! exactly where the column says `u64`.
 //!
 //! [`LockClient::lock`] and [`LockClient::try_lock`] are shortcuts for the mutex.
 //!

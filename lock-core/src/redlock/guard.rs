@@ -365,7 +365,10 @@ async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Durat
 /// * [`unlock`](RedLockGuard::unlock) releases it on every node and reports whether a
 ///   majority still had it. Dropping the guard releases it too, in the background (it never
 ///   blocks and never panics; if the runtime is gone, the leases expire it).
-/// * [`fencing_token`](RedLockGuard::fencing_token): read its caveat before relying on it.
+/// * No fencing token: nothing a RedLock can number is sure to increase from one holder to
+///   the next. [`node_tokens`](RedLockGuard::node_tokens) are each node's fencing tokens (for
+///   a resource that can compare per node), [`max_node_token`](RedLockGuard::max_node_token)
+///   their largest; read their caveats before relying on them.
 #[must_use = "dropping the guard releases the lock"]
 pub struct RedLockGuard {
     shared: Arc<Shared>,
@@ -423,39 +426,39 @@ impl RedLockGuard {
         &self.track().name
     }
 
-    /// The largest of the fencing tokens the nodes issued for this acquisition.
+    /// The largest of the fencing tokens the nodes issued for this acquisition. **Not a
+    /// fencing token**: it is not guaranteed to increase from one holder to the next, which
+    /// is why a RedLock guard has no `fencing_token()` and
+    /// [`Guard::fencing_token`] is `None` for it.
     ///
-    /// **Caveat: unlike [`LockGuard::fencing_token`], this token is not guaranteed to
-    /// increase from one holder to the next.** Each node's token for a name strictly
-    /// increases on that node (see [`LockGuard::fencing_token`]), but the nodes count
-    /// independently, so their tokens differ: a node seeds a name's counter from its own
-    /// clock (in microseconds) whenever the key does not exist (first use, a lease that ran
-    /// out, a free lock whose counter expired after the client's `fence_ttl`, a restart
-    /// without persistence), and a node counts only the acquisitions it granted. Any two
-    /// majorities share a node, and on that node the later holder's token is higher; but the
-    /// *maximum* goes backwards whenever the node that gave the earlier holder its maximum is
-    /// not among the nodes the later holder got, and the later holder's nodes are behind it:
-    /// for example holder A gets nodes 1, 2, 3 and its maximum comes from node 1, whose clock
-    /// runs a second ahead; holder B then gets nodes 3, 4, 5 (node 1 is slow or down), whose
-    /// tokens are all lower than node 1's. It also goes backwards if a node's clock steps back
-    /// by more than the time the name's key was gone. So a resource that refuses a token lower
-    /// than the highest it has seen may refuse a legitimate later holder, and, if tokens were
-    /// reset, accept a stale one.
-    ///
-    /// What is guaranteed, per node: use [`fencing_tokens`](RedLockGuard::fencing_tokens) and
-    /// have the resource keep the whole vector; a write is later than the one stored if on
-    /// some node that both hold its token is higher, and stale if it is lower on any such node
-    /// (given that node kept its counter). No RedLock token gives the linearizable ordering of
-    /// a consensus system; for correctness-critical writes, fence with a counter from the
-    /// resource itself (a database sequence or a conditional write).
-    pub fn fencing_token(&self) -> u64 {
+    /// Each node's token for a name strictly increases on that node (see
+    /// [`LockGuard::fencing_token`]), but the nodes count independently, so their tokens
+    /// differ: a node seeds a name's counter from its own clock (in microseconds) whenever the
+    /// key does not exist (first use, a lease that ran out, a free lock whose counter expired
+    /// after the client's `fence_ttl`, a restart without persistence), and a node counts only
+    /// the acquisitions it granted. Any two majorities share a node, and on that node the
+    /// later holder's token is higher; but the *maximum* goes backwards whenever the node that
+    /// gave the earlier holder its maximum is not among the nodes the later holder got, and
+    /// the later holder's nodes are behind it: for example holder A gets nodes 1, 2, 3 and its
+    /// maximum comes from node 1, whose clock runs a second ahead; holder B then gets nodes 3,
+    /// 4, 5 (node 1 is slow or down), whose tokens are all lower than node 1's. It also goes
+    /// backwards if a node's clock steps back by more than the time the name's key was gone.
+    /// So a resource that refuses a value lower than the highest it has seen may refuse a
+    /// legitimate later holder, and, if tokens were reset, accept a stale one. Use it for logs
+    /// and diagnostics.
+    pub fn max_node_token(&self) -> u64 {
         self.tokens.iter().flatten().copied().max().unwrap_or(0)
     }
 
     /// The fencing token each node issued for this acquisition, by node index (`None` for a
-    /// node that did not grant it). Nodes taken again later by renewals are not included. See
-    /// [`fencing_token`](RedLockGuard::fencing_token) for how to compare them.
-    pub fn fencing_tokens(&self) -> &[Option<u64>] {
+    /// node that did not grant it); nodes taken again later by renewals are not included.
+    /// Each strictly increases per name *on its node*. What is guaranteed: have the resource
+    /// keep the whole vector; a write is later than the one stored if on some node that both
+    /// hold its token is higher, and stale if it is lower on any such node (given that node
+    /// kept its counter). No RedLock token gives the linearizable ordering of a consensus
+    /// system; for correctness-critical writes, fence with a counter from the resource itself
+    /// (a database sequence or a conditional write).
+    pub fn node_tokens(&self) -> &[Option<u64>] {
         &self.tokens
     }
 
@@ -521,11 +524,11 @@ impl RedLockGuard {
         self.held_lock().watch_lease()
     }
 
-    /// A cloneable view (name, largest fencing token, lost signal) that cannot release it.
+    /// A cloneable view (name, lost signal, lease state; no fencing token) that cannot
+    /// release it.
     pub fn held_lock(&self) -> HeldLock {
         HeldLock::other(Arc::new(TrackView {
             track: self.shared.track.clone(),
-            token: self.fencing_token(),
         }))
     }
 
@@ -612,16 +615,11 @@ impl Drop for RedLockGuard {
 /// A [`HeldLock`]'s view of a RedLock.
 struct TrackView {
     track: Arc<Track>,
-    token: u64,
 }
 
 impl View for TrackView {
     fn name(&self) -> &str {
         &self.track.name
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.token)
     }
 
     fn is_held(&self) -> bool {
@@ -651,15 +649,15 @@ impl View for TrackView {
 
 impl Sealed for RedLockGuard {}
 
-/// [`Guard::fencing_token`] is the largest of the nodes' tokens: read the caveat of
-/// [`RedLockGuard::fencing_token`] before relying on it.
+/// [`Guard::fencing_token`] is `None`: no RedLock token is sure to increase from one holder to
+/// the next (see [`RedLockGuard::max_node_token`] and [`RedLockGuard::node_tokens`]).
 impl Guard for RedLockGuard {
     fn name(&self) -> &str {
         RedLockGuard::name(self)
     }
 
     fn fencing_token(&self) -> Option<u64> {
-        Some(RedLockGuard::fencing_token(self))
+        None
     }
 
     fn is_held(&self) -> bool {
@@ -700,7 +698,7 @@ impl fmt::Debug for RedLockGuard {
         // The node guards (and their owner ids) stay out.
         f.debug_struct("RedLockGuard")
             .field("name", &self.name())
-            .field("fencing_token", &self.fencing_token())
+            .field("max_node_token", &self.max_node_token())
             .field("held", &self.is_held())
             .field("held_nodes", &self.held_nodes())
             .field("quorum", &self.shared.redlock.quorum)
