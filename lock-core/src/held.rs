@@ -14,6 +14,25 @@ use tokio::time::Instant;
 use crate::hold::Hold;
 use crate::lease::LeaseState;
 
+/// `Future` and `Debug` for a signal: a boxed future of `()` in a named type.
+macro_rules! signal {
+    ($name:ident) => {
+        impl Future for $name {
+            type Output = ();
+
+            fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+                self.0.as_mut().poll(cx)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name)).finish_non_exhaustive()
+            }
+        }
+    };
+}
+
 /// Resolves when a lock is known or presumed lost, or released: made by
 /// [`Guard::lost`](crate::Guard::lost) and [`HeldLock::lost`].
 ///
@@ -37,19 +56,7 @@ impl Lost {
     }
 }
 
-impl Future for Lost {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.0.as_mut().poll(cx)
-    }
-}
-
-impl fmt::Debug for Lost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lost").finish_non_exhaustive()
-    }
-}
+signal!(Lost);
 
 /// Resolves when a held lock's lease is at risk (a renewal failed while the lease still
 /// runs) or once the lock is not held any more: made by
@@ -60,19 +67,7 @@ impl fmt::Debug for Lost {
 #[must_use = "futures do nothing unless polled"]
 pub struct AtRisk(Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
 
-impl Future for AtRisk {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.0.as_mut().poll(cx)
-    }
-}
-
-impl fmt::Debug for AtRisk {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AtRisk").finish_non_exhaustive()
-    }
-}
+signal!(AtRisk);
 
 /// Every change of a held lock's [`LeaseState`]: made by
 /// [`Guard::watch_lease`](crate::Guard::watch_lease) and [`HeldLock::watch_lease`]. It

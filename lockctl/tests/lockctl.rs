@@ -799,11 +799,7 @@ async fn the_primary_is_found_through_the_sentinels() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_exit_with_their_code_and_name_the_cause() {
     // Nothing listens: 3, connection refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = lock_tests::free_port();
     let refused = lockctl(&["--url", &format!("redis://127.0.0.1:{port}"), "status", "x"]).await;
     assert_eq!(refused.code, 3, "{refused:?}");
     assert!(refused.stderr.contains("connection refused"), "{refused:?}");

@@ -189,11 +189,7 @@ async fn cancelled_acquisitions_leave_no_lock_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_to_nothing_fails_promptly() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = lock_tests::free_port();
     // A refused connection fails at once, with its cause, however long the connect timeout.
     let start = Instant::now();
     let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
@@ -344,11 +340,7 @@ async fn a_client_started_before_its_redis_connects_once_it_is_up() {
 /// client tried and the last cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_never_comes_fails_after_the_bound_with_the_cause() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = lock_tests::free_port();
     let max_wait = Duration::from_millis(700);
     let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
         .connect_retry(max_wait)
