@@ -14,6 +14,7 @@ use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
 use crate::capabilities::MutexProtocol;
 use crate::client::LockClient;
+use crate::connect_retry::{self, ConnectRetry};
 use crate::description;
 use crate::engine::{Config, Engine, Speech};
 use crate::error::LockError;
@@ -75,6 +76,7 @@ pub struct LockClientBuilder {
     metric_label: Option<Labeler>,
     owner_description: Option<String>,
     mutex_protocol: MutexProtocol,
+    connect_retry: Option<Duration>,
 }
 
 impl LockClientBuilder {
@@ -98,6 +100,7 @@ impl LockClientBuilder {
             metric_label: None,
             owner_description: None,
             mutex_protocol: MutexProtocol::Auto,
+            connect_retry: None,
         }
     }
 
@@ -184,6 +187,77 @@ impl LockClientBuilder {
     /// [`LockError::Unavailable`] (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Makes [`build`](Self::build) wait for a Redis that is not up yet: when connecting
+    /// fails in a way time can fix, it tries again, with growing pauses (100 ms, doubling up
+    /// to 2 s, each ±20 %), until it connects or `max_wait` has passed since `build()`
+    /// started. Default: no retry, `build()` fails at once. `max_wait` must be 1 ms to 24 h;
+    /// checked by `build()`.
+    ///
+    /// Tried again: Redis unreachable or not answering ([`LockError::is_unavailable`]: a
+    /// refused connection, a name that does not resolve yet, no answer in time, no primary
+    /// known to the sentinels yet) and a server still loading its data (`LOADING`). Returned
+    /// at once, since waiting cannot fix them: a bad option, a missing or refused password
+    /// ([`LockError::AuthRequired`]), a refused permission or certificate, a server that
+    /// lacks a feature. After `max_wait` the last failure is returned, and a
+    /// [`LockError::Unavailable`] then says how long it tried in all and its last cause
+    /// (`no Redis connection within 30.1s: Connection refused (os error 111)`). The last try
+    /// may end up to the connect timeout after `max_wait`. Each failed try is logged at
+    /// `info`.
+    ///
+    /// For a service that starts before its Redis (on Kubernetes the pods of a deployment
+    /// start in no particular order): it comes up once Redis does, and a Redis that never
+    /// comes still fails the start, with the cause, so the orchestrator restarts it.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::{LockClient, LockError};
+    ///
+    /// # async fn f() -> Result<(), LockError> {
+    /// let client = LockClient::builder("redis://redis:6379")
+    ///     .connect_retry(Duration::from_secs(60))
+    ///     .build()
+    ///     .await?;
+    /// # drop(client);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A service that must serve without its locks until Redis is there (answering its
+    /// locked routes with "try later") builds the client in a task of its own instead, and
+    /// looks for it per request:
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_core::LockClient;
+    /// use tokio::sync::OnceCell;
+    ///
+    /// # async fn f() {
+    /// let locks: Arc<OnceCell<LockClient>> = Arc::default();
+    /// tokio::spawn({
+    ///     let locks = locks.clone();
+    ///     async move {
+    ///         let built = LockClient::builder("redis://redis:6379")
+    ///             .connect_retry(Duration::from_secs(24 * 3600))
+    ///             .build()
+    ///             .await;
+    ///         match built {
+    ///             Ok(client) => drop(locks.set(client)),
+    ///             Err(e) => tracing::error!(error = %e, "no lock client"),
+    ///         }
+    ///     }
+    /// });
+    /// // In a request handler:
+    /// match locks.get() {
+    ///     Some(client) => { /* client.lock(..) */ }
+    ///     None => { /* 503: the lock service is not up yet */ }
+    /// }
+    /// # }
+    /// ```
+    pub fn connect_retry(mut self, max_wait: Duration) -> Self {
+        self.connect_retry = Some(max_wait);
         self
     }
 
@@ -375,6 +449,14 @@ impl LockClientBuilder {
         }
         check_timeout("connect_timeout", self.connect_timeout)?;
         check_timeout("response_timeout", self.response_timeout)?;
+        if let Some(max_wait) = self.connect_retry {
+            check_range(
+                "connect_retry",
+                max_wait,
+                Duration::from_millis(1),
+                connect_retry::MAX_WAIT,
+            )?;
+        }
         if let Some((n, timeout)) = self.min_replicas {
             if !(1..=16).contains(&n) {
                 return Err(LockError::InvalidOption {
@@ -391,9 +473,8 @@ impl LockClientBuilder {
             });
         }
         metrics::describe();
-        let backend = self.connect().await?;
-        let speech =
-            Speech::negotiate(&backend, self.mutex_protocol, self.min_replicas.is_some()).await?;
+        let (backend, speech) = self.connect_retrying().await?;
+        backend.start();
         let eviction = eviction_risk(&backend).await;
         let waiters = Waiters::start(backend.pubsub_source(), self.connect_timeout);
         let engine = Engine::start(
@@ -438,11 +519,40 @@ async fn eviction_risk(backend: &Backend) -> EvictionRisk {
 }
 
 impl LockClientBuilder {
-    /// Builds the backend of the deployment.
-    async fn connect(&mut self) -> Result<Backend, LockError> {
-        let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
+    /// Connects and settles how to speak to the server, tried again as
+    /// [`connect_retry`](Self::connect_retry) says.
+    async fn connect_retrying(&mut self) -> Result<(Backend, Speech), LockError> {
         // `build` refused a pool for any deployment but a standalone server.
         let given_pool = self.pool.take();
+        let mut retry = self.connect_retry.map(ConnectRetry::new);
+        loop {
+            let error = match self.connect(given_pool.clone()).await {
+                Ok(backend) => {
+                    let needs_wait = self.min_replicas.is_some();
+                    match Speech::negotiate(&backend, self.mutex_protocol, needs_wait).await {
+                        Ok(speech) => return Ok((backend, speech)),
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            };
+            let Some(retry) = retry.as_mut() else {
+                return Err(error);
+            };
+            match retry.pause_after(&error) {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => return Err(retry.give_up(error)),
+            }
+        }
+    }
+
+    /// Builds the backend of the deployment (its background tasks not started yet: see
+    /// [`Backend::start`]).
+    async fn connect(
+        &self,
+        given_pool: Option<Pool<RedisConnectionManager>>,
+    ) -> Result<Backend, LockError> {
+        let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
         match self.prepare()? {
             Prepared::Standalone(client) => {
                 Standalone::check_reachable(&client, connect_timeout).await?;
@@ -475,11 +585,7 @@ impl LockClientBuilder {
                 .await?;
                 Ok(Backend::Cluster(backend))
             }
-            Prepared::Sentinel(discovery) => {
-                discovery.spawn_watcher();
-                let backend = Sentinel::new(discovery);
-                Ok(Backend::Sentinel(backend))
-            }
+            Prepared::Sentinel(discovery) => Ok(Backend::Sentinel(Sentinel::new(discovery))),
             Prepared::Memory(server) => Ok(Backend::Memory(Memory::new(
                 server,
                 connect_timeout,
@@ -493,7 +599,7 @@ impl LockClientBuilder {
     fn prepare(&self) -> Result<Prepared<'_>, LockError> {
         match &self.deployment {
             Deployment::Standalone { url } => {
-                let info = tls::parse(url, "url")?;
+                let info = crate::url::parse(url, "url")?;
                 self.tls.check(tls::is_tls(&info))?;
                 let client = redis::Client::open(self.tls.apply(info, "url")?)
                     .map_err(|e| invalid("url", e))?;
@@ -530,9 +636,9 @@ impl LockClientBuilder {
                 // TLS to the sentinels and to the primary each follow their own URL's scheme.
                 let sentinels = urls
                     .iter()
-                    .map(|url| tls::parse(url, "sentinels"))
+                    .map(|url| crate::url::parse(url, "sentinels"))
                     .collect::<Result<Vec<_>, _>>()?;
-                let primary = tls::parse(
+                let primary = crate::url::parse(
                     primary_url.as_deref().unwrap_or("redis://primary/"),
                     "sentinel_primary_url",
                 )?;
@@ -655,6 +761,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("tls", &self.tls)
             .field("metric_label", &self.metric_label.is_some())
             .field("owner_description", &self.owner_description)
+            .field("connect_retry", &self.connect_retry)
             .finish_non_exhaustive()
     }
 }

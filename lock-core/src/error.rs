@@ -4,8 +4,12 @@ use std::time::Duration;
 
 /// Everything that can go wrong when taking, keeping or giving back a lock.
 ///
-/// Each failure is its own variant so callers can match on it; the underlying Redis error, when
-/// there is one, is returned by [`std::error::Error::source`] and not repeated in the message.
+/// Each failure is its own variant so callers can match on it, and each message names its
+/// cause (what Redis said, or why no connection could be had), so a log line written with
+/// `{}` is enough on its own. The underlying Redis error is a field of its variant, and
+/// [`std::error::Error::source`] returns it for [`LockError::NoPrimary`] and
+/// [`LockError::Tls`] (whose messages do not repeat it) and for [`LockError::Unavailable`]
+/// (whose message ends with it); [`LockError::Redis`] says it in its message only.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -63,9 +67,12 @@ pub enum LockError {
     #[error("Redis did not answer within {0:?}")]
     ResponseTimeout(Duration),
 
-    /// Redis answered with an error, or the connection failed mid-command.
-    #[error("Redis command failed")]
-    Redis(#[from] redis::RedisError),
+    /// Redis answered with an error, or the connection failed mid-command. The message
+    /// includes the Redis error (`Redis command failed: <what Redis or the connection
+    /// said>`), so [`source`](std::error::Error::source) is `None`: a chain printer does not
+    /// say it twice. Match the variant for the [`redis::RedisError`] itself.
+    #[error("Redis command failed: {0}")]
+    Redis(redis::RedisError),
 
     /// No client was given and none was installed with
     /// [`install_global`](crate::install_global).
@@ -136,6 +143,28 @@ pub enum LockError {
         detail: String,
     },
 
+    /// Redis asked the client to authenticate and it did not, or not successfully: the server
+    /// has a password (`requirepass`, or ACL users without `nopass`) and the URL gave none
+    /// (Redis says `NOAUTH Authentication required`), or the user and password the URL gave
+    /// were refused (`WRONGPASS invalid username-password pair`). Nothing retries it: put the
+    /// user and password in the URL that `option` names, as
+    /// `redis://user:password@host:port` (`redis://:password@host:port` for the default
+    /// user; `rediss://` for TLS).
+    #[error("{}", auth_message(.option, *.refused, .detail))]
+    AuthRequired {
+        /// Where the credentials go, as the builder's option: `"url"` (a standalone server:
+        /// [`LockClient::builder`](crate::LockClient::builder)), `"urls"` (a Cluster's
+        /// nodes), `"sentinels"` (sentinels that require a login themselves) or
+        /// `"sentinel_primary_url"` (the primary behind Sentinel:
+        /// [`LockClientBuilder::sentinel_primary_url`](crate::LockClientBuilder::sentinel_primary_url)).
+        option: &'static str,
+        /// True when credentials were given and refused (a wrong user or password), false
+        /// when none were given and the server requires them.
+        refused: bool,
+        /// What Redis (or the redis crate, for a refused `AUTH` at connect) said.
+        detail: String,
+    },
+
     /// A TLS connection to Redis could not be set up: the server's certificate is not trusted
     /// (an unknown CA, another host name) or the server refused the client's (none given, or
     /// one it does not trust). Nothing retries it: fix the certificates (see
@@ -169,6 +198,25 @@ pub enum LockError {
         /// The server's own message, when it said one.
         detail: Option<String>,
     },
+}
+
+/// The message of [`LockError::AuthRequired`].
+fn auth_message(option: &str, refused: bool, detail: &str) -> String {
+    let url = match option {
+        "urls" => "every node's URL (`urls`)",
+        "sentinels" => "the sentinels' URLs (`sentinels`)",
+        "sentinel_primary_url" => "the primary's URL (`sentinel_primary_url`)",
+        _ => "the URL",
+    };
+    let what = if refused {
+        "Redis refused the user and password given: check them in"
+    } else {
+        "Redis requires authentication and no password was given: put the user and password in"
+    };
+    format!(
+        "{what} {url}, as redis://user:password@host:port (redis://:password@host:port for \
+         the default user) (Redis said: {detail})"
+    )
 }
 
 fn detail_of(detail: &Option<String>) -> String {
@@ -215,6 +263,27 @@ impl LockError {
                 | LockError::Tls { .. }
         )
     }
+
+    /// An [`AuthRequired`](LockError::AuthRequired) said of the URLs of `option` (a backend
+    /// that knows where its connection's credentials come from); any other error as it is.
+    pub(crate) fn auth_in(self, option: &'static str) -> Self {
+        match self {
+            LockError::AuthRequired {
+                refused, detail, ..
+            } => LockError::AuthRequired {
+                option,
+                refused,
+                detail,
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<redis::RedisError> for LockError {
+    fn from(e: redis::RedisError) -> Self {
+        LockError::Redis(e)
+    }
 }
 
 /// `": <error>"` for an error, nothing for none.
@@ -229,4 +298,44 @@ pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redis_error_says_its_cause_once() {
+        let e = LockError::from(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection closed",
+            "broken pipe".to_owned(),
+        )));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("Redis command failed: ") && text.contains("broken pipe"),
+            "{text}"
+        );
+        assert!(std::error::Error::source(&e).is_none(), "said once");
+    }
+
+    #[test]
+    fn an_auth_error_names_the_option_its_password_goes_in() {
+        let missing = LockError::AuthRequired {
+            option: "url",
+            refused: false,
+            detail: "NOAUTH Authentication required.".to_owned(),
+        };
+        let primary = missing.clone().auth_in("sentinel_primary_url");
+        assert!(
+            missing
+                .to_string()
+                .contains("put the user and password in the URL")
+        );
+        assert!(
+            primary.to_string().contains("`sentinel_primary_url`"),
+            "{primary}"
+        );
+        assert!(!missing.is_unavailable());
+    }
 }

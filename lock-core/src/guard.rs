@@ -8,8 +8,9 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::held::{HeldLock, Lost};
+use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost};
 use crate::hold::Hold;
+use crate::lease::LeaseState;
 use crate::scope;
 
 /// Proof that this process holds a lock, of any kind: [`LockGuard`](crate::LockGuard),
@@ -17,8 +18,9 @@ use crate::scope;
 /// [`SemaphoreGuard`](crate::SemaphoreGuard), [`MultiLockGuard`](crate::MultiLockGuard) and
 /// [`RedLockGuard`](crate::RedLockGuard).
 ///
-/// Every guard also has these methods as inherent methods, so calling them needs no import;
-/// the trait is for code that takes any kind of lock (the tower layer, `#[distributed_lock]`,
+/// Every guard also has these methods as inherent methods, so calling them needs no import
+/// (`fencing_token` only where the kind always has one, as a plain `u64`: see
+/// [`fencing_token`](Guard::fencing_token)); the trait is for code that takes any kind of lock (the tower layer, `#[distributed_lock]`,
 /// your own helpers). It is sealed: only this crate implements it.
 ///
 /// Dropping a guard releases what it holds in the background, on the client's runtime; it
@@ -42,12 +44,17 @@ pub trait Guard: sealed::Sealed + Send + Sync + fmt::Debug {
     /// The lock's name (a multi-lock's names, joined by `+`).
     fn name(&self) -> &str;
 
-    /// The fencing token, strictly greater than the token of every earlier holder of the
-    /// name: `Some` for a mutex, a fair lock and a write lock (whose guards also have an
-    /// inherent `fencing_token()` returning the `u64` itself); `None` for a read share,
-    /// permits, a multi-lock (see
-    /// [`MultiLockGuard::fencing_tokens`](crate::MultiLockGuard::fencing_tokens)) and a
-    /// RedLock (see [`RedLockGuard::fencing_tokens`](crate::RedLockGuard::fencing_tokens)).
+    /// The fencing token: a number strictly greater than the token of every earlier holder
+    /// of the name (re-entries of one hold share it), for the resource to refuse a stale
+    /// holder's writes. `Some` exactly for the kinds that have one, a mutex, a fair lock and
+    /// a write lock, whose guards ([`LockGuard`](crate::LockGuard),
+    /// [`WriteGuard`](crate::WriteGuard)) also have an inherent `fencing_token()` that returns
+    /// the same number as a plain `u64`. `None` for a read share and permits (which have no
+    /// token; their guards have no inherent `fencing_token()`), a multi-lock (one token per
+    /// lock: [`MultiLockGuard::fencing_tokens`](crate::MultiLockGuard::fencing_tokens)) and a
+    /// RedLock (whose per-node tokens are no single increasing number:
+    /// [`RedLockGuard::node_tokens`](crate::RedLockGuard::node_tokens)).
+    /// [`HeldLock::fencing_token`] is the same.
     fn fencing_token(&self) -> Option<u64>;
 
     /// True while the lock is ours: not released, not lost, and within its lease as last
@@ -62,6 +69,25 @@ pub trait Guard: sealed::Sealed + Send + Sync + fmt::Debug {
     /// renewal succeeded within the lease, a fixed lease ran out), or released. Select on it
     /// to stop work that must not go on without the lock.
     fn lost(&self) -> Lost;
+
+    /// How the lease stands now: [`LeaseState::Held`]; [`LeaseState::AtRisk`] once a
+    /// renewal failed while the lease still runs (until a later renewal succeeds, or the
+    /// lease runs out and the lock is lost); [`LeaseState::Ended`] once it is lost or
+    /// released (exactly when [`is_held`](Guard::is_held) is false). A multi-lock's is its
+    /// worst lock's.
+    fn lease_state(&self) -> LeaseState;
+
+    /// Resolves when the lease is at risk (a renewal failed while the lease still runs) or
+    /// the lock is not held any more, whichever comes first; at once if one is already so.
+    /// Earlier than [`lost`](Guard::lost): while [`is_held`](Guard::is_held) is still true and
+    /// [`remaining`](Guard::remaining) says how long is left. Check
+    /// [`lease_state`](Guard::lease_state) once it resolves; a later successful renewal makes
+    /// it [`LeaseState::Held`] again, which [`watch_lease`](Guard::watch_lease) says.
+    fn at_risk(&self) -> AtRisk;
+
+    /// A watch of every change of the lease's state (at risk, held again, ended), which
+    /// outlives the guard.
+    fn watch_lease(&self) -> LeaseWatch;
 
     /// A cloneable view of the lock (name, fencing token, lost signal) that cannot release
     /// it: for a request handler, a database layer, a task that must check the lock.
@@ -130,6 +156,13 @@ impl GuardCore {
 
     pub(crate) fn lost(&self) -> Lost {
         Lost::new(self.hold.clone().ended(self.generation))
+    }
+
+    pub(crate) fn lease_state(&self) -> LeaseState {
+        if self.done {
+            return LeaseState::Ended;
+        }
+        self.hold.lease_state(self.generation)
     }
 
     pub(crate) fn held_lock(&self) -> HeldLock {
@@ -221,6 +254,26 @@ macro_rules! core_guard {
                 self.core.lost()
             }
 
+            /// How its lease stands now: held, at risk (a renewal failed while the lease
+            /// still runs; a later success clears it) or ended (lost or released). See
+            /// [`LeaseState`]($crate::LeaseState).
+            pub fn lease_state(&self) -> $crate::lease::LeaseState {
+                self.core.lease_state()
+            }
+
+            /// Resolves when its lease is at risk (a renewal failed while the lease still
+            /// runs) or it is not held any more, whichever comes first: see
+            /// [`Guard::at_risk`]($crate::Guard::at_risk).
+            pub fn at_risk(&self) -> $crate::held::AtRisk {
+                self.core.held_lock().at_risk()
+            }
+
+            /// A watch of every change of its lease's state: see
+            /// [`LeaseWatch`]($crate::LeaseWatch).
+            pub fn watch_lease(&self) -> $crate::held::LeaseWatch {
+                self.core.held_lock().watch_lease()
+            }
+
             /// A cloneable view (name, fencing token, lost signal) that cannot release it.
             pub fn held_lock(&self) -> $crate::held::HeldLock {
                 self.core.held_lock()
@@ -257,6 +310,18 @@ macro_rules! core_guard {
 
             fn lost(&self) -> $crate::held::Lost {
                 self.core.lost()
+            }
+
+            fn lease_state(&self) -> $crate::lease::LeaseState {
+                self.core.lease_state()
+            }
+
+            fn at_risk(&self) -> $crate::held::AtRisk {
+                self.core.held_lock().at_risk()
+            }
+
+            fn watch_lease(&self) -> $crate::held::LeaseWatch {
+                self.core.held_lock().watch_lease()
             }
 
             fn held_lock(&self) -> $crate::held::HeldLock {

@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
 use crate::error::LockError;
+use crate::lease::LeaseState;
 use crate::metrics::{self, Labels, LossReason};
 use crate::name::Keys;
 use crate::util::{lock, validity};
@@ -108,6 +109,9 @@ struct State {
     lost_reason: Option<&'static str>,
     /// When this generation was granted (its first acquisition's answer).
     granted_at: Instant,
+    /// The last renewal of this generation failed while it was still valid (counted in the
+    /// `lock_at_risk` gauge while set); a confirmed renewal clears it.
+    at_risk: bool,
     /// This process's place at the head of the name's local queue, kept from the grant until
     /// the hold ends, so the next local waiter asks Redis only once the lock is given back
     /// (see [`Hold::keep_queue_place`]).
@@ -148,8 +152,9 @@ pub(crate) struct Hold {
     commands: Semaphore,
     /// Live guards.
     guards: AtomicUsize,
-    /// Woken when the hold ends: lost, or released for good.
-    ended: Notify,
+    /// Bumped by every change of the hold's [`LeaseState`] (at risk, recovered, lost,
+    /// released): what `lost()` futures and lease watches wait on.
+    changes: watch::Sender<u64>,
 }
 
 /// The answer of a release script, as the hold sees it.
@@ -187,12 +192,23 @@ impl Hold {
                 generation: 0,
                 lost_reason: None,
                 granted_at: Instant::now(),
+                at_risk: false,
                 queue_place: None,
             }),
             commands: Semaphore::new(1),
             guards: AtomicUsize::new(0),
-            ended: Notify::new(),
+            changes: watch::Sender::new(0),
         }
+    }
+
+    /// Tells `lost()` futures and lease watches that the state changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver of the hold's changes, with the current one seen.
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The lock's name.
@@ -267,6 +283,7 @@ impl Hold {
             st.count = 1;
             st.lost_reason = None;
             st.granted_at = Instant::now();
+            st.at_risk = false;
         } else {
             st.valid_until = st.valid_until.max(valid_until);
             if lease == Lease::Watchdog {
@@ -287,15 +304,55 @@ impl Hold {
     }
 
     /// Records a renewal sent at `sent_at` that Redis confirmed: the lease is exactly
-    /// `lease_len` from then on the server (even if an extension had set a longer one).
-    /// Returns whether it came late: after the hold's validity had already passed here.
+    /// `lease_len` from then on the server (even if an extension had set a longer one), and
+    /// a hold at risk is safe again. Returns whether it came late: after the hold's validity
+    /// had already passed here.
     pub(crate) fn renewed(&self, generation: u64, sent_at: Instant, lease_len: Duration) -> bool {
         let mut st = self.state();
         let late = Instant::now() >= st.valid_until;
-        if st.generation == generation && st.counted() {
-            st.valid_until = sent_at + validity(lease_len);
+        if st.generation != generation || !st.counted() {
+            return late;
+        }
+        st.valid_until = sent_at + validity(lease_len);
+        if std::mem::take(&mut st.at_risk) {
+            let remaining = st.valid_until.saturating_duration_since(Instant::now());
+            drop(st);
+            metrics::at_risk_ended(self.labels);
+            tracing::info!(lock = %self.name(), kind = self.kind.label(), ?remaining,
+                "lock renewal succeeded again; the lock is no longer at risk");
+            self.changed();
         }
         late
+    }
+
+    /// Records that a renewal of `generation` failed (`error`: why) while the hold may still
+    /// be valid: it is at risk until a renewal is confirmed, lost if none is before its
+    /// validity passes. Said once per such episode: one `warn`, and the `lock_at_risk` gauge.
+    pub(crate) fn renewal_failed(&self, generation: u64, error: &str) {
+        let mut st = self.state();
+        let remaining = st.valid_until.saturating_duration_since(Instant::now());
+        if st.generation != generation
+            || st.status != Status::Held
+            || st.lease != Lease::Watchdog
+            || st.at_risk
+            || remaining.is_zero()
+        {
+            return;
+        }
+        st.at_risk = true;
+        drop(st);
+        metrics::at_risk_started(self.labels);
+        tracing::warn!(lock = %self.name(), kind = self.kind.label(), ?remaining, error,
+            "lock renewal failed; the lock is at risk until a renewal succeeds, and lost if \
+             none does before its lease runs out");
+        self.changed();
+    }
+
+    /// Ends an at-risk episode without a renewal (the hold is lost or released).
+    fn clear_risk(&self, st: &mut State) {
+        if std::mem::take(&mut st.at_risk) {
+            metrics::at_risk_ended(self.labels);
+        }
     }
 
     /// Keeps `place`, this process's place at the head of the name's local queue (see the
@@ -327,6 +384,7 @@ impl Hold {
             let was_held = st.status == Status::Held;
             st.status = Status::Lost;
             st.lost_reason = Some(why);
+            self.clear_risk(&mut st);
             let reason = if cause == LossReason::Deleted && Instant::now() >= st.valid_until {
                 LossReason::Expired
             } else {
@@ -351,7 +409,7 @@ impl Hold {
             drop(st);
         }
         drop(place);
-        self.ended.notify_waiters();
+        self.changed();
     }
 
     /// Marks the hold's current generation lost (see [`mark_lost`](Self::mark_lost)): for news
@@ -439,6 +497,7 @@ impl Hold {
                 if st.count == 0 {
                     let counted = st.counted();
                     st.status = Status::Idle;
+                    self.clear_risk(&mut st);
                     let granted_at = st.granted_at;
                     let place = st.queue_place.take();
                     drop(st);
@@ -448,7 +507,7 @@ impl Hold {
                         tracing::debug!(lock = %self.name(), kind = self.kind.label(),
                             held_for = ?granted_at.elapsed(), "lock released");
                     }
-                    self.ended.notify_waiters();
+                    self.changed();
                 }
             }
             Released::NotHeld => {
@@ -493,41 +552,64 @@ impl Hold {
     /// A grant that no guard will own (it came too late to be trusted) is being given back:
     /// it is not renewed from now on.
     pub(crate) fn release_unguarded(&self) {
-        let mut st = self.state();
-        if st.status == Status::Held {
-            st.status = Status::Releasing;
-        }
+        self.stop_renewing();
     }
 
     /// Returns true when this was the last guard: renewal stops at once.
     pub(crate) fn guard_removed(&self) -> bool {
         if self.guards.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let mut st = self.state();
-            if st.status == Status::Held {
-                st.status = Status::Releasing;
-            }
+            self.stop_renewing();
             true
         } else {
             false
         }
     }
 
+    /// A held hold is being given back: not renewed from now on, and no longer held (nor at
+    /// risk) for its views.
+    fn stop_renewing(&self) {
+        let mut st = self.state();
+        if st.status == Status::Held {
+            st.status = Status::Releasing;
+            self.clear_risk(&mut st);
+            drop(st);
+            self.changed();
+        }
+    }
+
+    /// How the lease of `generation` stands now (see [`LeaseState`]).
+    pub(crate) fn lease_state(&self, generation: u64) -> LeaseState {
+        let st = self.state();
+        if st.generation != generation
+            || st.status != Status::Held
+            || Instant::now() >= st.valid_until
+        {
+            LeaseState::Ended
+        } else if st.at_risk {
+            LeaseState::AtRisk
+        } else {
+            LeaseState::Held
+        }
+    }
+
+    /// When the hold of `generation` runs out unless a renewal moves it; None once it is not
+    /// held.
+    pub(crate) fn deadline(&self, generation: u64) -> Option<Instant> {
+        let st = self.state();
+        (st.generation == generation && st.status == Status::Held).then_some(st.valid_until)
+    }
+
     /// Resolves when the hold of `generation` is known or presumed lost, or released: it
     /// checks the validity deadline itself, so it fires even if the watchdog is starved.
     pub(crate) async fn ended(self: Arc<Self>, generation: u64) {
+        let mut changes = self.changes();
         loop {
-            let notified = self.ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let deadline = {
-                let st = self.state();
-                if st.status != Status::Held || st.generation != generation {
-                    return;
-                }
-                st.valid_until
+            changes.borrow_and_update();
+            let Some(deadline) = self.deadline(generation) else {
+                return;
             };
             tokio::select! {
-                () = notified => {}
+                changed = changes.changed() => if changed.is_err() { return },
                 () = tokio::time::sleep_until(deadline) => {
                     self.expire_if_due(Instant::now());
                 }
@@ -546,6 +628,9 @@ impl Drop for Hold {
         };
         if st.counted() {
             metrics::hold_ended(self.labels, st.granted_at);
+        }
+        if st.at_risk {
+            metrics::at_risk_ended(self.labels);
         }
     }
 }
@@ -626,6 +711,49 @@ mod tests {
             .await
             .expect("woken at once")
             .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_at_risk_until_one_succeeds_or_the_lease_runs_out() {
+        let h = hold();
+        let lease = Duration::from_secs(30);
+        let g = h.acquired(1, Instant::now(), Lease::Watchdog, lease);
+        assert_eq!(h.lease_state(g), LeaseState::Held);
+        let mut changes = h.changes();
+        h.renewal_failed(g, "no answer");
+        assert!(changes.has_changed().unwrap(), "watchers are told");
+        changes.borrow_and_update();
+        assert_eq!(h.lease_state(g), LeaseState::AtRisk);
+        assert!(h.is_held(g), "at risk is still held");
+        h.renewal_failed(g, "no answer again");
+        assert!(!changes.has_changed().unwrap(), "one episode, said once");
+        h.renewed(g, Instant::now(), lease);
+        assert_eq!(h.lease_state(g), LeaseState::Held, "a renewal clears it");
+        assert!(changes.has_changed().unwrap());
+
+        h.renewal_failed(g, "no answer");
+        tokio::time::sleep(lease).await;
+        assert_eq!(h.lease_state(g), LeaseState::Ended, "the lease ran out");
+        assert!(h.expire_if_due(Instant::now()));
+        assert!(!h.state().at_risk, "a lost hold is not at risk");
+        h.renewal_failed(g, "late news");
+        assert!(!h.state().at_risk, "nor becomes so");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixed_lease_is_never_at_risk_and_a_released_one_is_ended() {
+        let fixed = hold();
+        let g = fixed.acquired(1, Instant::now(), Lease::Fixed, Duration::from_secs(30));
+        fixed.renewal_failed(g, "not renewed");
+        assert_eq!(fixed.lease_state(g), LeaseState::Held);
+
+        let h = hold();
+        let g = h.acquired(1, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
+        h.guard_added();
+        h.renewal_failed(g, "no answer");
+        assert!(h.guard_removed());
+        assert_eq!(h.lease_state(g), LeaseState::Ended, "no guard: not held");
+        assert!(!h.state().at_risk);
     }
 
     #[tokio::test]

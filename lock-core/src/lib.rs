@@ -98,7 +98,11 @@
 //! ```
 //!
 //! **ACL users.** `redis://user:password@host` (or `rediss://`) logs in as an ACL user
-//! (`redis://:password@host` with the `default` user's password). The least a lock client
+//! (`redis://:password@host` with the `default` user's password). A server that requires a
+//! password the URL does not give, or refuses the one it gives, is
+//! [`LockError::AuthRequired`] from [`build`](LockClientBuilder::build), which names the URL
+//! the password goes in (behind Sentinel, the primary's:
+//! [`sentinel_primary_url`](LockClientBuilder::sentinel_primary_url)). The least a lock client
 //! needs on a data node (a standalone server, a Sentinel primary and its replicas, every
 //! Cluster node), with the default key prefix `lock:` (use yours in `~…*` and `&…*`):
 //!
@@ -152,16 +156,23 @@
 //! Every primitive is a handle made by the client, with the same verbs: a take that waits
 //! (a [`LockRequest`]: `.wait(d)`, `.lease(d)`, `.await`), a single try (a [`TryLockRequest`]
 //! that resolves to `Ok(None)` when the lock is busy), and `info()`. Every guard implements
-//! [`Guard`] (`name`, `fencing_token`, `is_held`, `remaining`, `lost`, `held_lock`, `unlock`).
+//! [`Guard`] (`name`, `fencing_token`, `is_held`, `remaining`, `lost`, `lease_state`,
+//! `at_risk`, `watch_lease`, `held_lock`, `unlock`). A renewal that fails while the lease still
+//! runs makes the lock [at risk](LeaseState::AtRisk) before it is lost, until a later renewal
+//! succeeds.
 //!
 //! | primitive | handle | take | try once | guard | fencing token |
 //! |---|---|---|---|---|---|
-//! | reentrant mutex | [`LockClient::mutex`] | `lock()` | `try_lock()` | [`LockGuard`] | yes |
-//! | fair lock (arrival order) | [`LockClient::fair_lock`] | `lock()` | `try_lock()` | [`LockGuard`] | yes |
-//! | read-write lock | [`LockClient::read_write_lock`] | `read()` / `write()` | `try_read()` / `try_write()` | [`ReadGuard`] / [`WriteGuard`] | writers |
-//! | semaphore (leased permits) | [`LockClient::semaphore`] | `acquire(n)` | `try_acquire(n)` | [`SemaphoreGuard`] | no |
-//! | several mutexes, all or none | [`LockClient::multi_lock`] | `lock()` | `try_lock()` | [`MultiLockGuard`] | one per name |
-//! | RedLock over independent masters | [`RedLock::new`] | `lock(name)` | `try_lock(name)` | [`RedLockGuard`] | per node |
+//! | reentrant mutex | [`LockClient::mutex`] | `lock()` | `try_lock()` | [`LockGuard`] | `u64` |
+//! | fair lock (arrival order) | [`LockClient::fair_lock`] | `lock()` | `try_lock()` | [`LockGuard`] | `u64` |
+//! | read-write lock | [`LockClient::read_write_lock`] | `read()` / `write()` | `try_read()` / `try_write()` | [`ReadGuard`] / [`WriteGuard`] | writers: `u64` |
+//! | semaphore (leased permits) | [`LockClient::semaphore`] | `acquire(n)` | `try_acquire(n)` | [`SemaphoreGuard`] | none |
+//! | several mutexes, all or none | [`LockClient::multi_lock`] | `lock()` | `try_lock()` | [`MultiLockGuard`] | one per name: `fencing_tokens()` |
+//! | RedLock over independent masters | [`RedLock::new`] | `lock(name)` | `try_lock(name)` | [`RedLockGuard`] | none; each node's: `node_tokens()` |
+//!
+//! The column is the guard's own `fencing_token()`; through [`Guard::fencing_token`] and
+//! [`HeldLock::fencing_token`] every kind answers an `Option<u64>`, `Some` (the same number)
+//! exactly where the column says `u64`.
 //!
 //! [`LockClient::lock`] and [`LockClient::try_lock`] are shortcuts for the mutex.
 //!
@@ -325,17 +336,19 @@
 //!
 //! **Metrics.** With the `metrics` cargo feature (off by default; off, the calls compile to
 //! nothing), lock-core records acquisitions by kind and outcome, their durations, waits, hold
-//! times, the holds currently held, losses by reason, renewals and batch sizes through the
-//! [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder the application
-//! installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
+//! times, the holds currently held and those at risk, losses by reason, renewals and batch
+//! sizes through the [`metrics`](https://docs.rs/metrics) 0.24 facade, into whatever recorder
+//! the application installs (a Prometheus exporter, say). The names, types, labels and meanings are in the
 //! [`metrics`] module; [`LockClientBuilder::metric_label`] adds a bounded `family` label.
 //! For a recorder that needs bucket bounds (Prometheus renders histograms without them as
 //! summaries), [`metrics::HISTOGRAMS`] gives each histogram's.
 //!
 //! **Tracing.** Every acquisition runs in a `debug` span `lock` (`kind`, `name`). Events:
 //! `warn` once per held lock that is lost (`lock`, `kind`, `fencing_token`, `reason`
-//! (`deleted`, `expired`, `unreachable`: see [`metrics`]), `held_for`, `why`), and for renewals
-//! that fail, a pub/sub connection that drops, a release that cannot be sent; `warn` once at
+//! (`deleted`, `expired`, `unreachable`: see [`metrics`]), `held_for`, `why`), once per held
+//! lock whose renewal failed while its lease still runs (`lock renewal failed; the lock is at
+//! risk…`: `lock`, `kind`, `remaining`, `error`; an `info` when a later renewal succeeds), and
+//! for renewal calls that fail, a pub/sub connection that drops, a release that cannot be sent; `warn` once at
 //! build when the server can evict lock keys; `debug` for every acquisition (`lock acquired`:
 //! `lock`, `kind`, `token`, `count`) and full release (`lock released`: `held_for`). Nothing
 //! above `debug` on the uncontended path. A setup that shows the warnings of every crate and
@@ -382,6 +395,7 @@ mod builder;
 mod capabilities;
 mod client;
 mod command;
+mod connect_retry;
 mod description;
 mod driver;
 mod engine;
@@ -396,6 +410,7 @@ mod hold;
 mod info;
 pub mod layout;
 mod leader;
+mod lease;
 mod lock_string;
 pub mod metrics;
 mod multi;
@@ -413,6 +428,7 @@ mod scope;
 mod scripts;
 mod semaphore;
 pub mod testing;
+mod url;
 mod util;
 mod waiters;
 mod watchdog;
@@ -425,9 +441,10 @@ pub use eviction::EvictionRisk;
 pub use fair::FairLock;
 pub use global::{global_client, install_global};
 pub use guard::Guard;
-pub use held::{HeldLock, Lost};
+pub use held::{AtRisk, HeldLock, LeaseWatch, Lost};
 pub use info::{FairLockInfo, LockInfo, ReadWriteLockInfo, SemaphoreInfo};
 pub use leader::{Leader, LeaderEvent, Term};
+pub use lease::LeaseState;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use mutex::{LockGuard, Mutex};
 pub use name::{validate_name, validate_prefix};
@@ -438,6 +455,7 @@ pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{Semaphore, SemaphoreGuard};
+pub use url::validate_url;
 
 pub use bb8;
 pub use bb8_redis;

@@ -57,7 +57,10 @@ macro_rules! lock_string_guard {
     ($guard:ident) => {
         impl $guard {
             /// The fencing token of this hold: strictly greater than the token of every
-            /// earlier holder of this name (re-entries of one hold share its token).
+            /// earlier holder of this name (re-entries of one hold share its token). This
+            /// kind always has one, hence the plain `u64`; code that takes any guard gets the
+            /// same number as `Some` from [`Guard::fencing_token`]($crate::Guard::fencing_token)
+            /// and [`HeldLock::fencing_token`]($crate::HeldLock::fencing_token).
             pub fn fencing_token(&self) -> u64 {
                 self.core.hold.snapshot().token
             }

@@ -28,6 +28,7 @@
 //! | `lock_release_retries_total` | counter | | releases sent again after their answer was lost |
 //! | `lock_pubsub_reconnects_total` | counter | | reconnections of the waiters' pub/sub connection |
 //! | `lock_held` | gauge | `kind` | holds this process currently has (granted, not yet released or lost) |
+//! | `lock_at_risk` | gauge | `kind` | held locks whose last renewal failed while their lease still ran ([`LeaseState::AtRisk`](crate::LeaseState::AtRisk)): up when a renewal fails, down when a later one succeeds or the hold ends (lost, released) |
 //!
 //! Label values:
 //!
@@ -112,6 +113,8 @@ pub const RELEASE_RETRIES: &str = "lock_release_retries_total";
 pub const PUBSUB_RECONNECTS: &str = "lock_pubsub_reconnects_total";
 /// Gauge `{kind}`: holds this process currently has.
 pub const HELD: &str = "lock_held";
+/// Gauge `{kind}`: held locks whose last renewal failed while their lease still ran.
+pub const AT_RISK: &str = "lock_at_risk";
 
 /// Bucket bounds, in seconds, for the duration histograms ([`ACQUIRE_DURATION`],
 /// [`WAIT_DURATION`], [`HOLD_DURATION`]): 100 µs to 10 s, about three per decade (1, 2.5, 5).
@@ -300,6 +303,11 @@ pub(crate) fn describe() {
             "Reconnections of the waiters' pub/sub connection"
         );
         describe_gauge!(HELD, Unit::Count, "Holds this process currently has");
+        describe_gauge!(
+            AT_RISK,
+            Unit::Count,
+            "Held locks whose last renewal failed while their lease still ran"
+        );
     });
 }
 
@@ -368,6 +376,24 @@ pub(crate) fn hold_ended(labels: Labels, granted_at: Instant) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, granted_at);
+}
+
+/// A held lock's renewal failed while its lease still ran: it is at risk.
+#[inline]
+pub(crate) fn at_risk_started(labels: Labels) {
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!(AT_RISK, labels.with(None)).increment(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = labels;
+}
+
+/// A held lock at risk is no longer: renewed, or its hold ended.
+#[inline]
+pub(crate) fn at_risk_ended(labels: Labels) {
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!(AT_RISK, labels.with(None)).decrement(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = labels;
 }
 
 /// A held lock was lost.

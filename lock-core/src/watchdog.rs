@@ -149,7 +149,8 @@ fn renew_call(engine: &Engine, kind: Renewal, batch: &Batch, lease: Duration) ->
     call.into()
 }
 
-/// Renews one batch; returns false when Redis could not be asked or did not answer.
+/// Renews one batch; returns false when Redis could not be asked or did not answer. Then
+/// every hold of the batch is at risk (until a renewal succeeds, or its lease runs out).
 async fn renew(
     engine: &Engine,
     kind: Renewal,
@@ -161,48 +162,59 @@ async fn renew(
     metrics::renewal_batch(batch.len());
     let sent_at = Instant::now();
     let reply = tokio::time::timeout(limit, engine.invoke::<Vec<i64>>(&call)).await;
-    match reply {
+    let error = match reply {
         Ok(Ok(replies)) if replies.len() == batch.len() => {
-            let (mut ok, mut late, mut failed) = (0, 0, 0);
-            for ((hold, generation), held) in batch.iter().zip(replies) {
-                if held == 1 {
-                    if hold.renewed(*generation, sent_at, lease) {
-                        late += 1;
-                    } else {
-                        ok += 1;
-                    }
-                } else {
-                    failed += 1;
-                    hold.mark_lost(
-                        *generation,
-                        "the watchdog found the lock gone",
-                        LossReason::Deleted,
-                    );
-                }
-            }
-            metrics::renewals(RenewalOutcome::Ok, ok);
-            metrics::renewals(RenewalOutcome::Late, late);
-            metrics::renewals(RenewalOutcome::Failed, failed);
-            true
+            renewed(batch, &replies, sent_at, lease);
+            return true;
         }
         Ok(Ok(replies)) => {
-            metrics::renewals(RenewalOutcome::Failed, batch.len());
             tracing::warn!(
                 sent = batch.len(),
                 got = replies.len(),
                 "unexpected renew reply"
             );
-            false
+            format!(
+                "{} answers to a renewal of {} locks",
+                replies.len(),
+                batch.len()
+            )
         }
         Ok(Err(e)) => {
-            metrics::renewals(RenewalOutcome::Failed, batch.len());
             tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed");
-            false
+            e.to_string()
         }
         Err(_) => {
-            metrics::renewals(RenewalOutcome::Failed, batch.len());
             tracing::warn!(locks = batch.len(), "lock renewal timed out");
-            false
+            format!("no answer within {limit:?}")
+        }
+    };
+    metrics::renewals(RenewalOutcome::Failed, batch.len());
+    for (hold, generation) in batch {
+        hold.renewal_failed(*generation, &error);
+    }
+    false
+}
+
+/// Applies a renewal's answer, one per hold of `batch`: renewed (on time or late), or gone.
+fn renewed(batch: &Batch, replies: &[i64], sent_at: Instant, lease: Duration) {
+    let (mut ok, mut late, mut failed) = (0, 0, 0);
+    for ((hold, generation), held) in batch.iter().zip(replies) {
+        if *held == 1 {
+            if hold.renewed(*generation, sent_at, lease) {
+                late += 1;
+            } else {
+                ok += 1;
+            }
+        } else {
+            failed += 1;
+            hold.mark_lost(
+                *generation,
+                "the watchdog found the lock gone",
+                LossReason::Deleted,
+            );
         }
     }
+    metrics::renewals(RenewalOutcome::Ok, ok);
+    metrics::renewals(RenewalOutcome::Late, late);
+    metrics::renewals(RenewalOutcome::Failed, failed);
 }

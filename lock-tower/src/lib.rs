@@ -110,7 +110,7 @@
 //! | all `n` permits in use past `wait` ([`.permits(n)`](DistributedLockLayer::permits)) | `PermitsInUse` | as `Busy` | as `Busy` |
 //! | Redis down, slow or failing ([`FailMode::Closed`]) | `Unavailable` | 503 | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) |
 //! | lease lost while the handler ran ([`LeaseLost::Abort`]) | `Lost` | 503 | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) |
-//! | a setting that cannot work (empty prefix, lease out of range, 0 permits) | `Internal` | 500 | no |
+//! | a setting that cannot work (empty prefix, lease out of range, 0 permits), or a Redis that refuses the client (an ACL permission, a password: `NoPermission`, `AuthRequired`, `Tls`) | `Internal` | 500 | no |
 //!
 //! The default body is a small JSON problem document (RFC 9457,
 //! `content-type: application/problem+json`) that never repeats the request's key:

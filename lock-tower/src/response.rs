@@ -239,6 +239,7 @@ impl Rejection {
             | LockError::NoClient
             | LockError::SizeMismatch { .. }
             | LockError::NoPermission { .. }
+            | LockError::AuthRequired { .. }
             | LockError::Tls { .. } => return Self::misconfigured(error),
             LockError::Lost { .. } => unavailable("the lock was lost while it was being taken"),
             _ => unavailable("the lock service is unavailable"),

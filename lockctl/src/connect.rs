@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
+use lock_core::redis;
 use lock_core::redis::aio::{MultiplexedConnection, PubSub};
-use lock_core::redis::{self, IntoConnectionInfo};
-use lock_core::{LockClient, LockClientBuilder, Primaries, Primary};
+use lock_core::{LockClient, LockClientBuilder, LockError, Primaries, Primary};
 
 use crate::cli::ConnectionArgs;
 use crate::exit::{Failure, redact};
@@ -83,12 +83,16 @@ impl Tls {
     }
 }
 
-/// Checks a URL; a bad one is a usage error that does not repeat the URL (it may hold a
-/// password).
+/// Checks a URL as lock-core does; a bad one is a usage error that names the accepted
+/// schemes and does not repeat the URL's password.
 fn parse(url: &str) -> Result<(), Failure> {
-    url.into_connection_info()
-        .map(drop)
-        .map_err(|e| Failure::Usage(format!("bad URL {}: {e}", redact(url))))
+    lock_core::validate_url(url).map_err(|e| {
+        let reason = match e {
+            LockError::InvalidOption { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        Failure::Usage(format!("bad URL {}: {reason}", redact(url)))
+    })
 }
 
 impl Target {

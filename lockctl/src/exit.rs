@@ -29,6 +29,8 @@ pub(crate) enum Code {
 pub(crate) enum Cause {
     /// Nothing listens there.
     Refused,
+    /// The server requires a password and none was given; the option it goes in.
+    NoPassword(&'static str),
     /// The user or password was refused.
     Auth,
     /// The TLS handshake failed.
@@ -45,6 +47,14 @@ impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Cause::Refused => "connection refused (is Redis running on that host and port?)",
+            Cause::NoPassword(option) => {
+                return write!(
+                    f,
+                    "the server requires authentication and no password was given (put the user \
+                     and password in {option}: redis://user:password@host:port, or \
+                     redis://:password@host:port for the default user)"
+                );
+            }
             Cause::Auth => "authentication failed (check the user and password in the URL)",
             Cause::Tls => "TLS failed (rediss:// needs --tls-ca for a private CA, --tls-cert/--tls-key if the server asks for a client certificate)",
             Cause::Timeout => "no answer in time (see --timeout)",
@@ -110,11 +120,19 @@ impl Failure {
                     .unwrap_or(Cause::Unreachable),
             ),
             LockError::Tls { .. } => connection(Cause::Tls),
+            LockError::AuthRequired { refused: true, .. } => connection(Cause::Auth),
+            LockError::AuthRequired { option, .. } => {
+                connection(Cause::NoPassword(if *option == "sentinel_primary_url" {
+                    "--sentinel-primary-url"
+                } else {
+                    "the URL (--url)"
+                }))
+            }
             LockError::ResponseTimeout(_) => connection(Cause::Timeout),
             LockError::NoPrimary { .. } => connection(Cause::NoPrimary),
             LockError::Redis(r) => match cause(r) {
                 Some(c) => connection(c),
-                None => Failure::Refused(format!("{e}: {r}")),
+                None => Failure::Refused(e.to_string()),
             },
             _ => Failure::Refused(e.to_string()),
         }
@@ -149,8 +167,10 @@ pub(crate) fn cause(e: &RedisError) -> Option<Cause> {
     let detail = e.detail().unwrap_or("");
     if e.is_connection_refusal() {
         Some(Cause::Refused)
+    } else if code == "NOAUTH" {
+        Some(Cause::NoPassword("the URL (--url)"))
     } else if e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(code, "WRONGPASS" | "NOAUTH")
+        || code == "WRONGPASS"
         || (code == "ERR" && detail.contains("AUTH"))
     {
         Some(Cause::Auth)
@@ -192,7 +212,11 @@ pub(crate) fn is_broken_pipe(e: &io::Error) -> bool {
 /// `url` without its password (and user), to be shown.
 pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        // Not a URL (a usage error shows it): still never the part before an `@`.
+        return match url.rfind('@') {
+            Some(at) => format!("***@{}", &url[at + 1..]),
+            None => url.to_owned(),
+        };
     };
     let authority_end = rest.find('/').unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {
@@ -214,6 +238,7 @@ mod tests {
         assert_eq!(redact("rediss://:p@ss@h:1"), "rediss://***@h:1");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
         assert_eq!(redact("host"), "host");
+        assert_eq!(redact("user:secret@host:1"), "***@host:1");
     }
 
     #[test]
@@ -222,6 +247,22 @@ mod tests {
         assert_eq!(cause(&refused), Some(Cause::Refused));
         let auth = RedisError::from((ErrorKind::AuthenticationFailed, "bad password"));
         assert_eq!(cause(&auth), Some(Cause::Auth));
+        let missing = Failure::from_lock(
+            LockError::AuthRequired {
+                option: "sentinel_primary_url",
+                refused: false,
+                detail: "NOAUTH Authentication required.".to_owned(),
+            },
+            "t",
+        );
+        assert_eq!(missing.code(), Code::Connection);
+        let text = missing.to_string();
+        assert!(
+            text.contains("requires authentication")
+                && text.contains("--sentinel-primary-url")
+                && text.contains("redis://user:password@host:port"),
+            "{text}"
+        );
         let failure = Failure::from_redis(refused, "redis://h:1");
         assert_eq!(failure.code(), Code::Connection);
         assert!(failure.to_string().contains("connection refused"));

@@ -90,7 +90,7 @@
 //! | 0 | done: `status` found NAME held; `list` or `watch` ran; `force-unlock` freed something |
 //! | 1 | nothing held: `status` found NAME free or absent; `force-unlock` found nothing to free |
 //! | 2 | usage: a bad option, URL, file, name, prefix or pattern |
-//! | 3 | connection: refused, unreachable or not answering, a user or password refused, TLS failed, no primary known to the sentinels (the message names which) |
+//! | 3 | connection: refused, unreachable or not answering, a password required and not given, a user or password refused, TLS failed, no primary known to the sentinels (the message names which) |
 //! | 4 | failed: Redis refused or failed a command (an ACL permission, a value lock-core did not write), `watch` cannot watch this deployment, or the output could not be written |
 //! | 5 | `force-unlock` was not confirmed: nothing was changed |
 //!

@@ -799,11 +799,7 @@ async fn the_primary_is_found_through_the_sentinels() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_exit_with_their_code_and_name_the_cause() {
     // Nothing listens: 3, connection refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = lock_tests::free_port();
     let refused = lockctl(&["--url", &format!("redis://127.0.0.1:{port}"), "status", "x"]).await;
     assert_eq!(refused.code, 3, "{refused:?}");
     assert!(refused.stderr.contains("connection refused"), "{refused:?}");
@@ -816,6 +812,15 @@ async fn failures_exit_with_their_code_and_name_the_cause() {
     assert_eq!(auth.code, 3, "{auth:?}");
     assert!(auth.stderr.contains("authentication failed"), "{auth:?}");
     assert!(!auth.stderr.contains("wrong-one"), "{auth:?}");
+    // No password at all: 3, and how to give one.
+    let none = lockctl(&["--url", &server.url(), "list"]).await;
+    assert_eq!(none.code, 3, "{none:?}");
+    assert!(
+        none.stderr.contains("requires authentication")
+            && none.stderr.contains("--url")
+            && none.stderr.contains("redis://user:password@host:port"),
+        "{none:?}"
+    );
 
     // TLS with a certificate nobody trusts: 3, TLS; with its CA: it works.
     let files = blocking(TlsFiles::generate);
@@ -851,6 +856,16 @@ async fn failures_exit_with_their_code_and_name_the_cause() {
         let run = lockctl(&args).await;
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
     }
+    // A URL of another scheme says which ones are Redis URLs.
+    let http = lockctl(&["--url", "http://user:secret@127.0.0.1:6379", "list"]).await;
+    assert_eq!(http.code, 2, "{http:?}");
+    assert!(
+        http.stderr.contains("`http://` is not a Redis URL scheme")
+            && http.stderr.contains("redis://")
+            && http.stderr.contains("rediss://")
+            && !http.stderr.contains("secret"),
+        "{http:?}"
+    );
     assert_eq!(plain.dbsize(), 0);
     let help = lockctl(&["--help"]).await;
     assert_eq!(help.code, 0);

@@ -38,7 +38,8 @@ pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Mode};
 pub use sentinel::SentinelGroup;
 pub use server::{
-    RedisServer, Reply, query_at, query_many_at, send_signal, server_binary, server_binary_runs,
+    RedisServer, Reply, free_port, query_at, query_many_at, send_signal, server_binary,
+    server_binary_runs,
 };
 pub use tls::{ClientAuth, TlsFiles};
 

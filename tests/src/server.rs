@@ -649,8 +649,13 @@ pub fn server_binary_runs(binary: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago: for a server started on it later, or for a
+/// client that must find nothing listening there.
+///
+/// # Panics
+///
+/// Panics if no ephemeral port can be bound.
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|e| panic!("cannot bind an ephemeral port: {e}"));
     listener.local_addr().unwrap().port()

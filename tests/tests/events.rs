@@ -1,7 +1,8 @@
 //! The `tracing` events operators rely on, captured per test thread by this binary's subscriber
 //! (each test runs on a current-thread runtime, so its background work emits there too):
 //! one `info` per request the tower layer rejects (409 busy, 503 unavailable), one `warn` per
-//! lost lock, nothing above `debug` for an uncontended acquisition and release.
+//! lost lock, one `warn` when a held lock's renewal fails (at risk) and one `info` when a later
+//! one succeeds, nothing above `debug` for an uncontended acquisition and release.
 
 use std::time::Duration;
 
@@ -160,4 +161,80 @@ async fn a_lost_lock_is_one_warn_and_the_uncontended_path_stays_at_debug() {
     assert_eq!(warn["reason"], "deleted");
     assert_eq!(warn["fencing_token"], token.to_string());
     assert!(warn.contains_key("held_for"), "{warn:?}");
+}
+
+/// An acquisition that failed after it was sent is undone; when the undo cannot be sent
+/// either, its warning says why (the Redis error itself, not only "Redis command failed").
+#[tokio::test]
+async fn an_undo_that_fails_says_why() {
+    let server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_secs(30)).await;
+    // A value lock-core did not write, where the lock would be: both the acquisition and its
+    // undo are refused by Redis.
+    server.cmd(&["HSET", "lock:{foreign}", "f", "v"]);
+    let events = capture();
+    let err = client.lock("foreign").await.unwrap_err();
+    assert!(
+        matches!(err, lock_core::LockError::Redis(_)) && err.to_string().contains("WRONGTYPE"),
+        "the error says what Redis said: {err}"
+    );
+    let mut seen = Vec::new();
+    let undo = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            seen.extend(events.take());
+            if let Some(undo) = seen.iter().find(|e| {
+                e.field("message")
+                    .is_some_and(|m| m.starts_with("could not undo"))
+            }) {
+                return undo.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the undo's failure is logged");
+    assert_eq!(undo.level, Level::WARN);
+    assert_eq!(undo.field("lock"), Some("foreign"));
+    let error = undo.field("error").unwrap_or_default();
+    assert!(
+        error.starts_with("Redis command failed: ") && error.contains("WRONGTYPE"),
+        "{undo:?}"
+    );
+    assert_eq!(server.cmd(&["HGET", "lock:{foreign}", "f"]), "v");
+}
+
+/// A held lock whose renewal fails says so once (`warn`, while it is still held), and once
+/// more (`info`) when a later renewal succeeds.
+#[tokio::test]
+async fn a_lock_at_risk_is_one_warn_and_its_recovery_one_info() {
+    let mut server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_secs(3)).await;
+    let guard = client.lock("at-risk").await.unwrap();
+    let mut watch = guard.watch_lease();
+    let events = capture();
+    server.pause();
+    let state = tokio::time::timeout(Duration::from_secs(10), watch.changed())
+        .await
+        .expect("a renewal fails while the server is stopped");
+    assert_eq!(state, lock_core::LeaseState::AtRisk);
+    server.resume();
+    let state = tokio::time::timeout(Duration::from_secs(10), watch.changed())
+        .await
+        .expect("a renewal succeeds once it answers again");
+    assert_eq!(state, lock_core::LeaseState::Held);
+    let seen = events.take();
+    let about = |level, start: &str| -> Vec<Captured> {
+        at(&seen, level)
+            .into_iter()
+            .filter(|e| e.field("lock") == Some("at-risk"))
+            .filter(|e| e.field("message").is_some_and(|m| m.starts_with(start)))
+            .cloned()
+            .collect()
+    };
+    let warns = about(Level::WARN, "lock renewal failed; the lock is at risk");
+    assert_eq!(warns.len(), 1, "one warn per episode: {seen:#?}");
+    assert!(warns[0].field("remaining").is_some() && warns[0].field("error").is_some());
+    let infos = about(Level::INFO, "lock renewal succeeded again");
+    assert_eq!(infos.len(), 1, "{seen:#?}");
+    assert!(guard.unlock().await.unwrap());
 }

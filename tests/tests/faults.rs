@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{LockClient, LockError};
+use lock_core::{LeaseState, LockClient, LockError};
 use lock_tests::fixtures::{
-    assert_clean, client, client_with_lease, eventually, lock_keys, native,
+    assert_clean, blocking, client, client_with_lease, eventually, lock_keys, native,
 };
 use lock_tests::{FaultProxy, RedisServer};
 use rand::{Rng, SeedableRng};
@@ -189,11 +189,7 @@ async fn cancelled_acquisitions_leave_no_lock_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_to_nothing_fails_promptly() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = lock_tests::free_port();
     // A refused connection fails at once, with its cause, however long the connect timeout.
     let start = Instant::now();
     let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
@@ -201,20 +197,22 @@ async fn connecting_to_nothing_fails_promptly() {
         .build()
         .await
         .unwrap_err();
+    let took = start.elapsed();
     assert!(err.is_unavailable(), "{err:?}");
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
     let LockError::Unavailable {
         source: Some(cause),
-        ..
+        waited,
     } = &err
     else {
         panic!("no cause: {err:?}")
     };
     assert!(cause.is_connection_refusal(), "{cause:?}");
+    // What it really waited (a refusal is at once), not the 20 s it would have waited.
+    assert!(
+        *waited <= took,
+        "waited {waited:?}, but the build returned after {took:?}"
+    );
     assert!(
         err.to_string().to_lowercase().contains("refused"),
         "the message names the cause: {err}"
@@ -239,10 +237,24 @@ async fn a_refused_password_fails_at_once_and_says_so() {
         "{:?}",
         start.elapsed()
     );
+    assert!(
+        matches!(
+            &err,
+            LockError::AuthRequired {
+                option: "url",
+                refused: true,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_unavailable());
     let text = err.to_string();
     assert!(
-        text.contains("WRONGPASS") || text.to_lowercase().contains("password"),
-        "the message names the cause: {text}"
+        text.contains("refused the user and password")
+            && text.contains("redis://user:password@host:port")
+            && !text.contains("wrong"),
+        "the message names the cause and the way out, never the password: {text}"
     );
     let url = format!("redis://:right@{}", server.addr());
     let c = LockClient::builder(&url).build().await.unwrap();
@@ -252,6 +264,173 @@ async fn a_refused_password_fails_at_once_and_says_so() {
         .unlock()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_requires_a_password_reached_without_one_says_how_to_give_it() {
+    let server = RedisServer::start();
+    assert_eq!(server.cmd(&["CONFIG", "SET", "requirepass", "right"]), "OK");
+    // Connecting succeeds without a password; the first command is refused (NOAUTH). No
+    // retry waits it out.
+    let build = LockClient::builder(&server.url())
+        .connect_timeout(Duration::from_secs(20))
+        .connect_retry(Duration::from_secs(600))
+        .build();
+    let err = tokio::time::timeout(Duration::from_secs(60), build)
+        .await
+        .expect("a refusal is not retried")
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LockError::AuthRequired {
+                option: "url",
+                refused: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_unavailable(), "no wait rides it out");
+    let text = err.to_string();
+    assert!(
+        text.contains("requires authentication")
+            && text.contains("redis://user:password@host:port")
+            && text.contains("NOAUTH"),
+        "{text}"
+    );
+}
+
+/// A service started before its Redis: `build()` with `connect_retry` keeps trying until the
+/// server comes up on the port it aims at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_started_before_its_redis_connects_once_it_is_up() {
+    // Something on the port that hangs up on every connection, until Redis takes it: the
+    // build's tries are seen (no sleep decides when Redis starts).
+    let stand_in = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = stand_in.local_addr().unwrap().port();
+    let build = tokio::spawn(
+        LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+            .connect_timeout(Duration::from_secs(2))
+            .connect_retry(Duration::from_secs(60))
+            .build(),
+    );
+    for _ in 0..2 {
+        let (hung_up, _) = tokio::time::timeout(Duration::from_secs(20), stand_in.accept())
+            .await
+            .expect("the build tries again")
+            .unwrap();
+        drop(hung_up);
+    }
+    assert!(!build.is_finished(), "still trying");
+    drop(stand_in);
+    let server = blocking(move || RedisServer::try_start_on(port, None, &[]))
+        .unwrap_or_else(|e| panic!("redis-server on port {port}: {e}"));
+    let c = tokio::time::timeout(Duration::from_secs(30), build)
+        .await
+        .expect("the build connects once Redis is up")
+        .unwrap()
+        .unwrap();
+    let g = c.lock("late-redis").await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+/// A Redis that never comes: after `connect_retry`'s bound, the error says how long the
+/// client tried and the last cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_never_comes_fails_after_the_bound_with_the_cause() {
+    let port = lock_tests::free_port();
+    let max_wait = Duration::from_millis(700);
+    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_retry(max_wait)
+        .build()
+        .await
+        .unwrap_err();
+    let LockError::Unavailable {
+        waited,
+        source: Some(cause),
+    } = &err
+    else {
+        panic!("Unavailable with a cause: {err:?}")
+    };
+    assert!(cause.is_connection_refusal(), "{cause:?}");
+    assert!(*waited >= max_wait, "tried for the whole bound: {waited:?}");
+    let text = err.to_string();
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    // Bad input is said at once, before anything connects.
+    let bad = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_retry(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            bad,
+            LockError::InvalidOption {
+                option: "connect_retry",
+                ..
+            }
+        ),
+        "{bad:?}"
+    );
+}
+
+/// A renewal that fails (its connection black-holed) puts the lock at risk while it is still
+/// held; a later renewal that succeeds clears that; with none, the lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_renewal_puts_the_lock_at_risk_until_one_succeeds() {
+    const BOUND: Duration = Duration::from_secs(20);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    // Renewals every 2 s; a failed one is known within a few hundred ms.
+    let lease = Duration::from_secs(6);
+    let c = LockClient::builder(&proxy.url())
+        .watchdog_lease(lease)
+        .response_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("risk").await.unwrap();
+    let mut watch = g.watch_lease();
+    let held = g.held_lock();
+    assert_eq!(g.lease_state(), LeaseState::Held);
+
+    let at_risk = g.at_risk();
+    proxy.blackhole();
+    tokio::time::timeout(BOUND, at_risk)
+        .await
+        .expect("a renewal fails");
+    assert!(g.is_held(), "at risk, but still held");
+    assert!(g.remaining() > Duration::ZERO);
+    assert_eq!(g.lease_state(), LeaseState::AtRisk);
+    assert_eq!(held.lease_state(), LeaseState::AtRisk, "every view says so");
+    assert_eq!(watch.changed().await, LeaseState::AtRisk);
+
+    proxy.pass();
+    let recovered = tokio::time::timeout(BOUND, watch.changed())
+        .await
+        .expect("a later renewal succeeds");
+    assert_eq!(recovered, LeaseState::Held);
+    assert!(g.is_held());
+
+    // No renewal succeeds again: at risk first, then lost when the lease runs out.
+    let at_risk = g.at_risk();
+    proxy.blackhole();
+    tokio::time::timeout(BOUND, at_risk)
+        .await
+        .expect("a renewal fails again");
+    assert!(g.is_held(), "at risk before it is lost");
+    assert_eq!(watch.changed().await, LeaseState::AtRisk);
+    tokio::time::timeout(BOUND, g.lost())
+        .await
+        .expect("lost when no renewal succeeds within the lease");
+    assert!(!g.is_held());
+    assert_eq!(g.lease_state(), LeaseState::Ended);
+    assert_eq!(watch.changed().await, LeaseState::Ended);
+    assert_eq!(watch.changed().await, LeaseState::Ended, "final");
+    proxy.pass();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! lock-core's metrics (the `metrics` feature, on for this suite) against a real redis-server:
-//! every acquisition outcome, the held gauge, hold and wait durations, losses by reason and
-//! renewal failures.
+//! every acquisition outcome, the held gauge, hold and wait durations, losses by reason,
+//! renewal failures and the at-risk gauge.
 //!
 //! One `DebuggingRecorder` is installed for the whole test binary. Each test's client maps every
 //! lock name to a `family` label of its own ([`LockClientBuilder::metric_label`]), so tests
@@ -341,11 +341,39 @@ async fn renewals_failing_while_the_server_is_down_lose_the_lock_as_unreachable(
         1.0
     );
     assert_eq!(value(names::HELD, &[("kind", "mutex"), ("family", f)]), 0.0);
+    assert_eq!(
+        value(names::AT_RISK, &[("kind", "mutex"), ("family", f)]),
+        0.0,
+        "a lost lock is no longer at risk"
+    );
     assert!(
         value(names::RENEWALS, &[("outcome", "failed")]) > failed_before,
         "the renewals failed"
     );
     drop(guard);
+}
+
+#[tokio::test]
+async fn a_failed_renewal_is_at_risk_in_the_gauge_until_one_succeeds() {
+    let mut server = RedisServer::start();
+    let f = family("at-risk");
+    let a = client(&server, f, 3 * SECOND).await;
+    let at_risk = || value(names::AT_RISK, &[("kind", "mutex"), ("family", f)]);
+    let guard = a.lock("order:1").await.unwrap();
+    let mut watch = guard.watch_lease();
+    assert_eq!(at_risk(), 0.0);
+    server.pause();
+    let changed = tokio::time::timeout(10 * SECOND, watch.changed()).await;
+    let state = changed.expect("a renewal fails while the server is stopped");
+    assert_eq!(state, lock_core::LeaseState::AtRisk);
+    assert_eq!(at_risk(), 1.0);
+    server.resume();
+    let state = tokio::time::timeout(10 * SECOND, watch.changed())
+        .await
+        .expect("a renewal succeeds once it answers again");
+    assert_eq!(state, lock_core::LeaseState::Held);
+    assert_eq!(at_risk(), 0.0);
+    assert!(guard.unlock().await.unwrap());
 }
 
 #[tokio::test]
@@ -359,6 +387,7 @@ async fn the_metrics_are_described() {
         names::ACQUIRE_DURATION,
         names::HOLD_DURATION,
         names::HELD,
+        names::AT_RISK,
     ] {
         assert!(
             read(|r| r.described.contains(name)),

@@ -360,6 +360,52 @@ async fn fencing_tokens_strictly_increase_across_clients() {
     assert_clean(&server).await;
 }
 
+/// One meaning, one number: a kind that has a fencing token gives the same number through
+/// its guard (`u64`), the `Guard` trait, its `HeldLock` and `info()`; every other kind says
+/// `None` through the trait and its `HeldLock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_view_gives_the_same_fencing_token_or_none() {
+    use lock_core::{Guard, current_lock};
+
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    fn same<G: Guard>(guard: &G, own: u64) {
+        assert_eq!(Guard::fencing_token(guard), Some(own), "{guard:?}");
+        assert_eq!(guard.held_lock().fencing_token(), Some(own), "{guard:?}");
+    }
+    fn none<G: Guard>(guard: &G) {
+        assert_eq!(Guard::fencing_token(guard), None, "{guard:?}");
+        assert_eq!(guard.held_lock().fencing_token(), None, "{guard:?}");
+    }
+    lock_core::reentrant(async {
+        let mutex = c.lock("views").await.unwrap();
+        same(&mutex, mutex.fencing_token());
+        let in_scope = current_lock("views").expect("held in this scope");
+        assert_eq!(in_scope.fencing_token(), Some(mutex.fencing_token()));
+        let info = c.mutex("views").info().await.unwrap();
+        assert_eq!(info.fencing_token, Some(mutex.fencing_token()));
+        mutex.unlock().await.unwrap();
+    })
+    .await;
+    let fair = c.fair_lock("views").lock().await.unwrap();
+    same(&fair, fair.fencing_token());
+    let write = c.read_write_lock("views").write().await.unwrap();
+    same(&write, write.fencing_token());
+    write.unlock().await.unwrap();
+    let read = c.read_write_lock("views").read().await.unwrap();
+    none(&read);
+    let permits = c.semaphore("views", 2).acquire(1).await.unwrap();
+    none(&permits);
+    let multi = c.multi_lock(["views:a", "views:b"]).lock().await.unwrap();
+    none(&multi);
+    assert!(multi.fencing_tokens().iter().all(|t| *t > 0));
+    assert!(fair.unlock().await.unwrap());
+    assert!(read.unlock().await.unwrap());
+    assert!(permits.unlock().await.unwrap());
+    assert!(multi.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreated_fencing_counter_stays_ahead() {
     let server = RedisServer::start();

@@ -1,13 +1,14 @@
 //! RedLock over five (or three) real redis-server processes: quorum with nodes killed, a node
 //! restarted empty, validity against slow nodes (fault proxy), mutual exclusion checked with
-//! shared state, watchdog renewal, loss of the majority, cancellation, configuration checks.
+//! shared state, watchdog renewal, a renewal short of a majority (at risk), loss of the
+//! majority, cancellation, configuration checks.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::RedLockBuilder;
-use lock_core::{LockClient, LockError, RedLock};
+use lock_core::{Guard, LeaseState, LockClient, LockError, RedLock};
 use lock_tests::fixtures::{client_with_lease, eventually, lock_keys};
 use lock_tests::{FaultProxy, RedisServer, unique_name};
 use rand::Rng;
@@ -77,12 +78,15 @@ async fn five_nodes_grant_exclude_and_release() {
     assert!(g.is_held());
     assert_eq!(g.held_nodes(), 5);
     assert!(s.iter().all(|s| held_on(s, &name)));
-    let tokens = g.fencing_tokens().to_vec();
+    let tokens = g.node_tokens().to_vec();
     assert!(tokens.iter().all(Option::is_some));
     assert_eq!(
-        Some(g.fencing_token()),
+        Some(g.max_node_token()),
         tokens.iter().flatten().copied().max()
     );
+    // No single RedLock number is a fencing token: every view says so.
+    assert_eq!(Guard::fencing_token(&g), None);
+    assert_eq!(g.held_lock().fencing_token(), None);
     assert!(g.remaining() > Duration::from_secs(25) && g.remaining() <= Duration::from_secs(30));
 
     assert!(b.try_lock(&name).await.unwrap().is_none());
@@ -100,7 +104,7 @@ async fn five_nodes_grant_exclude_and_release() {
 
     // The next holder's token is higher on every node (each node counts on).
     let g2 = b.lock(&name).wait(BOUND).await.unwrap();
-    for (old, new) in tokens.iter().zip(g2.fencing_tokens()) {
+    for (old, new) in tokens.iter().zip(g2.node_tokens()) {
         assert!(new.unwrap() > old.unwrap(), "{old:?} -> {new:?}");
     }
     drop(g2);
@@ -119,7 +123,7 @@ async fn works_with_two_of_five_nodes_killed() {
     let g = a.lock(&name).wait(BOUND).await.unwrap();
     assert_eq!(g.held_nodes(), 3);
     assert_eq!(
-        g.fencing_tokens()
+        g.node_tokens()
             .iter()
             .map(Option::is_some)
             .collect::<Vec<_>>(),
@@ -255,7 +259,7 @@ async fn nodes_slower_than_the_node_timeout_are_left_out_and_undone() {
     let g = a.try_lock(&name).lease(lease).await.unwrap().unwrap();
     let took = started.elapsed();
     assert_eq!(g.held_nodes(), 3);
-    assert_eq!(&g.fencing_tokens()[3..], &[None, None]);
+    assert_eq!(&g.node_tokens()[3..], &[None, None]);
     // Waiting for the slow nodes' timeouts is part of the elapsed time.
     assert!(took >= Duration::from_millis(300));
     assert!(g.validity() <= lease - Duration::from_millis(300) - drift(lease));
@@ -387,6 +391,37 @@ async fn the_watchdog_keeps_it_past_several_leases() {
     timeout(BOUND, lost)
         .await
         .expect("lost() resolves on release");
+    eventually_clean(&s.iter().collect::<Vec<_>>()).await;
+}
+
+/// A renewal that reaches too few nodes (three of five stopped) puts the lock at risk while
+/// it is still held; one that reaches a majority again clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_short_of_a_majority_is_at_risk_until_one_reaches_it() {
+    let mut s = servers(5);
+    let a = redlock_with(&urls(&s), |b| b.watchdog_lease(Duration::from_secs(4))).await;
+    let name = unique_name("rl");
+    let g = a.lock(&name).wait(BOUND).await.unwrap();
+    let mut watch = g.watch_lease();
+    let at_risk = g.at_risk();
+    for server in &mut s[..3] {
+        server.pause();
+    }
+    timeout(BOUND, at_risk)
+        .await
+        .expect("a renewal falls short");
+    assert!(g.is_held(), "at risk, still held");
+    assert_eq!(g.lease_state(), LeaseState::AtRisk);
+    assert_eq!(watch.changed().await, LeaseState::AtRisk);
+    for server in &mut s[..3] {
+        server.resume();
+    }
+    let state = timeout(BOUND, watch.changed())
+        .await
+        .expect("a renewal reaches a majority again");
+    assert_eq!(state, LeaseState::Held);
+    assert!(g.is_held());
+    assert!(g.unlock().await.unwrap());
     eventually_clean(&s.iter().collect::<Vec<_>>()).await;
 }
 

@@ -154,6 +154,60 @@ async fn without_min_replicas_a_failover_can_lose_a_lock_and_fencing_rejects_the
     assert!(second.unlock().await.unwrap());
 }
 
+/// A primary with a password reached without one: the error says so and names the option
+/// the password goes in (the primary's URL, not the sentinels'); given there, it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_password_missing_says_it_goes_in_the_primary_url() {
+    let group = blocking(SentinelGroup::start);
+    let master = group.master_name();
+    // The sentinels and the replica learn the password first, so nothing fails over.
+    for sentinel in group.sentinels() {
+        assert_eq!(
+            sentinel.cmd(&["SENTINEL", "SET", master, "auth-pass", "pw"]),
+            "OK"
+        );
+    }
+    let [primary, replica] = group.data_nodes() else {
+        unreachable!("two data nodes")
+    };
+    assert_eq!(replica.cmd(&["CONFIG", "SET", "masterauth", "pw"]), "OK");
+    assert_eq!(primary.cmd(&["CONFIG", "SET", "requirepass", "pw"]), "OK");
+    assert_eq!(replica.cmd(&["CONFIG", "SET", "requirepass", "pw"]), "OK");
+
+    let err = LockClient::builder_sentinel(group.sentinel_urls(), master)
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LockError::AuthRequired {
+                option: "sentinel_primary_url",
+                refused: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("requires authentication")
+            && text.contains("sentinel_primary_url")
+            && text.contains("redis://user:password@host:port"),
+        "{text}"
+    );
+
+    let c = LockClient::builder_sentinel(group.sentinel_urls(), master)
+        .sentinel_primary_url("redis://:pw@primary/")
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("authenticated").await.unwrap();
+    assert!(g.unlock().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_no_primary_is_known_operations_fail_with_a_typed_error() {
     let mut group = blocking(SentinelGroup::start);

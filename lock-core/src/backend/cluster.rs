@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use redis::Value;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -35,7 +37,7 @@ impl Seeds {
     pub(crate) fn new(urls: &[String], tls: TlsOptions) -> Result<Self, LockError> {
         let nodes = urls
             .iter()
-            .map(|url| tls::parse(url, "urls"))
+            .map(|url| crate::url::parse(url, "urls"))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { nodes, tls })
     }
@@ -64,11 +66,13 @@ pub(crate) struct Cluster {
 
 /// Opens a cluster connection, bounded by the connect timeout.
 async fn open(client: &ClusterClient, timeout: Duration) -> Result<ClusterConnection, LockError> {
-    match tokio::time::timeout(timeout, client.get_async_connection()).await {
-        Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(e)) => Err(connect_error(timeout, Some(e))),
-        Err(_) => Err(connect_error(timeout, None)),
-    }
+    let started = Instant::now();
+    let error = match tokio::time::timeout(timeout, client.get_async_connection()).await {
+        Ok(Ok(connection)) => return Ok(connection),
+        Ok(Err(e)) => connect_error(started, Some(e)),
+        Err(_) => connect_error(started, None),
+    };
+    Err(error.auth_in("urls"))
 }
 
 /// How many times the cluster connection re-sends a command after a redirect or a failure.
@@ -130,7 +134,7 @@ impl Cluster {
         request: impl Future<Output = Result<T, redis::RedisError>>,
     ) -> Result<T, LockError> {
         match tokio::time::timeout(self.limit(), request).await {
-            Ok(result) => result.map_err(|e| map_error(e, self.response_timeout)),
+            Ok(result) => result.map_err(|e| map_error(e, self.response_timeout).auth_in("urls")),
             Err(_) => Err(LockError::ResponseTimeout(self.limit())),
         }
     }
@@ -195,7 +199,9 @@ impl Topology for Cluster {
         )
         .await
         {
-            Ok(result) => result.map_err(|e| map_error(e, self.response_timeout))?,
+            Ok(result) => {
+                result.map_err(|e| map_error(e, self.response_timeout).auth_in("urls"))?
+            }
             Err(_) => return Err(LockError::ResponseTimeout(self.limit() + timeout)),
         };
         Ok((value, acks(acked)?))

@@ -18,6 +18,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, RedisResult, Value};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::command::Wire;
 use crate::error::LockError;
@@ -181,6 +182,14 @@ impl Backend {
     /// How long the backend tries to get a connection.
     pub(crate) fn connect_timeout(&self) -> Duration {
         each!(self, b => b.connect_timeout())
+    }
+
+    /// Starts what the deployment runs in the background once the client is built: under
+    /// Sentinel, the task that listens for `+switch-master`.
+    pub(crate) fn start(&self) {
+        if let Backend::Sentinel(sentinel) = self {
+            sentinel.spawn_watcher();
+        }
     }
 
     /// True when keys live in slots (a Cluster): messages go through sharded pub/sub.
@@ -365,11 +374,11 @@ pub(crate) fn convert<T: FromRedisValue>(value: Value) -> Result<T, LockError> {
 }
 
 /// Maps a Redis error: a timeout is a [`LockError::ResponseTimeout`], a refused permission a
-/// [`LockError::NoPermission`].
+/// [`LockError::NoPermission`], a server that wants a password [`LockError::AuthRequired`].
 pub(crate) fn map_error(e: redis::RedisError, response_timeout: Duration) -> LockError {
     if e.is_timeout() {
         LockError::ResponseTimeout(response_timeout)
-    } else if let Some(refused) = no_permission(&e) {
+    } else if let Some(refused) = auth_required(&e).or_else(|| no_permission(&e)) {
         refused
     } else if let Some(missing) = unsupported(&e) {
         missing
@@ -378,10 +387,13 @@ pub(crate) fn map_error(e: redis::RedisError, response_timeout: Duration) -> Loc
     }
 }
 
-/// The error for a connection that could not be had within `waited`: a failed TLS handshake
-/// is [`LockError::Tls`] and a refused permission [`LockError::NoPermission`] (waiting longer
-/// would not help); anything else is [`LockError::Unavailable`].
-pub(crate) fn connect_error(waited: Duration, source: Option<redis::RedisError>) -> LockError {
+/// The error for a connection that could not be had, tried for since `started`: a failed TLS
+/// handshake is [`LockError::Tls`], a refused or missing password
+/// [`LockError::AuthRequired`] and a refused permission [`LockError::NoPermission`] (waiting
+/// longer would not help); anything else is [`LockError::Unavailable`], with the time it
+/// really took (a refused connection fails in milliseconds, not after the connect timeout).
+pub(crate) fn connect_error(started: Instant, source: Option<redis::RedisError>) -> LockError {
+    let waited = started.elapsed();
     match source {
         Some(e) => refusal(&e).unwrap_or(LockError::Unavailable {
             waited,
@@ -394,7 +406,7 @@ pub(crate) fn connect_error(waited: Duration, source: Option<redis::RedisError>)
     }
 }
 
-/// A TLS or ACL refusal in `e`, which no retry can fix.
+/// A TLS, authentication or ACL refusal in `e`, which no retry can fix.
 pub(crate) fn refusal(e: &redis::RedisError) -> Option<LockError> {
     if let Some(reason) = tls::failure(e) {
         return Some(LockError::Tls {
@@ -402,7 +414,39 @@ pub(crate) fn refusal(e: &redis::RedisError) -> Option<LockError> {
             source: e.clone(),
         });
     }
-    no_permission(e)
+    auth_required(e).or_else(|| no_permission(e))
+}
+
+/// A server that wants credentials the client did not give (`NOAUTH Authentication
+/// required`, or the "unauthenticated bulk length" with which a server without them closes
+/// the connection on a long command), or that refused the ones it gave (`WRONGPASS
+/// invalid username-password pair`; the redis crate's `AuthenticationFailed` when `AUTH`
+/// fails while connecting). Said of the `url` option: a backend whose credentials come from
+/// elsewhere says so with [`LockError::auth_in`].
+fn auth_required(e: &redis::RedisError) -> Option<LockError> {
+    // A pipeline's error carries its commands' errors in its text only.
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    let refused = if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.code() == Some("WRONGPASS")
+        || lower.contains("wrongpass")
+        || lower.contains("invalid username-password pair")
+    {
+        true
+    } else if e.code() == Some("NOAUTH")
+        || lower.contains("noauth")
+        || lower.contains("authentication required")
+        || lower.contains("unauthenticated")
+    {
+        false
+    } else {
+        return None;
+    };
+    Some(LockError::AuthRequired {
+        option: "url",
+        refused,
+        detail: text.trim().to_owned(),
+    })
 }
 
 /// A command, key or channel the client's ACL user may not use: `NOPERM` for a command the

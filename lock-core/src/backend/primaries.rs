@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -14,7 +16,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, Value};
 
 use super::cluster::{Cluster, Seeds};
 use super::sentinel::Discovery;
-use super::tls::{self, TlsOptions};
+use super::tls::TlsOptions;
 use super::{connect_error, convert, map_error};
 use crate::error::LockError;
 
@@ -67,11 +69,12 @@ async fn connect(
     timeouts: Timeouts,
 ) -> Result<MultiplexedConnection, LockError> {
     let config = timeouts.config();
+    let started = Instant::now();
     let connecting = client.get_multiplexed_async_connection_with_config(&config);
     match tokio::time::timeout(timeouts.connect, connecting).await {
         Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(e)) => Err(connect_error(timeouts.connect, Some(e))),
-        Err(_) => Err(connect_error(timeouts.connect, None)),
+        Ok(Err(e)) => Err(connect_error(started, Some(e))),
+        Err(_) => Err(connect_error(started, None)),
     }
 }
 
@@ -111,11 +114,12 @@ pub(crate) async fn cluster(
         reason: e.to_string(),
     };
     let client = Cluster::client(seeds, timeouts.connect, timeouts.response).map_err(invalid)?;
+    let started = Instant::now();
     let mut connection =
         match tokio::time::timeout(timeouts.connect, client.get_async_connection()).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(e)) => return Err(connect_error(timeouts.connect, Some(e))),
-            Err(_) => return Err(connect_error(timeouts.connect, None)),
+            Ok(Err(e)) => return Err(connect_error(started, Some(e)).auth_in("urls")),
+            Err(_) => return Err(connect_error(started, None)),
         };
     let mut slots = redis::cmd("CLUSTER");
     slots.arg("SLOTS");
@@ -129,7 +133,7 @@ pub(crate) async fn cluster(
         Ok(reply) => reply.map_err(|e| map_error(e, timeouts.response))?,
         Err(_) => return Err(LockError::ResponseTimeout(timeouts.response * 2)),
     };
-    let template = tls::parse(urls.first().map_or("", String::as_str), "urls")?;
+    let template = crate::url::parse(urls.first().map_or("", String::as_str), "urls")?;
     let mut primaries: Vec<(String, redis::Client)> = Vec::new();
     for (host, port) in primary_addresses(reply)? {
         // A node that does not know its own address says "" or "?": it is the seed's host.
@@ -218,10 +222,10 @@ mod tests {
 
     #[test]
     fn an_address_is_replaced_keeping_the_scheme_and_login() {
-        let template = tls::parse("rediss://user:pw@primary/3", "url").unwrap();
+        let template = crate::url::parse("rediss://user:pw@primary/3", "url").unwrap();
         let info = with_address(&template, "10.0.0.1".to_owned(), 6380);
         assert_eq!(address(&info), "10.0.0.1:6380");
-        assert!(tls::is_tls(&info));
+        assert!(crate::backend::tls::is_tls(&info));
         assert_eq!(info.redis_settings().password(), Some("pw"));
         assert_eq!(info.redis_settings().db(), 3);
     }

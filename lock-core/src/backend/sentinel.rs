@@ -21,6 +21,9 @@ use super::{Invocation, PubSubNode, PubSubSource, Standalone, Topology, refusal}
 use crate::error::{LockError, is_connection_error};
 use crate::scripts::{Mode, Scripts};
 
+/// The builder option that holds the primary's password.
+const PRIMARY_URL: &str = "sentinel_primary_url";
+
 /// How to reach the sentinels and what to build for a primary.
 pub(crate) struct Settings {
     pub(crate) sentinels: Vec<redis::Client>,
@@ -139,6 +142,7 @@ impl Discovery {
     /// The first sentinel's answer that names a node which confirms it is a primary.
     async fn ask_sentinels(&self) -> Result<(String, u16), LockError> {
         let s = &self.settings;
+        // The last error, with the option of the URL whose credentials it concerns.
         let mut last_error = None;
         for sentinel in &s.sentinels {
             match self.ask(sentinel).await {
@@ -148,19 +152,21 @@ impl Discovery {
                         tracing::debug!(host = %addr.0, port = addr.1,
                             "the node a sentinel named is not a primary (yet)");
                     }
-                    Err(e) => last_error = Some(e),
+                    Err(e) => last_error = Some((e, PRIMARY_URL)),
                 },
                 Ok(None) => {}
-                Err(e) => last_error = Some(e),
+                Err(e) => last_error = Some((e, "sentinels")),
             }
         }
-        // A TLS or ACL refusal is said as such: no failover will fix it.
-        if let Some(refused) = last_error.as_ref().and_then(refusal) {
-            return Err(refused);
+        // A TLS, password or ACL refusal is said as such: no failover will fix it.
+        if let Some((e, option)) = &last_error
+            && let Some(refused) = refusal(e)
+        {
+            return Err(refused.auth_in(option));
         }
         Err(LockError::NoPrimary {
             service: s.service.clone(),
-            source: last_error,
+            source: last_error.map(|(e, _)| e),
         })
     }
 
@@ -313,6 +319,11 @@ impl Sentinel {
         Self { discovery }
     }
 
+    /// Starts the task that follows the sentinels' `+switch-master` events.
+    pub(crate) fn spawn_watcher(&self) {
+        self.discovery.spawn_watcher();
+    }
+
     /// Runs `f` on the current primary; when it fails in a way that says the primary may have
     /// moved, asks the sentinels and, if they name another node, runs it there once more.
     async fn on_primary<T, F, Fut>(&self, f: F) -> Result<T, LockError>
@@ -322,7 +333,7 @@ impl Sentinel {
         T: Send,
     {
         let (generation, node) = self.discovery.current().await?;
-        match f(node).await {
+        let result = match f(node).await {
             Err(e) if primary_may_have_moved(&e) => {
                 let Ok((now, node)) = self.discovery.refresh(generation).await else {
                     return Err(e);
@@ -333,7 +344,9 @@ impl Sentinel {
                 f(node).await
             }
             other => other,
-        }
+        };
+        // The primary's password comes from `sentinel_primary_url`, not from its address.
+        result.map_err(|e| e.auth_in(PRIMARY_URL))
     }
 }
 

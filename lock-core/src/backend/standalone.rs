@@ -9,10 +9,11 @@ use bb8::{Pool, PooledConnection, RunError};
 use bb8_redis::RedisConnectionManager;
 use redis::cluster_routing::Slot;
 use redis::{Value, aio::MultiplexedConnection};
+use tokio::time::Instant;
 
 use super::{
     Invocation, PubSubNode, PubSubSource, Topology, acks, connect_error, load_code, map_error,
-    wait_cmd,
+    refusal, wait_cmd,
 };
 use crate::error::{LockError, is_connection_error};
 use crate::scripts::{Mode, Scripts};
@@ -96,19 +97,29 @@ impl Standalone {
         (pool, LastError::default())
     }
 
-    /// Opens one connection (bounded by the connect timeout) and returns at once when that
-    /// fails: a refused connection, a name that does not resolve or a refused password is
-    /// reported with its cause right away, not after the pool has retried for the whole
-    /// connect timeout.
+    /// Opens one connection and sends `PING` on it (bounded by the connect timeout), and
+    /// returns at once when that fails: a refused connection, a name that does not resolve,
+    /// a refused password or a server that wants one ([`LockError::AuthRequired`], which only
+    /// a command shows: connecting without a password succeeds) is reported with its cause
+    /// right away, not after the pool has retried for the whole connect timeout. Any other
+    /// answer to `PING` (an ACL without `+ping`, a server still loading its data) is left to
+    /// the commands that follow, which say what they need.
     pub(crate) async fn check_reachable(
         client: &redis::Client,
         connect_timeout: Duration,
     ) -> Result<(), LockError> {
-        match tokio::time::timeout(connect_timeout, client.get_multiplexed_async_connection()).await
-        {
+        let started = Instant::now();
+        let ping = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<Value>(&mut conn).await
+        };
+        match tokio::time::timeout(connect_timeout, ping).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(connect_error(connect_timeout, Some(e))),
-            Err(_) => Err(connect_error(connect_timeout, None)),
+            Ok(Err(e)) if is_connection_error(&e) || refusal(&e).is_some() => {
+                Err(connect_error(started, Some(e)))
+            }
+            Ok(Err(_)) => Ok(()),
+            Err(_) => Err(connect_error(started, None)),
         }
     }
 
@@ -130,23 +141,23 @@ impl Standalone {
     async fn slot_exclusively(
         &self,
     ) -> Result<PooledConnection<'_, RedisConnectionManager>, LockError> {
+        let started = Instant::now();
         match self.pool.get().await {
             Ok(pooled) => Ok(pooled),
-            Err(RunError::User(e)) => Err(connect_error(self.connect_timeout, Some(e))),
-            Err(RunError::TimedOut) => {
-                Err(connect_error(self.connect_timeout, self.last_error.take()))
-            }
+            Err(RunError::User(e)) => Err(connect_error(started, Some(e))),
+            Err(RunError::TimedOut) => Err(connect_error(started, self.last_error.take())),
         }
     }
 
     async fn fresh_connection(&self) -> Result<MultiplexedConnection, LockError> {
+        let started = Instant::now();
         match tokio::time::timeout(self.connect_timeout, self.pool.dedicated_connection()).await {
             Ok(Ok(mut conn)) => {
                 conn.set_response_timeout(self.response_timeout);
                 Ok(conn)
             }
-            Ok(Err(e)) => Err(connect_error(self.connect_timeout, Some(e))),
-            Err(_) => Err(connect_error(self.connect_timeout, None)),
+            Ok(Err(e)) => Err(connect_error(started, Some(e))),
+            Err(_) => Err(connect_error(started, None)),
         }
     }
 

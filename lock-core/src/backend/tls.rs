@@ -3,7 +3,7 @@
 //! means. Every function here works without the `tls` feature too: it then refuses TLS with
 //! [`LockError::InvalidOption`] instead of connecting in plain text.
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
+use redis::{ConnectionAddr, ConnectionInfo, RedisError};
 
 use crate::error::LockError;
 
@@ -34,16 +34,6 @@ impl std::fmt::Debug for TlsOptions {
 /// Whether a parsed URL is `rediss://`.
 pub(crate) fn is_tls(info: &ConnectionInfo) -> bool {
     matches!(info.addr(), ConnectionAddr::TcpTls { .. })
-}
-
-/// Parses a URL; a bad one is [`LockError::InvalidOption`] naming `option` (only the reason is
-/// reported: URLs may carry a password).
-pub(crate) fn parse(url: &str, option: &'static str) -> Result<ConnectionInfo, LockError> {
-    url.into_connection_info()
-        .map_err(|e| LockError::InvalidOption {
-            option,
-            reason: e.to_string(),
-        })
 }
 
 impl TlsOptions {

@@ -193,7 +193,7 @@ impl Engine {
             };
             let call = self.release_call(hold, claim.expected + 1, token);
             if let Err(e) = self.invoke::<i64>(&call).await {
-                tracing::warn!(lock = %hold.name(), error = %e,
+                tracing::warn!(lock = %hold.name(), kind = hold.kind.label(), error = %e,
                     "could not undo an interrupted acquisition; its lease will expire it");
             }
         }

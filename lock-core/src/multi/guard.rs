@@ -9,8 +9,9 @@ use futures_util::future::join_all;
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
-use crate::held::{HeldLock, Lost};
+use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost};
 use crate::hold::Hold;
+use crate::lease::LeaseState;
 use crate::mutex::LockGuard;
 
 /// Several locks held together: made by [`MultiLock::lock`](crate::MultiLock::lock) and
@@ -74,6 +75,23 @@ impl MultiLockGuard {
         Lost::any(self.guards.iter().map(LockGuard::lost).collect())
     }
 
+    /// How the leases stand now: the worst of its locks' (ended if any is, at risk if any
+    /// is).
+    pub fn lease_state(&self) -> LeaseState {
+        self.held_lock().lease_state()
+    }
+
+    /// Resolves when any lock's lease is at risk (a renewal failed while it still runs) or
+    /// any lock is not held any more: see [`Guard::at_risk`].
+    pub fn at_risk(&self) -> AtRisk {
+        self.held_lock().at_risk()
+    }
+
+    /// A watch of every change of [`lease_state`](Self::lease_state).
+    pub fn watch_lease(&self) -> LeaseWatch {
+        self.held_lock().watch_lease()
+    }
+
     /// A cloneable view of all the locks that cannot release them.
     pub fn held_lock(&self) -> HeldLock {
         let holds: Vec<(Arc<Hold>, u64)> = self
@@ -125,6 +143,18 @@ impl Guard for MultiLockGuard {
 
     fn lost(&self) -> Lost {
         MultiLockGuard::lost(self)
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        MultiLockGuard::lease_state(self)
+    }
+
+    fn at_risk(&self) -> AtRisk {
+        MultiLockGuard::at_risk(self)
+    }
+
+    fn watch_lease(&self) -> LeaseWatch {
+        MultiLockGuard::watch_lease(self)
     }
 
     fn held_lock(&self) -> HeldLock {

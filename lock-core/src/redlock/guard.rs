@@ -12,7 +12,8 @@ use super::{Inner, spawn_node_attempt};
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
-use crate::held::{HeldLock, Lost, View};
+use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost, View};
+use crate::lease::LeaseState;
 use crate::mutex::LockGuard;
 use crate::util::{check_lease, shorten};
 
@@ -35,14 +36,16 @@ struct TrackState {
     validity: Duration,
     /// Nodes that granted or confirmed it last time.
     nodes_held: usize,
+    /// The last renewal reached too few nodes while the validity still ran.
+    at_risk: bool,
 }
 
-/// Whether the lock is held, and until when: what `lost()` futures need.
+/// Whether the lock is held, and until when: what `lost()` futures and lease watches need.
 struct Track {
     name: String,
     state: Mutex<TrackState>,
-    /// True once the guard is lost or released.
-    ended: watch::Sender<bool>,
+    /// Bumped by every change of the lease's state (at risk, renewed again, lost, released).
+    changes: watch::Sender<u64>,
 }
 
 impl Track {
@@ -50,19 +53,72 @@ impl Track {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     fn is_held(&self) -> bool {
         let st = self.state();
         st.status == Status::Held && Instant::now() < st.valid_until
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        let st = self.state();
+        if st.status != Status::Held || Instant::now() >= st.valid_until {
+            LeaseState::Ended
+        } else if st.at_risk {
+            LeaseState::AtRisk
+        } else {
+            LeaseState::Held
+        }
+    }
+
+    /// When the validity ends unless a renewal moves it; None once it is not held.
+    fn deadline(&self) -> Option<Instant> {
+        let st = self.state();
+        (st.status == Status::Held).then_some(st.valid_until)
+    }
+
+    /// A renewal or extension reached a majority (`true`), or a renewal of the background
+    /// task reached too few nodes while the validity still runs (`false`): the lease is
+    /// safe, or at risk until a renewal reaches a majority again.
+    fn renewal(&self, confirmed: bool) {
+        let mut st = self.state();
+        if st.status != Status::Held || st.at_risk != confirmed {
+            return;
+        }
+        st.at_risk = !confirmed;
+        let remaining = st.valid_until.saturating_duration_since(Instant::now());
+        drop(st);
+        if confirmed {
+            tracing::info!(lock = %shorten(&self.name), ?remaining,
+                "RedLock renewed on a majority again; no longer at risk");
+        } else {
+            tracing::warn!(lock = %shorten(&self.name), ?remaining,
+                "RedLock renewal reached too few nodes; at risk until one reaches a majority");
+        }
+        self.changed();
+    }
+
+    /// Resolves once the lock is not held (lost, released, dropped).
+    async fn ended(&self) {
+        let mut changes = self.changes.subscribe();
+        while self.state().status == Status::Held {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     fn mark_lost(&self, why: &'static str) {
         let mut st = self.state();
         if st.status == Status::Held {
             st.status = Status::Lost;
+            st.at_risk = false;
             drop(st);
             tracing::warn!(lock = %shorten(&self.name), reason = why, "RedLock lost");
         }
-        self.ended.send_replace(true);
+        self.changed();
     }
 
     /// Marks the lock lost if its validity has passed; returns whether it is held.
@@ -85,29 +141,24 @@ impl Track {
         let held = st.status == Status::Held && Instant::now() < st.valid_until;
         if matches!(st.status, Status::Held | Status::Lost) {
             st.status = status;
+            st.at_risk = false;
         }
         drop(st);
-        self.ended.send_replace(true);
+        self.changed();
         held
     }
 }
 
 fn lost_future(track: Arc<Track>) -> impl Future<Output = ()> + Send + 'static {
-    let mut ended = track.ended.subscribe();
+    let mut changes = track.changes.subscribe();
     async move {
         loop {
-            if *ended.borrow_and_update() {
+            changes.borrow_and_update();
+            let Some(deadline) = track.deadline() else {
                 return;
-            }
-            let deadline = {
-                let st = track.state();
-                if st.status != Status::Held {
-                    return;
-                }
-                st.valid_until
             };
             tokio::select! {
-                changed = ended.changed() => if changed.is_err() { return },
+                changed = changes.changed() => if changed.is_err() { return },
                 _ = tokio::time::sleep_until(deadline) => {
                     track.check_deadline(Instant::now());
                 }
@@ -151,28 +202,11 @@ impl Shared {
         let start = Instant::now();
         let replies = self.ask_nodes(&nodes, lease).await;
         let now = Instant::now();
-        let (mut confirmed, mut gone, mut error) = (0, 0, None);
-        for (slot, reply) in nodes.iter_mut().zip(replies) {
-            match reply {
-                NodeRenewal::Confirmed(taken) => {
-                    confirmed += 1;
-                    if taken.is_some() {
-                        *slot = taken;
-                    }
-                }
-                NodeRenewal::Gone => {
-                    gone += 1;
-                    // Dropping it releases it in the background, in case it is ours after
-                    // all (an extension that timed out may have landed).
-                    *slot = None;
-                }
-                NodeRenewal::Unknown(e) => {
-                    if error.is_none() {
-                        error = e;
-                    }
-                }
-            }
-        }
+        let Tally {
+            confirmed,
+            gone,
+            error,
+        } = tally(&mut nodes, replies);
         let quorum = self.redlock.quorum;
         let new_deadline = start + lease - config.drift(lease);
         let lost_because = {
@@ -186,6 +220,8 @@ impl Shared {
                 st.valid_until = new_deadline;
                 st.validity = new_deadline - now;
                 st.nodes_held = confirmed;
+                drop(st);
+                self.track.renewal(true);
                 return Ok(());
             } else if self.redlock.nodes.len() - gone < quorum {
                 Some("a majority of the nodes no longer hold it")
@@ -241,6 +277,48 @@ impl Shared {
     }
 }
 
+/// What the nodes' answers to an extension came to.
+struct Tally {
+    /// Nodes that extended it or took it again.
+    confirmed: usize,
+    /// Nodes that said it is not ours.
+    gone: usize,
+    /// The first error of a node that did not answer in time or failed.
+    error: Option<LockError>,
+}
+
+/// Counts the nodes' answers, keeping the guards of nodes that took the lock again and
+/// dropping those of nodes that no longer hold it.
+fn tally(nodes: &mut [Option<LockGuard>], replies: Vec<NodeRenewal>) -> Tally {
+    let mut tally = Tally {
+        confirmed: 0,
+        gone: 0,
+        error: None,
+    };
+    for (slot, reply) in nodes.iter_mut().zip(replies) {
+        match reply {
+            NodeRenewal::Confirmed(taken) => {
+                tally.confirmed += 1;
+                if taken.is_some() {
+                    *slot = taken;
+                }
+            }
+            NodeRenewal::Gone => {
+                tally.gone += 1;
+                // Dropping it releases it in the background, in case it is ours after all
+                // (an extension that timed out may have landed).
+                *slot = None;
+            }
+            NodeRenewal::Unknown(e) => {
+                if tally.error.is_none() {
+                    tally.error = e;
+                }
+            }
+        }
+    }
+    tally
+}
+
 /// Drops every node guard, which releases each in the background; the slots stay, one per
 /// node.
 fn release_slots(nodes: &mut [Option<LockGuard>]) {
@@ -253,13 +331,12 @@ fn release_slots(nodes: &mut [Option<LockGuard>]) {
 /// after a failed round (too few answers) it tries again after a retry delay, until the
 /// validity runs out.
 async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Duration) {
-    let mut ended = track.ended.subscribe();
     let period = lease / 3;
     let mut next = Instant::now() + period;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
-            _ = ended.wait_for(|ended| *ended) => break,
+            () = track.ended() => break,
         }
         let Some(shared) = weak.upgrade() else {
             return;
@@ -270,6 +347,7 @@ async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Durat
             Err(LockError::Lost { .. }) => break,
             Err(e) => {
                 tracing::debug!(lock = %shorten(&track.name), error = %e, "RedLock renewal failed");
+                track.renewal(false);
                 let valid_until = track.state().valid_until;
                 next = (Instant::now() + shared.redlock.config.retry_delay())
                     .min(started + period)
@@ -293,7 +371,10 @@ async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Durat
 /// * [`unlock`](RedLockGuard::unlock) releases it on every node and reports whether a
 ///   majority still had it. Dropping the guard releases it too, in the background (it never
 ///   blocks and never panics; if the runtime is gone, the leases expire it).
-/// * [`fencing_token`](RedLockGuard::fencing_token): read its caveat before relying on it.
+/// * No fencing token: nothing a RedLock can number is sure to increase from one holder to
+///   the next. [`node_tokens`](RedLockGuard::node_tokens) are each node's fencing tokens (for
+///   a resource that can compare per node), [`max_node_token`](RedLockGuard::max_node_token)
+///   their largest; read their caveats before relying on them.
 #[must_use = "dropping the guard releases the lock"]
 pub struct RedLockGuard {
     shared: Arc<Shared>,
@@ -323,8 +404,9 @@ impl RedLockGuard {
                 valid_until,
                 validity,
                 nodes_held: nodes.iter().flatten().count(),
+                at_risk: false,
             }),
-            ended: watch::Sender::new(false),
+            changes: watch::Sender::new(0),
         });
         let shared = Arc::new(Shared {
             redlock,
@@ -350,39 +432,39 @@ impl RedLockGuard {
         &self.track().name
     }
 
-    /// The largest of the fencing tokens the nodes issued for this acquisition.
+    /// The largest of the fencing tokens the nodes issued for this acquisition. **Not a
+    /// fencing token**: it is not guaranteed to increase from one holder to the next, which
+    /// is why a RedLock guard has no `fencing_token()` and
+    /// [`Guard::fencing_token`] is `None` for it.
     ///
-    /// **Caveat: unlike [`LockGuard::fencing_token`], this token is not guaranteed to
-    /// increase from one holder to the next.** Each node's token for a name strictly
-    /// increases on that node (see [`LockGuard::fencing_token`]), but the nodes count
-    /// independently, so their tokens differ: a node seeds a name's counter from its own
-    /// clock (in microseconds) whenever the key does not exist (first use, a lease that ran
-    /// out, a free lock whose counter expired after the client's `fence_ttl`, a restart
-    /// without persistence), and a node counts only the acquisitions it granted. Any two
-    /// majorities share a node, and on that node the later holder's token is higher; but the
-    /// *maximum* goes backwards whenever the node that gave the earlier holder its maximum is
-    /// not among the nodes the later holder got, and the later holder's nodes are behind it:
-    /// for example holder A gets nodes 1, 2, 3 and its maximum comes from node 1, whose clock
-    /// runs a second ahead; holder B then gets nodes 3, 4, 5 (node 1 is slow or down), whose
-    /// tokens are all lower than node 1's. It also goes backwards if a node's clock steps back
-    /// by more than the time the name's key was gone. So a resource that refuses a token lower
-    /// than the highest it has seen may refuse a legitimate later holder, and, if tokens were
-    /// reset, accept a stale one.
-    ///
-    /// What is guaranteed, per node: use [`fencing_tokens`](RedLockGuard::fencing_tokens) and
-    /// have the resource keep the whole vector; a write is later than the one stored if on
-    /// some node that both hold its token is higher, and stale if it is lower on any such node
-    /// (given that node kept its counter). No RedLock token gives the linearizable ordering of
-    /// a consensus system; for correctness-critical writes, fence with a counter from the
-    /// resource itself (a database sequence or a conditional write).
-    pub fn fencing_token(&self) -> u64 {
+    /// Each node's token for a name strictly increases on that node (see
+    /// [`LockGuard::fencing_token`]), but the nodes count independently, so their tokens
+    /// differ: a node seeds a name's counter from its own clock (in microseconds) whenever the
+    /// key does not exist (first use, a lease that ran out, a free lock whose counter expired
+    /// after the client's `fence_ttl`, a restart without persistence), and a node counts only
+    /// the acquisitions it granted. Any two majorities share a node, and on that node the
+    /// later holder's token is higher; but the *maximum* goes backwards whenever the node that
+    /// gave the earlier holder its maximum is not among the nodes the later holder got, and
+    /// the later holder's nodes are behind it: for example holder A gets nodes 1, 2, 3 and its
+    /// maximum comes from node 1, whose clock runs a second ahead; holder B then gets nodes 3,
+    /// 4, 5 (node 1 is slow or down), whose tokens are all lower than node 1's. It also goes
+    /// backwards if a node's clock steps back by more than the time the name's key was gone.
+    /// So a resource that refuses a value lower than the highest it has seen may refuse a
+    /// legitimate later holder, and, if tokens were reset, accept a stale one. Use it for logs
+    /// and diagnostics.
+    pub fn max_node_token(&self) -> u64 {
         self.tokens.iter().flatten().copied().max().unwrap_or(0)
     }
 
     /// The fencing token each node issued for this acquisition, by node index (`None` for a
-    /// node that did not grant it). Nodes taken again later by renewals are not included. See
-    /// [`fencing_token`](RedLockGuard::fencing_token) for how to compare them.
-    pub fn fencing_tokens(&self) -> &[Option<u64>] {
+    /// node that did not grant it); nodes taken again later by renewals are not included.
+    /// Each strictly increases per name *on its node*. What is guaranteed: have the resource
+    /// keep the whole vector; a write is later than the one stored if on some node that both
+    /// hold its token is higher, and stale if it is lower on any such node (given that node
+    /// kept its counter). No RedLock token gives the linearizable ordering of a consensus
+    /// system; for correctness-critical writes, fence with a counter from the resource itself
+    /// (a database sequence or a conditional write).
+    pub fn node_tokens(&self) -> &[Option<u64>] {
         &self.tokens
     }
 
@@ -426,11 +508,33 @@ impl RedLockGuard {
         Lost::new(lost_future(self.shared.track.clone()))
     }
 
-    /// A cloneable view (name, largest fencing token, lost signal) that cannot release it.
+    /// How the lease stands now: held; at risk once a renewal reached too few nodes while
+    /// the validity still runs (until a renewal reaches a majority again, or the validity
+    /// ends and the lock is lost); ended once lost or released. Only a guard that renews
+    /// itself (no fixed lease) is ever at risk.
+    pub fn lease_state(&self) -> LeaseState {
+        if self.done {
+            return LeaseState::Ended;
+        }
+        self.track().lease_state()
+    }
+
+    /// Resolves when the lease is at risk or the lock is not held any more: see
+    /// [`Guard::at_risk`].
+    pub fn at_risk(&self) -> AtRisk {
+        self.held_lock().at_risk()
+    }
+
+    /// A watch of every change of [`lease_state`](Self::lease_state).
+    pub fn watch_lease(&self) -> LeaseWatch {
+        self.held_lock().watch_lease()
+    }
+
+    /// A cloneable view (name, lost signal, lease state; no fencing token) that cannot
+    /// release it.
     pub fn held_lock(&self) -> HeldLock {
         HeldLock::other(Arc::new(TrackView {
             track: self.shared.track.clone(),
-            token: self.fencing_token(),
         }))
     }
 
@@ -460,6 +564,7 @@ impl RedLockGuard {
     /// When too few nodes answer to tell, the first error is returned; the releases that did
     /// not get through are left to the leases.
     pub async fn unlock(mut self) -> Result<bool, LockError> {
+        let started = Instant::now();
         self.done = true;
         let was_held = self.shared.track.finish(Status::Unlocked);
         let guards: Vec<LockGuard> = {
@@ -489,7 +594,7 @@ impl RedLockGuard {
             Ok(true)
         } else if held + unknown >= quorum {
             Err(error.unwrap_or(LockError::Unavailable {
-                waited: Duration::ZERO,
+                waited: started.elapsed(),
                 source: None,
             }))
         } else {
@@ -516,16 +621,11 @@ impl Drop for RedLockGuard {
 /// A [`HeldLock`]'s view of a RedLock.
 struct TrackView {
     track: Arc<Track>,
-    token: u64,
 }
 
 impl View for TrackView {
     fn name(&self) -> &str {
         &self.track.name
-    }
-
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.token)
     }
 
     fn is_held(&self) -> bool {
@@ -535,19 +635,35 @@ impl View for TrackView {
     fn lost(&self) -> Lost {
         Lost::new(lost_future(self.track.clone()))
     }
+
+    fn lease_state(&self) -> LeaseState {
+        self.track.lease_state()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.track.changes.subscribe()
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.track.deadline()
+    }
+
+    fn expire_due(&self) {
+        self.track.check_deadline(Instant::now());
+    }
 }
 
 impl Sealed for RedLockGuard {}
 
-/// [`Guard::fencing_token`] is the largest of the nodes' tokens: read the caveat of
-/// [`RedLockGuard::fencing_token`] before relying on it.
+/// [`Guard::fencing_token`] is `None`: no RedLock token is sure to increase from one holder to
+/// the next (see [`RedLockGuard::max_node_token`] and [`RedLockGuard::node_tokens`]).
 impl Guard for RedLockGuard {
     fn name(&self) -> &str {
         RedLockGuard::name(self)
     }
 
     fn fencing_token(&self) -> Option<u64> {
-        Some(RedLockGuard::fencing_token(self))
+        None
     }
 
     fn is_held(&self) -> bool {
@@ -560,6 +676,18 @@ impl Guard for RedLockGuard {
 
     fn lost(&self) -> Lost {
         RedLockGuard::lost(self)
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        RedLockGuard::lease_state(self)
+    }
+
+    fn at_risk(&self) -> AtRisk {
+        RedLockGuard::at_risk(self)
+    }
+
+    fn watch_lease(&self) -> LeaseWatch {
+        RedLockGuard::watch_lease(self)
     }
 
     fn held_lock(&self) -> HeldLock {
@@ -576,7 +704,7 @@ impl fmt::Debug for RedLockGuard {
         // The node guards (and their owner ids) stay out.
         f.debug_struct("RedLockGuard")
             .field("name", &self.name())
-            .field("fencing_token", &self.fencing_token())
+            .field("max_node_token", &self.max_node_token())
             .field("held", &self.is_held())
             .field("held_nodes", &self.held_nodes())
             .field("quorum", &self.shared.redlock.quorum)

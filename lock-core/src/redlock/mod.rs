@@ -106,7 +106,7 @@ struct Inner {
 /// let guard = redlock.lock("invoice:42").wait(Duration::from_secs(5)).await?;
 /// tokio::select! {
 ///     _ = guard.lost() => tracing::warn!("lost the majority; stopping"),
-///     _ = do_work(guard.fencing_token()) => {}
+///     _ = do_work(guard.node_tokens()) => {}
 /// }
 /// guard.unlock().await?;
 ///
@@ -115,7 +115,7 @@ struct Inner {
 ///     println!("valid for {:?}", guard.remaining());
 /// }
 /// # Ok(()) }
-/// # async fn do_work(_token: u64) {}
+/// # async fn do_work(_tokens: &[Option<u64>]) {}
 /// ```
 ///
 /// # Errors
@@ -172,8 +172,9 @@ struct Inner {
 ///   restarts without persistence and at once grants the lock again, can give a second client
 ///   a majority. Run the masters with `appendfsync always`, or keep a crashed master out for
 ///   longer than the longest lease before it rejoins.
-/// * **Fencing.** See [`RedLockGuard::fencing_token`]: a token comes from each node, and the
-///   maximum of them is *not* guaranteed to increase from one holder to the next.
+/// * **Fencing.** A RedLock has no fencing token: a token comes from each node
+///   ([`RedLockGuard::node_tokens`]), and no single number made of them (their maximum,
+///   [`RedLockGuard::max_node_token`]) is guaranteed to increase from one holder to the next.
 ///
 /// Cheap to clone (an `Arc` inside); every clone uses the same clients.
 #[derive(Clone)]
