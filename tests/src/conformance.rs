@@ -14,7 +14,7 @@
 //! |---|---|---|---|
 //! | [`Kind::TestServer`] | the test server (`RedisServer`), the default protocol | scripted | native |
 //! | [`Kind::TestServerScripted`] | the same, `MutexProtocol::Scripted` forced | skipped: the same as the default | scripted |
-//! | [`Kind::InMemory`] | lock-core without Redis | skipped: not available in this build | the same |
+//! | [`Kind::InMemory`] | lock-core without Redis (`lock_core::testing::MemoryServer`) | native | native |
 //!
 //! Adding a backend is one more [`Kind`]: its [`Kind::start`] makes a [`Backend`] from a
 //! function that builds a client ([`Backend::new`]) and names the claims it cannot honour.
@@ -184,9 +184,31 @@ impl Kind {
                     None => Ok(backend),
                 }
             }
-            Kind::InMemory => Err("not available in this build".to_owned()),
+            Kind::InMemory => Ok(in_memory()),
         }
     }
+}
+
+/// lock-core's in-memory backend (`lock_core::testing`): every client of the backend on one
+/// `MemoryServer`, in this process, on tokio's clock.
+fn in_memory() -> Backend {
+    let server = lock_core::testing::MemoryServer::new();
+    // Replies a little late on tokio's clock, so an acquisition can be cut in flight
+    // (`Cancellation`); everything else is as prompt as a local server.
+    server.delay_replies(Duration::from_millis(1));
+    Backend::new(
+        "in-memory (lock_core::testing, native protocol)",
+        move |options: Options| {
+            let server = server.clone();
+            Box::pin(async move {
+                let mut builder = server.builder();
+                if let Some(lease) = options.watchdog_lease {
+                    builder = builder.watchdog_lease(lease);
+                }
+                builder.build().await.expect("a client of the in-memory server")
+            }) as BoxFuture<LockClient>
+        },
+    )
 }
 
 /// A test server and a backend on it speaking `protocol` (the server's own when None), and

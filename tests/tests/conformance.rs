@@ -2,7 +2,7 @@
 //! against every backend of this run (`lock_tests::conformance::Kind::ALL`): the test server
 //! with the protocol it offers (scripted on Redis 7.0, native on Valkey 9), the same server
 //! with the scripted protocol forced (on Valkey; on Redis it is the same as the first and is
-//! skipped, saying so), and the in-memory backend (skipped, saying so, until it exists).
+//! skipped, saying so), and lock-core's in-memory backend.
 //!
 //! Each test prints `HOLDS <claim> on <backend>: <what it showed>` per backend (`--nocapture`
 //! shows them) and `SKIPPED ...` with the reason on standard error, uncaptured. A failure
