@@ -84,6 +84,10 @@ impl LockClient {
         Self { engine }
     }
 
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// The mutex `name`: reentrant, owner-checked, leased, with a fencing token.
     pub fn mutex(&self, name: impl Into<String>) -> Mutex {
         Mutex::new(self.engine.clone(), name.into())

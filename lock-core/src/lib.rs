@@ -265,6 +265,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`record`] keeps such a record in Redis next to the lock, fenced by its token; lock-tower's
+//! `IdempotencyLayer` does all of this for HTTP requests with an `Idempotency-Key`.
+//!
 //! # Defaults and limits
 //!
 //! | setting | default | limits |
@@ -376,6 +379,7 @@ mod named;
 mod native;
 mod period;
 mod primaries;
+pub mod record;
 mod redlock;
 mod request;
 mod run;
