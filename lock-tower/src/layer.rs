@@ -8,7 +8,9 @@ use http::{Method, StatusCode};
 use lock_core::{LockClient, Semaphore};
 use tower::Layer;
 
-use crate::config::{FailMode, Kind, LeaseLost, MissingKey, Release, Settings, Side};
+use crate::config::{
+    FailMode, Kind, LeaseLost, MissingKey, Release, Settings, Side, prefix_problem,
+};
 use crate::response::DefaultRejection;
 use crate::service::DistributedLock;
 
@@ -52,16 +54,7 @@ impl<K, R> DistributedLockLayer<K, R> {
     /// whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        let valid = !prefix.is_empty() && lock_core::validate_prefix(&prefix).is_ok();
-        self.settings.check(
-            "prefix",
-            (!valid).then(|| {
-                format!(
-                    "the prefix {prefix:?} must be 1 to 128 bytes without braces, whitespace or \
-                     control characters"
-                )
-            }),
-        );
+        self.settings.check("prefix", prefix_problem(&prefix));
         self.settings.keys.prefix = prefix;
         self
     }
