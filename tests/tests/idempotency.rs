@@ -43,6 +43,8 @@ struct Probe {
     entered_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<usize>>,
     /// The next handler answers `500`.
     fail_next: std::sync::atomic::AtomicBool,
+    /// The next handler answers `409` with `Retry-After` (as a lock layer inside would).
+    busy_next: std::sync::atomic::AtomicBool,
     /// The Redis of `fenced_write`'s resource.
     redis_url: String,
 }
@@ -57,6 +59,7 @@ impl Probe {
             entered,
             entered_rx: tokio::sync::Mutex::new(entered_rx),
             fail_next: false.into(),
+            busy_next: false.into(),
             redis_url: server.url(),
         })
     }
@@ -110,6 +113,10 @@ async fn charge(
     armed.1 = false;
     if probe.fail_next.swap(false, Ordering::SeqCst) {
         return (StatusCode::INTERNAL_SERVER_ERROR, "failed").into_response();
+    }
+    if probe.busy_next.swap(false, Ordering::SeqCst) {
+        let retry = [(axum::http::header::RETRY_AFTER, "1")];
+        return (StatusCode::CONFLICT, retry, "busy").into_response();
     }
     let token = idem.map(|Extension(idem)| idem.fencing_token());
     let nonce: u64 = rand::random();
@@ -319,7 +326,7 @@ async fn another_request_with_the_key_is_422_and_scopes_keep_clients_apart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_handler_stores_nothing_and_its_retry_runs() {
+async fn a_failed_or_busy_handler_stores_nothing_and_its_retry_runs() {
     let server = RedisServer::start();
     let probe = Probe::new(&server);
     let app = App::serve(app(
@@ -327,10 +334,13 @@ async fn a_failed_handler_stores_nothing_and_its_retry_runs() {
         &probe,
     ))
     .await;
-    probe.fail_next.store(true, Ordering::SeqCst);
-    let res = send(app.url("/charges"), "k-fail", "x").await;
-    assert_eq!(res.status(), 500);
-    assert_eq!(server.cmd(&["EXISTS", "lock:{idem::k-fail}:record"]), "0");
+    // A 5xx, and an answer that says when to retry: neither is final.
+    for (next, status) in [(&probe.fail_next, 500), (&probe.busy_next, 409)] {
+        next.store(true, Ordering::SeqCst);
+        let res = send(app.url("/charges"), "k-fail", "x").await;
+        assert_eq!(res.status(), status);
+        assert_eq!(server.cmd(&["EXISTS", "lock:{idem::k-fail}:record"]), "0");
+    }
     let (status, headers, first) = read(send(app.url("/charges"), "k-fail", "x").await).await;
     assert_eq!(
         (status, headers[0].as_deref()),
@@ -339,7 +349,7 @@ async fn a_failed_handler_stores_nothing_and_its_retry_runs() {
     );
     let (_, headers, replay) = read(send(app.url("/charges"), "k-fail", "x").await).await;
     assert_eq!((headers[0].as_deref(), replay), (Some("true"), first));
-    assert_eq!(probe.runs(), 2);
+    assert_eq!(probe.runs(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{CONTENT_TYPE, HeaderName, LOCATION};
-use http::{Method, StatusCode};
+use http::Method;
+use http::header::{CONTENT_TYPE, HeaderName, LOCATION, RETRY_AFTER};
+use http::response::Parts;
 use lock_core::{LockClient, LockError};
 
 use super::redis_store::RedisStore;
@@ -32,10 +33,11 @@ pub const MAX_RECORD_BODY: usize = 8 * 1024 * 1024;
 /// The default [`ttl`](crate::IdempotencyLayer::ttl) of a record: 24 hours.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// The default [`store_status`](crate::IdempotencyLayer::store_status): every status but a
-/// server error (`5xx`), which a retry should run again.
-pub fn not_server_error(status: StatusCode) -> bool {
-    !status.is_server_error()
+/// The default [`store_if`](crate::IdempotencyLayer::store_if): a response is final, and
+/// stored, unless it is a server error (`5xx`) or says when to try again (`Retry-After`: a
+/// `409` busy answer of a lock inside, a `429`, a `503`), whose retries should run again.
+pub fn is_final(response: &Parts) -> bool {
+    !response.status.is_server_error() && !response.headers.contains_key(RETRY_AFTER)
 }
 
 /// The layer's settings.
@@ -58,7 +60,7 @@ pub(crate) struct Settings {
     pub(crate) max_request_body: usize,
     pub(crate) max_record_body: usize,
     pub(crate) replay_headers: Arc<[HeaderName]>,
-    pub(crate) store_status: fn(StatusCode) -> bool,
+    pub(crate) store_if: fn(&Parts) -> bool,
     pub(crate) fail_mode: FailMode,
     pub(crate) lease_lost: LeaseLost,
     pub(crate) invalid: Problems,
@@ -83,7 +85,7 @@ impl Settings {
             max_request_body: DEFAULT_MAX_REQUEST_BODY,
             max_record_body: DEFAULT_MAX_RECORD_BODY,
             replay_headers: Arc::new([CONTENT_TYPE, LOCATION]),
-            store_status: not_server_error,
+            store_if: is_final,
             fail_mode: FailMode::Closed,
             lease_lost: LeaseLost::Abort,
             invalid: Problems::default(),

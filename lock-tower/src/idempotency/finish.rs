@@ -50,7 +50,7 @@ enum Stored {
     Failed,
 }
 
-/// Stores the handler's `response` (when its status is stored and its body fits) under the
+/// Stores the handler's `response` (when it is final and its body fits) under the
 /// key's lock, gives the lock back, and says how to answer.
 pub(crate) async fn finish<B>(
     response: Response<B>,
@@ -63,8 +63,9 @@ where
     B::Data: From<Bytes> + Send,
     B::Error: Send,
 {
-    let status = response.status();
-    if held.context.is_stored() || !(settings.store_status)(status) {
+    let (parts, body) = response.into_parts();
+    let status = parts.status;
+    if held.context.is_stored() || !(settings.store_if)(&parts) {
         let stored = held.context.is_stored();
         span.record(
             "outcome",
@@ -80,13 +81,12 @@ where
             if stored {
                 "the handler stored the record itself"
             } else {
-                "response not stored (its status): a retry runs the request again"
+                "response not stored (not final): a retry runs the request again"
             }
         );
         held.release().await;
-        return Finished::Respond(response.map(ResponseBody::new));
+        return Finished::Respond(Response::from_parts(parts, ResponseBody::new(body)));
     }
-    let (parts, body) = response.into_parts();
     let body = match read_response(body, settings.max_record_body).await {
         Read::Whole(body) => body,
         Read::Partial(frames, rest) => {

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::Method;
 use http::header::HeaderName;
-use http::{Method, StatusCode};
 use lock_core::LockClient;
 use tower::Layer;
 
@@ -177,11 +177,12 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
-    /// Which responses are stored, by status; the others are answered as they are and their
-    /// retries run again. Default [`not_server_error`](crate::idempotency::not_server_error):
-    /// every status but `5xx`.
-    pub fn store_status(mut self, store: fn(StatusCode) -> bool) -> Self {
-        self.settings.store_status = store;
+    /// Which responses are stored, by their status, headers and extensions; the others are
+    /// answered as they are and their retries run again. Default
+    /// [`is_final`](crate::idempotency::is_final): every response but a `5xx` or one with
+    /// `Retry-After`.
+    pub fn store_if(mut self, store: fn(&http::response::Parts) -> bool) -> Self {
+        self.settings.store_if = store;
         self
     }
 

@@ -76,8 +76,8 @@
 //! | the key's record, made by this same request (fingerprint) | the record's, with `Idempotent-Replayed: true` | | (it is) |
 //! | the key's record, made by another request | 422 | `idempotency_key_reused` | |
 //! | the key's lock held by its first request, past [`wait`] | 409, `Retry-After` ([`retry_after`](IdempotencyLayer::retry_after), 1 s) | `idempotency_key_in_use` | |
-//! | the handler answers, status [stored](IdempotencyLayer::store_status) (not `5xx`), body within [`max_record_body`] (256 KiB) | the handler's | | **yes** |
-//! | the handler answers `5xx` | the handler's | | no: a retry runs again |
+//! | the handler answers, a [final](IdempotencyLayer::store_if) response (not `5xx`, no `Retry-After`), body within [`max_record_body`] (256 KiB) | the handler's | | **yes** |
+//! | the handler answers `5xx`, or with `Retry-After` (a lock layer inside found its lock busy, say) | the handler's | | no: a retry runs again |
 //! | the handler's body is larger, or has trailers | the handler's, whole | | no (logged at `warn`) |
 //! | the inner service fails (its error type), or the client goes away | | | no |
 //! | the key's lock lost while the handler runs ([`LeaseLost::Abort`](crate::LeaseLost::Abort)) | 503, `Retry-After` | `lock_lost` | no |
@@ -147,7 +147,7 @@ mod store;
 
 pub use config::{
     DEFAULT_MAX_RECORD_BODY, DEFAULT_MAX_REQUEST_BODY, DEFAULT_TTL, IDEMPOTENCY_KEY,
-    IDEMPOTENT_REPLAYED, MAX_RECORD_BODY, not_server_error,
+    IDEMPOTENT_REPLAYED, MAX_RECORD_BODY, is_final,
 };
 pub use context::Idempotency;
 pub use error::{StoreError, StoreErrorKind};
