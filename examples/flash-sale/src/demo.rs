@@ -121,6 +121,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             lease: options.lease,
             work: options.work,
             stall_once: options.stall_holder && i == 0,
+            crash_after_commit: false,
             log: dir.path().join(format!("instance-{}.log", i + 1)),
             name: Some(format!("instance-{}", i + 1)),
             demo_sale: false,

@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod db;
 pub mod demo;
 pub mod error;
+pub mod idempotency;
 pub mod invariants;
 pub mod load;
 pub mod model;
