@@ -50,7 +50,7 @@
 //! let records = client.records();
 //! let guard = client.lock("invoice:42").await?;
 //! if records.get("invoice:42").await?.is_none() {
-//!     let token = guard.fencing_token().expect("a mutex has a fencing token");
+//!     let token = guard.fencing_token();
 //!     // ... do the work once ...
 //!     match records.put("invoice:42", b"sent", token, Duration::from_secs(86_400)).await? {
 //!         Fenced::Written => {}

@@ -7,9 +7,9 @@
 //! | `GET /api/sales` | the 100 most recent sales | `200` |
 //! | `GET /api/sales/{sale_id}` | one sale | `200`, `400`, `404` |
 //! | `GET /api/sales/{sale_id}/stats` | its numbers, from the database | `200`, `400`, `404` |
-//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id` | `201`, `400`, `404`, `409` (already ordered, double click, not started), `410` (sold out, ended), `503` (busy: retry) |
+//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id`, optionally an `Idempotency-Key` | `201`, `400`, `404`, `409` (already ordered, double click, not started, key in use), `410` (sold out, ended), `422` (key reused), `503` (busy: retry) |
 //! | `GET /api/orders/{order_id}` | one order | `200`, `400`, `404` |
-//! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent | `200`, `400`, `404`, `409` (paid by another payment) |
+//! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent; optionally an `Idempotency-Key` | `200`, `400`, `404`, `409` (paid by another payment), `422` (key reused) |
 //! | `GET /api/sales/{sale_id}/lock` | the sale's stock lock and recent rejections, for the lock panel ([`crate::panel`]) | `200`, `400`, `404`, `503` |
 //! | `GET /api/instance` | this instance: name, lock client id, URL | `200` |
 //! | `GET /metrics` | Prometheus text ([`crate::telemetry`]) | `200` |
@@ -28,6 +28,15 @@
 //!
 //! Both layers let requests with a malformed id through unlocked
 //! ([`MissingKey::PassThrough`]) so the handler answers them with its own `400`.
+//!
+//! # Idempotency keys
+//!
+//! Outside those layers, an [`IdempotencyLayer`] on each route answers the retries of a request
+//! with an `Idempotency-Key` with its first answer (see [`crate::idempotency`]): purchases'
+//! keys are scoped by the buyer (`X-User-Id`, prefix `idem:orders:`) and a duplicate gets `409`
+//! at once while the first runs; payments' keys by the order (`idem:pay:`) and a duplicate waits
+//! up to 2 s for the first answer. The records are in the database, and the purchase and the
+//! payment write theirs in their own transaction.
 
 use std::sync::Arc;
 use std::time::Duration;
