@@ -180,14 +180,18 @@ impl Records {
         token: u64,
         ttl: Duration,
     ) -> Result<Fenced, LockError> {
-        let key = self.key(name)?;
         check(value.len(), token, ttl)?;
-        let stored = encode(token, value);
+        let put = Put {
+            key: self.key(name)?,
+            stored: encode(token, value),
+            token,
+            ttl,
+        };
         let capabilities = self.engine.capabilities();
         if capabilities.scripting {
-            self.put_scripted(&key, &stored, token, ttl).await
+            self.put_scripted(&put).await
         } else if capabilities.native_compare {
-            self.put_native(&key, &stored, token, ttl).await
+            self.put_native(&put).await
         } else {
             Err(LockError::Unsupported {
                 feature: "records",
@@ -197,20 +201,15 @@ impl Records {
         }
     }
 
-    async fn put_scripted(
-        &self,
-        key: &str,
-        stored: &[u8],
-        token: u64,
-        ttl: Duration,
-    ) -> Result<Fenced, LockError> {
+    /// The put as one script.
+    async fn put_scripted(&self, put: &Put) -> Result<Fenced, LockError> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(PUT)
             .arg(1)
-            .arg(key)
-            .arg(stored)
-            .arg(token)
-            .arg(millis(ttl));
+            .arg(&put.key)
+            .arg(&put.stored)
+            .arg(put.token)
+            .arg(millis(put.ttl));
         match convert::<i64>(self.engine.command(&cmd).await?)? {
             -1 => Ok(Fenced::Written),
             greater => Ok(Fenced::Refused {
@@ -221,13 +220,14 @@ impl Records {
         }
     }
 
-    async fn put_native(
-        &self,
-        key: &str,
-        stored: &[u8],
-        token: u64,
-        ttl: Duration,
-    ) -> Result<Fenced, LockError> {
+    /// The put as a compare-and-set, read again when another writer came in between.
+    async fn put_native(&self, put: &Put) -> Result<Fenced, LockError> {
+        let Put {
+            key,
+            stored,
+            token,
+            ttl,
+        } = put;
         for _ in 0..NATIVE_ATTEMPTS {
             let mut get = redis::cmd("GET");
             get.arg(key);
@@ -238,13 +238,13 @@ impl Records {
                 None => set.arg("NX"),
                 Some(current) => {
                     let written = decode(key, current.clone())?.token;
-                    if written > token {
+                    if written > *token {
                         return Ok(Fenced::Refused { stored: written });
                     }
                     set.arg("IFEQ").arg(current.as_slice())
                 }
             };
-            set.arg("PX").arg(millis(ttl));
+            set.arg("PX").arg(millis(*ttl));
             if self.engine.command(&set).await? != Value::Nil {
                 return Ok(Fenced::Written);
             }
@@ -261,6 +261,14 @@ impl fmt::Debug for Records {
             .field("prefix", &self.engine.config().prefix)
             .finish()
     }
+}
+
+/// A put on its way: the record's key, the value as stored, the token, the time to live.
+struct Put {
+    key: String,
+    stored: Vec<u8>,
+    token: u64,
+    ttl: Duration,
 }
 
 /// Checks a put's size, token and time to live.

@@ -229,6 +229,7 @@ mod hold;
 pub mod idempotency;
 mod key;
 mod layer;
+mod macros;
 mod response;
 mod service;
 

@@ -517,6 +517,23 @@ where
     }
 }
 
+/// The response of a future's `Rejected` state: its rejection (taken: a future answers once),
+/// logged once, as `on_rejection` makes it.
+pub(crate) fn answer<B, R>(
+    rejection: &mut Option<Rejection>,
+    on_rejection: &R,
+) -> Response<ResponseBody<B>>
+where
+    B: http_body::Body,
+    R: OnRejection<B>,
+{
+    let rejection = rejection
+        .take()
+        .expect("ResponseFuture polled after completion");
+    rejection.log();
+    on_rejection.on_rejection(rejection)
+}
+
 /// The default answer: [`Rejection::to_response`], a JSON problem document with the status
 /// the layer's settings chose and `Retry-After` when it is known.
 #[derive(Debug, Clone, Copy, Default)]

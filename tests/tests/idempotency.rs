@@ -183,6 +183,21 @@ async fn send(url: String, key: &str, body: &'static str) -> reqwest::Response {
         .unwrap()
 }
 
+/// A layer's rejection with `status`: its problem `code` and `Retry-After`.
+async fn rejected(res: reqwest::Response, status: StatusCode) -> (String, Option<String>) {
+    let (got, retry_after, body) = problem(res).await;
+    assert_eq!(got, status, "{body}");
+    (
+        body["code"].as_str().unwrap_or_default().to_owned(),
+        retry_after,
+    )
+}
+
+/// The status of `request`, sent as it is (without a key, say).
+async fn status_of(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.unwrap().status().as_u16()
+}
+
 /// Status, the headers asked for, and the body of a response.
 async fn read(res: reqwest::Response) -> (u16, Vec<Option<String>>, Bytes) {
     let names = ["idempotent-replayed", "location", "content-type", "x-extra"];
@@ -220,10 +235,11 @@ async fn a_key_runs_once_across_two_instances_and_is_replayed_byte_for_byte() {
     // Its duplicates, on both instances, while it runs: 409 at once, with Retry-After.
     let duplicates = (0..8).map(|i| send(apps[i % 2].url("/charges"), "k-1", "amount=5"));
     for res in within("duplicates", 30, futures_util::future::join_all(duplicates)).await {
-        let (status, retry_after, body) = problem(res).await;
-        assert_eq!(status, StatusCode::CONFLICT, "{body}");
-        assert_eq!(retry_after.as_deref(), Some("1"));
-        assert_eq!(body["code"], "idempotency_key_in_use");
+        let (code, retry_after) = rejected(res, StatusCode::CONFLICT).await;
+        assert_eq!(
+            (code.as_str(), retry_after.as_deref()),
+            ("idempotency_key_in_use", Some("1"))
+        );
     }
     probe.open();
     let (status, headers, original) = read(first.await.unwrap()).await;
@@ -282,9 +298,9 @@ async fn another_request_with_the_key_is_422_and_scopes_keep_clients_apart() {
     let unscoped = App::serve(app(IdempotencyLayer::new(c.clone()), &probe)).await;
     assert_eq!(send(unscoped.url("/charges"), "k", "a").await.status(), 201);
     for (path, body) in [("/charges", "b"), ("/other", "a")] {
-        let (status, _, problem) = problem(send(unscoped.url(path), "k", body).await).await;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path} {body}");
-        assert_eq!(problem["code"], "idempotency_key_reused");
+        let res = send(unscoped.url(path), "k", body).await;
+        let (code, _) = rejected(res, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(code, "idempotency_key_reused", "{path} {body}");
     }
     assert_eq!(probe.runs(), 1);
 
@@ -317,11 +333,8 @@ async fn another_request_with_the_key_is_422_and_scopes_keep_clients_apart() {
     let res = http()
         .post(scoped.url("/charges"))
         .header("idempotency-key", "k");
-    let (status, _, body) = problem(res.send().await.unwrap()).await;
-    assert_eq!(
-        (status, &body["code"]),
-        (StatusCode::BAD_REQUEST, &"idempotency_scope_missing".into())
-    );
+    let (code, _) = rejected(res.send().await.unwrap(), StatusCode::BAD_REQUEST).await;
+    assert_eq!(code, "idempotency_scope_missing");
     assert_eq!(probe.runs(), 3);
 }
 
@@ -409,12 +422,11 @@ async fn a_lost_lock_aborts_the_handler_and_its_retry_runs() {
         IdempotencyLayer::new(client(&server.url()).await).lease(Duration::from_millis(300));
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
-    let (status, retry_after, body) =
-        problem(send(app.url("/charges"), "k-abort", "x").await).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let res = send(app.url("/charges"), "k-abort", "x").await;
+    let (code, retry_after) = rejected(res, StatusCode::SERVICE_UNAVAILABLE).await;
     assert_eq!(
-        (retry_after.as_deref(), &body["code"]),
-        (Some("1"), &"lock_lost".into())
+        (code.as_str(), retry_after.as_deref()),
+        ("lock_lost", Some("1"))
     );
     assert_eq!(
         probe.cancelled.load(Ordering::SeqCst),
@@ -454,29 +466,16 @@ async fn bad_and_missing_keys_are_400_problems_that_never_reach_the_handler() {
         .post(app.url("/charges"))
         .header("idempotency-key", "a")
         .header("idempotency-key", "b");
-    let (status, _, body) = problem(twice.send().await.unwrap()).await;
-    assert_eq!(
-        (status, &body["code"]),
-        (StatusCode::BAD_REQUEST, &"idempotency_key_invalid".into())
-    );
-    let (status, _, body) = problem(http().post(app.url("/charges")).send().await.unwrap()).await;
-    assert_eq!(
-        (status, &body["code"]),
-        (StatusCode::BAD_REQUEST, &"idempotency_key_missing".into())
-    );
+    let (code, _) = rejected(twice.send().await.unwrap(), StatusCode::BAD_REQUEST).await;
+    assert_eq!(code, "idempotency_key_invalid");
+    let keyless = http().post(app.url("/charges")).send().await.unwrap();
+    let (code, _) = rejected(keyless, StatusCode::BAD_REQUEST).await;
+    assert_eq!(code, "idempotency_key_missing");
     assert_eq!(probe.runs(), 0);
     // The longest key is fine, and a method the key is not required for runs without one.
     let longest = String::from_utf8(vec![b'k'; 255]).unwrap();
     assert_eq!(send(app.url("/charges"), &longest, "").await.status(), 201);
-    assert_eq!(
-        http()
-            .get(app.url("/charges"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        201
-    );
+    assert_eq!(status_of(http().get(app.url("/charges"))).await, 201);
     assert_eq!(probe.runs(), 2);
 }
 
@@ -489,15 +488,9 @@ async fn bodies_over_the_limits_are_413_or_answered_but_not_stored() {
         .max_request_body(16)
         .max_record_body(1031);
     let app = App::serve(app(layer, &probe)).await;
-    let (status, _, body) =
-        problem(send(app.url("/charges"), "k-in", "seventeen bytes!!").await).await;
-    assert_eq!(
-        (status, &body["code"]),
-        (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &"request_body_too_large".into()
-        )
-    );
+    let res = send(app.url("/charges"), "k-in", "seventeen bytes!!").await;
+    let (code, _) = rejected(res, StatusCode::PAYLOAD_TOO_LARGE).await;
+    assert_eq!(code, "request_body_too_large");
     assert_eq!(
         send(app.url("/charges"), "k-in", "sixteen bytes!!!")
             .await
@@ -535,27 +528,45 @@ async fn redis_down_is_503_unless_the_layer_fails_open() {
     let open_layer = IdempotencyLayer::new(client(&server.url()).await).fail_mode(FailMode::Open);
     let open = App::serve(app(open_layer, &probe)).await;
     server.kill();
-    let (status, retry_after, body) =
-        problem(send(closed.url("/charges"), "k-down", "x").await).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(retry_after.as_deref(), Some("1"));
-    assert_eq!(body["code"], "idempotency_store_unavailable");
+    let res = send(closed.url("/charges"), "k-down", "x").await;
+    let (code, retry_after) = rejected(res, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert_eq!(
+        (code.as_str(), retry_after.as_deref()),
+        ("idempotency_store_unavailable", Some("1"))
+    );
     assert_eq!(probe.runs(), 0);
     // Failing open runs it, unrecorded; a request without a key never needed Redis.
     assert_eq!(
         send(open.url("/charges"), "k-down", "x").await.status(),
         201
     );
-    assert_eq!(
-        http()
-            .post(closed.url("/charges"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        201
-    );
+    assert_eq!(status_of(http().post(closed.url("/charges"))).await, 201);
     assert_eq!(probe.runs(), 2);
+}
+
+/// The rule of a record's put, on `name`: refused from an older token, accepted from an equal
+/// or greater one, and among concurrent writers the greatest token's value stands.
+async fn fenced_puts(records: &lock_core::record::Records, name: &str) {
+    let ttl = Duration::from_secs(60);
+    let put = |value: &'static [u8], token| records.put(name, value, token, ttl);
+    assert_eq!(put(b"first", 5).await.unwrap(), Fenced::Written);
+    let read = records.get(name).await.unwrap().unwrap();
+    assert_eq!((read.token(), read.value()), (5, &b"first"[..]));
+    assert_eq!(
+        put(b"stale", 4).await.unwrap(),
+        Fenced::Refused { stored: 5 }
+    );
+    assert_eq!(put(b"again", 5).await.unwrap(), Fenced::Written);
+    let puts = (6..23).map(|token| async move {
+        records
+            .put(name, token.to_string().as_bytes(), token, ttl)
+            .await
+    });
+    for put in futures_util::future::join_all(puts).await {
+        put.unwrap();
+    }
+    let read = records.get(name).await.unwrap().unwrap();
+    assert_eq!((read.token(), read.value()), (22, &b"22"[..]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -566,24 +577,11 @@ async fn records_are_fenced_next_to_their_lock_and_expire() {
     let ttl = Duration::from_secs(60);
     assert_eq!(records.key("order:7").unwrap(), "lock:{order:7}:record");
     assert!(records.get("order:7").await.unwrap().is_none());
-    assert_eq!(
-        records.put("order:7", b"first", 5, ttl).await.unwrap(),
-        Fenced::Written
-    );
-    let read = records.get("order:7").await.unwrap().unwrap();
-    assert_eq!((read.token(), read.value()), (5, &b"first"[..]));
-    assert_eq!(server.cmd(&["GET", "lock:{order:7}:record"]), "5:first");
-    assert_eq!(
-        records.put("order:7", b"stale", 4, ttl).await.unwrap(),
-        Fenced::Refused { stored: 5 }
-    );
-    assert_eq!(
-        records.put("order:7", b"again", 5, ttl).await.unwrap(),
-        Fenced::Written
-    );
+    fenced_puts(&records, "order:7").await;
+    assert_eq!(server.cmd(&["GET", "lock:{order:7}:record"]), "22:22");
     let short = Duration::from_millis(50);
     assert_eq!(
-        records.put("order:7", b"newer", 6, short).await.unwrap(),
+        records.put("order:7", b"newer", 23, short).await.unwrap(),
         Fenced::Written
     );
     eventually("the record expired", || {
@@ -635,34 +633,7 @@ async fn records_work_without_lua_through_the_native_compare_and_set() {
     assert_eq!(server.cmd(&["MODULE", "UNLOAD", "lua"]), "OK");
     let c = client(&server.url()).await;
     assert!(!c.server_capabilities().scripting);
-    let (records, ttl) = (c.records(), Duration::from_secs(60));
-    assert_eq!(
-        records.put("n", b"first", 5, ttl).await.unwrap(),
-        Fenced::Written
-    );
-    assert_eq!(
-        records.put("n", b"stale", 4, ttl).await.unwrap(),
-        Fenced::Refused { stored: 5 }
-    );
-    assert_eq!(
-        records.put("n", b"newer", 6, ttl).await.unwrap(),
-        Fenced::Written
-    );
-    let read = records.get("n").await.unwrap().unwrap();
-    assert_eq!((read.token(), read.value()), (6, &b"newer"[..]));
+    fenced_puts(&c.records(), "n").await;
     let ttl_left: i64 = server.cmd(&["PTTL", "lock:{n}:record"]).parse().unwrap();
     assert!(ttl_left > 0, "{ttl_left}");
-    // Concurrent writers: the greatest token's value stands.
-    let puts = (7..23).map(|token| {
-        let records = records.clone();
-        async move {
-            records
-                .put("n", format!("{token}").as_bytes(), token, ttl)
-                .await
-        }
-    });
-    for put in futures_util::future::join_all(puts).await {
-        put.unwrap();
-    }
-    assert_eq!(records.get("n").await.unwrap().unwrap().token(), 22);
 }

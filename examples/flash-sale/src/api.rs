@@ -228,12 +228,7 @@ async fn create_order(
     let recorder = idem
         .as_ref()
         .map(|Extension(idem)| Recorder::new(idem, created));
-    let bought = shop.buy(&id, &user, recorder).await?;
-    let answer = match bought.answer {
-        Some(recorded) => recorded,
-        None => created(&bought.value)?,
-    };
-    Ok(answer.into_response())
+    shop.buy(&id, &user, recorder).await?.respond(created)
 }
 
 async fn get_order(
@@ -260,10 +255,5 @@ async fn pay_order(
     let recorder = idem
         .as_ref()
         .map(|Extension(idem)| Recorder::new(idem, paid));
-    let result = shop.pay(&id, &callback, recorder).await?;
-    let answer = match result.answer {
-        Some(recorded) => recorded,
-        None => paid(&result.value)?,
-    };
-    Ok(answer.into_response())
+    shop.pay(&id, &callback, recorder).await?.respond(paid)
 }

@@ -200,7 +200,7 @@ impl<'a, T> Recorder<'a, T> {
     }
 
     /// The answer to `result`, and its record to write in the transaction.
-    pub fn prepare(&self, result: &T) -> Result<(JsonAnswer, InTransaction<'a>), ApiError> {
+    fn prepare(&self, result: &T) -> Result<(JsonAnswer, InTransaction<'a>), ApiError> {
         let answer = (self.answer)(result)?;
         let record = self
             .idem
@@ -210,6 +210,62 @@ impl<'a, T> Recorder<'a, T> {
             record,
         };
         Ok((answer, write))
+    }
+}
+
+/// A write's record, made before the write from its result, to write in its transaction; none
+/// for a request without a key.
+#[derive(Debug)]
+pub struct ToRecord<'a>(Option<(JsonAnswer, InTransaction<'a>)>);
+
+impl<'a> ToRecord<'a> {
+    /// The record of `result`, as `recorder` answers it (none without a recorder).
+    pub fn new<T>(recorder: Option<Recorder<'a, T>>, result: &T) -> Result<Self, ApiError> {
+        Ok(Self(recorder.map(|r| r.prepare(result)).transpose()?))
+    }
+
+    /// The record to write in the transaction, if there is one.
+    pub fn in_transaction(&self) -> Option<&InTransaction<'a>> {
+        self.0.as_ref().map(|(_, record)| record)
+    }
+
+    /// The write's `value` with the recorded answer, once the transaction committed.
+    pub fn done<T>(self, value: T) -> Recorded<T> {
+        Recorded {
+            value,
+            answer: self.0.map(|(answer, _)| answer),
+        }
+    }
+}
+
+/// A write's result and, when it wrote its idempotency record in its own transaction, the
+/// answer that record holds: send exactly that.
+#[derive(Debug)]
+pub struct Recorded<T> {
+    /// The result.
+    pub value: T,
+    /// The recorded answer, if the write recorded one.
+    pub answer: Option<JsonAnswer>,
+}
+
+impl<T> Recorded<T> {
+    /// A result with no record written.
+    pub fn without_record(value: T) -> Self {
+        Self {
+            value,
+            answer: None,
+        }
+    }
+
+    /// The response: the recorded answer, or `answer(value)` (the function that made it).
+    pub fn respond(
+        self,
+        answer: fn(&T) -> Result<JsonAnswer, ApiError>,
+    ) -> Result<Response, ApiError> {
+        match self.answer {
+            Some(recorded) => Ok(recorded.into_response()),
+            None => Ok(answer(&self.value)?.into_response()),
+        }
     }
 }
 

@@ -47,7 +47,7 @@ use tokio::sync::Notify;
 
 use crate::db::{Db, PaymentWrite, WriteOutcome};
 use crate::error::ApiError;
-use crate::idempotency::{JsonAnswer, Recorder, record_fenced};
+use crate::idempotency::{Recorded, Recorder, ToRecord, record_fenced};
 use crate::model::{
     NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, ReplayCheck,
     SaleId, SaleStats, SaleView, UserId, format_ms, now_ms,
@@ -162,25 +162,6 @@ impl CrashHook {
 impl Default for CrashHook {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// A write's result and, when it wrote its idempotency record in its own transaction, the
-/// answer that record holds: send exactly that.
-#[derive(Debug)]
-pub struct Recorded<T> {
-    /// The result.
-    pub value: T,
-    /// The recorded answer, if the write recorded one.
-    pub answer: Option<JsonAnswer>,
-}
-
-impl<T> Recorded<T> {
-    fn unrecorded(value: T) -> Self {
-        Self {
-            value,
-            answer: None,
-        }
     }
 }
 
@@ -463,21 +444,15 @@ impl Shop {
             created_at: now_ms(),
         };
         let view = order.view();
-        let recorded = recorder.map(|r| r.prepare(&view)).transpose()?;
-        let record = recorded.as_ref().map(|(_, record)| record);
-        match self
+        let record = ToRecord::new(recorder, &view)?;
+        let write = self
             .db
-            .write_purchase(&order, sale.stock - 1, token, record)
-            .await?
-        {
+            .write_purchase(&order, sale.stock - 1, token, record.in_transaction());
+        match write.await? {
             WriteOutcome::Written => {
                 crate::telemetry::order_created(1);
-                self.committed(record).await;
-                let answer = recorded.map(|(answer, _)| answer);
-                Ok(Recorded {
-                    value: view,
-                    answer,
-                })
+                self.committed(&record).await;
+                Ok(record.done(view))
             }
             WriteOutcome::Fenced => Err(self.stale(sale_id, token.unwrap_or(0)).await),
             WriteOutcome::RecordFenced => Err(record_fenced()),
@@ -486,8 +461,8 @@ impl Shop {
 
     /// After a commit: a record written in it is stored (the layer does not store again);
     /// the test-only crash hook stops here.
-    async fn committed(&self, record: Option<&crate::idempotency::InTransaction<'_>>) {
-        if let Some(record) = record {
+    async fn committed(&self, record: &ToRecord<'_>) {
+        if let Some(record) = record.in_transaction() {
             record.committed();
             if let Some(hook) = &self.options.crash {
                 hook.reached(record.key()).await;
@@ -546,20 +521,19 @@ impl Shop {
                 applied: true,
                 replay_caught_by: None,
             };
-            let recorded = recorder.map(|r| r.prepare(&paid)).transpose()?;
-            let record = recorded.as_ref().map(|(_, record)| record);
-            let write = self
-                .db
-                .apply_payment(order_id, &callback.payment_ref, price, now, record);
+            let record = ToRecord::new(recorder, &paid)?;
+            let write = self.db.apply_payment(
+                order_id,
+                &callback.payment_ref,
+                price,
+                now,
+                record.in_transaction(),
+            );
             match write.await? {
                 PaymentWrite::Applied => {
                     crate::telemetry::payment(true);
-                    self.committed(record).await;
-                    let answer = recorded.map(|(answer, _)| answer);
-                    return Ok(Recorded {
-                        value: paid,
-                        answer,
-                    });
+                    self.committed(&record).await;
+                    return Ok(record.done(paid));
                 }
                 PaymentWrite::RecordFenced => return Err(record_fenced()),
                 PaymentWrite::NotReserved => caught_by = ReplayCheck::ConditionalWrite,
@@ -572,7 +546,7 @@ impl Shop {
         })?;
         if paid_ref == callback.payment_ref {
             crate::telemetry::payment(false);
-            Ok(Recorded::unrecorded(PaymentResult {
+            Ok(Recorded::without_record(PaymentResult {
                 order,
                 payment_ref: paid_ref,
                 amount_cents: amount,

@@ -67,14 +67,19 @@ async fn buy(base: &str, sale: &str, user: &str, key: &str) -> reqwest::Result<r
         .await
 }
 
-async fn orders_of(env: &Env, user: &str) -> i64 {
-    sqlx::query("SELECT COUNT(*) FROM orders WHERE user_id = $1")
-        .bind(user)
+/// The number `sql` (one `$1`, bound to `arg`) reads from the database.
+async fn number(env: &Env, sql: &str, arg: &str) -> i64 {
+    sqlx::query(sql)
+        .bind(arg)
         .fetch_one(env.db.pool())
         .await
         .unwrap()
         .try_get(0)
         .unwrap()
+}
+
+async fn orders_of(env: &Env, user: &str) -> i64 {
+    number(env, "SELECT COUNT(*) FROM orders WHERE user_id = $1", user).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,13 +167,12 @@ async fn a_replayed_payment_callback_is_answered_from_the_record() {
     assert!(a.replayed != b.replayed, "one ran, one was replayed");
     assert_eq!(a.body, b.body);
     assert_eq!(a.json()["applied"], true);
-    let paid: i64 = sqlx::query("SELECT COUNT(*) FROM payments WHERE order_id = $1")
-        .bind(&order)
-        .fetch_one(env.db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
+    let paid = number(
+        &env,
+        "SELECT COUNT(*) FROM payments WHERE order_id = $1",
+        &order,
+    )
+    .await;
     assert_eq!(paid, 1);
     // The replay is counted at /metrics.
     let metrics = http()
@@ -233,13 +237,7 @@ async fn a_crash_after_the_commit_is_replayed_not_bought_again(database: Databas
         .map(|r| r.try_get(0).unwrap())
         .collect();
     assert_eq!(ids, [order], "the one order, the one the record names");
-    let stock: i64 = sqlx::query("SELECT stock FROM sales WHERE id = $1")
-        .bind(&sale)
-        .fetch_one(env.db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
+    let stock = number(&env, "SELECT stock FROM sales WHERE id = $1", &sale).await;
     assert_eq!(stock, 9);
     env.finish().await;
 }

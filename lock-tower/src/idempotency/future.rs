@@ -31,7 +31,7 @@ use super::record::Record;
 use super::rejection;
 use crate::body::ResponseBody;
 use crate::config::LeaseLost;
-use crate::response::{OnRejection, Rejection};
+use crate::response::{OnRejection, Rejection, answer};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -85,51 +85,37 @@ enum Step<F, Q, B: Body, E> {
     Ready(Result<Response<ResponseBody<B>>, E>),
 }
 
+/// How a request's future starts.
+pub(crate) enum Start<S: Service<Request<Q>>, Q> {
+    /// Answered by the layer at once.
+    Rejected(Rejection),
+    /// Without a key: the inner service's future, as it is.
+    Unlocked(S::Future),
+    /// With a key: preparing, then the ready inner service.
+    Preparing(BoxFuture<Prepared<Q>>, S),
+}
+
 impl<S, ReqBody, ResBody, R> ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
     ResBody: Body,
 {
-    pub(crate) fn rejected(
-        rejection: Rejection,
+    pub(crate) fn new(
+        start: Start<S, ReqBody>,
         settings: Arc<Settings>,
         on_rejection: Arc<R>,
         span: Span,
     ) -> Self {
-        let state = State::Rejected {
-            rejection: Some(rejection),
+        let (state, service) = match start {
+            Start::Rejected(rejection) => (
+                State::Rejected {
+                    rejection: Some(rejection),
+                },
+                None,
+            ),
+            Start::Unlocked(future) => (State::Running { future, held: None }, None),
+            Start::Preparing(future, service) => (State::Preparing { future }, Some(service)),
         };
-        Self::with(state, None, settings, on_rejection, span)
-    }
-
-    pub(crate) fn unlocked(
-        future: S::Future,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
-        let state = State::Running { future, held: None };
-        Self::with(state, None, settings, on_rejection, span)
-    }
-
-    pub(crate) fn preparing(
-        future: BoxFuture<Prepared<ReqBody>>,
-        service: S,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
-        let state = State::Preparing { future };
-        Self::with(state, Some(service), settings, on_rejection, span)
-    }
-
-    fn with(
-        state: State<S::Future, ReqBody, ResBody>,
-        service: Option<S>,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
         Self {
             state,
             service,
@@ -156,11 +142,7 @@ where
         loop {
             let step = match this.state.as_mut().project() {
                 StateProj::Rejected { rejection } => {
-                    let rejection = rejection
-                        .take()
-                        .expect("ResponseFuture polled after completion");
-                    rejection.log();
-                    Step::Ready(Ok(this.on_rejection.on_rejection(rejection)))
+                    Step::Ready(Ok(answer(rejection, &**this.on_rejection)))
                 }
                 StateProj::Preparing { future } => {
                     let prepared = ready!(future.as_mut().poll(cx));

@@ -1,19 +1,18 @@
 //! [`IdempotencyLayer`]: the builder of the idempotency layer's settings, and the tower
 //! `Layer`.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
 use http::header::HeaderName;
 use lock_core::LockClient;
-use tower::Layer;
 
 use super::config::{MAX_RECORD_BODY, Settings};
 use super::service::Idempotent;
 use super::store::RecordStore;
 use crate::config::{FailMode, LeaseLost, prefix_problem};
+use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 
 /// Applies [`Idempotent`] to a service: a request with an idempotency key runs once, under the
@@ -214,36 +213,4 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
     }
 }
 
-impl<S, Sc, R> Layer<S> for IdempotencyLayer<Sc, R> {
-    type Service = Idempotent<S, Sc, R>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Idempotent::new(
-            inner,
-            self.scope.clone(),
-            Arc::new(self.settings.clone()),
-            self.on_rejection.clone(),
-        )
-    }
-}
-
-// Manual impl: `Sc` and `R` sit behind `Arc`s and need not be `Clone`.
-impl<Sc, R> Clone for IdempotencyLayer<Sc, R> {
-    fn clone(&self) -> Self {
-        Self {
-            scope: self.scope.clone(),
-            settings: self.settings.clone(),
-            on_rejection: self.on_rejection.clone(),
-        }
-    }
-}
-
-impl<Sc, R> fmt::Debug for IdempotencyLayer<Sc, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IdempotencyLayer")
-            .field("scope", &std::any::type_name::<Sc>())
-            .field("settings", &self.settings)
-            .field("on_rejection", &std::any::type_name::<R>())
-            .finish()
-    }
-}
+common_impls!(layer IdempotencyLayer => Idempotent, scope);

@@ -1,7 +1,6 @@
 //! [`Idempotent`]: the service that answers a request with a key once, and replays the
 //! answer to its retries.
 
-use std::fmt;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -15,12 +14,13 @@ use tracing::field::Empty;
 
 use super::config::Settings;
 use super::context::Ask;
-use super::future::ResponseFuture;
+use super::future::{ResponseFuture, Start};
 use super::key::{parse_key, record_name, scope_problem};
 use super::prepare::prepare;
 use super::rejection;
 use crate::body::{BoxError, ResponseBody};
 use crate::extract::{KeyExtractor, shorten};
+use crate::macros::{common_impls, inner_service_accessors};
 use crate::response::{DefaultRejection, OnRejection, Rejection};
 
 /// Middleware that runs each request with an idempotency key once and answers its retries
@@ -51,20 +51,7 @@ impl<S, Sc, R> Idempotent<S, Sc, R> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!();
 }
 
 impl<S, Sc, R, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotent<S, Sc, R>
@@ -90,25 +77,18 @@ where
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
         let span = tracing::info_span!("idempotency", key = Empty, outcome = Empty, token = Empty);
-        let reject = |rejection: Rejection, outcome: &'static str| {
-            span.record("outcome", outcome);
-            ResponseFuture::rejected(
-                rejection,
-                settings.clone(),
-                on_rejection.clone(),
-                span.clone(),
-            )
-        };
         let ask = match self.ask(&mut request) {
             Ok(Some(ask)) => ask,
             Ok(None) => {
                 span.record("outcome", "no_key");
                 let future = span.in_scope(|| self.inner.call(request));
-                return ResponseFuture::unlocked(future, settings, on_rejection, span);
+                return ResponseFuture::new(Start::Unlocked(future), settings, on_rejection, span);
             }
             Err(refused) => {
                 let (rejection, outcome) = *refused;
-                return reject(rejection, outcome);
+                span.record("outcome", outcome);
+                let start = Start::Rejected(rejection);
+                return ResponseFuture::new(start, settings, on_rejection, span);
             }
         };
         span.record("key", tracing::field::display(shorten(&ask.record_key)));
@@ -118,7 +98,8 @@ where
         let inner = mem::replace(&mut self.inner, clone);
         let prepare =
             prepare(request, ask, settings.clone(), span.clone()).instrument(span.clone());
-        ResponseFuture::preparing(Box::pin(prepare), inner, settings, on_rejection, span)
+        let start = Start::Preparing(Box::pin(prepare), inner);
+        ResponseFuture::new(start, settings, on_rejection, span)
     }
 }
 
@@ -180,25 +161,4 @@ impl<S, Sc, R> Idempotent<S, Sc, R> {
     }
 }
 
-// Manual impl: only the inner service needs to be `Clone`.
-impl<S: Clone, Sc, R> Clone for Idempotent<S, Sc, R> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            scope: self.scope.clone(),
-            settings: self.settings.clone(),
-            on_rejection: self.on_rejection.clone(),
-        }
-    }
-}
-
-impl<S: fmt::Debug, Sc, R> fmt::Debug for Idempotent<S, Sc, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Idempotent")
-            .field("inner", &self.inner)
-            .field("scope", &std::any::type_name::<Sc>())
-            .field("settings", &self.settings)
-            .field("on_rejection", &std::any::type_name::<R>())
-            .finish()
-    }
-}
+common_impls!(service Idempotent, scope);
