@@ -4,7 +4,8 @@
 //! another request with the key gets `422`, scopes keep clients apart, a failed handler, a lost
 //! lock and a response too large store nothing (the late write refused by the fence), bad
 //! keys get `400` problems, a Redis outage `503` unless the layer fails open; and the records
-//! themselves: fenced, next to the lock, expiring, with and without Lua.
+//! themselves: fenced, next to the lock (in its slot on a Cluster), expiring, with and without
+//! Lua.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -636,4 +637,31 @@ async fn records_work_without_lua_through_the_native_compare_and_set() {
     fenced_puts(&c.records(), "n").await;
     let ttl_left: i64 = server.cmd(&["PTTL", "lock:{n}:record"]).parse().unwrap();
     assert!(ttl_left > 0, "{ttl_left}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_records_live_in_their_locks_slot_and_requests_are_replayed() {
+    let cluster = lock_tests::fixtures::blocking(|| lock_tests::RedisCluster::start_with(3, 0));
+    let c = lock_core::LockClient::builder_cluster(cluster.primary_urls())
+        .build()
+        .await
+        .unwrap();
+    // A name on each primary: its record is a key of that primary.
+    for node in cluster.primaries() {
+        let name = (0..100_000)
+            .map(|i| format!("rec-{i}"))
+            .find(|n| cluster.node_for_key(&format!("lock:{{{n}}}")) == node)
+            .unwrap();
+        fenced_puts(&c.records(), &name).await;
+        let key = format!("lock:{{{name}}}:record");
+        assert_eq!(cluster.node(node).cmd(&["EXISTS", &key]), "1", "{key}");
+    }
+    // The layer on the cluster: the key's lock and record in one slot.
+    let probe = Probe::new(cluster.node(0));
+    let app = App::serve(app(IdempotencyLayer::new(c), &probe)).await;
+    let (status, headers, first) = read(send(app.url("/charges"), "k-cluster", "x").await).await;
+    assert_eq!((status, headers[0].as_deref()), (201, None));
+    let (_, headers, again) = read(send(app.url("/charges"), "k-cluster", "x").await).await;
+    assert_eq!((headers[0].as_deref(), again), (Some("true"), first));
+    assert_eq!(probe.runs(), 1);
 }

@@ -150,7 +150,8 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
     }
 
     /// The largest request body the layer reads (it reads the whole body of a request with a
-    /// key to fingerprint it, and hands the handler the same bytes): larger ones get `413`.
+    /// key to fingerprint it, and hands the handler the same bytes; trailers are not passed
+    /// on): larger ones get `413`, as soon as their `Content-Length` or the bytes read say so.
     /// Default 1 MiB.
     pub fn max_request_body(mut self, bytes: usize) -> Self {
         self.settings.max_request_body = bytes;
