@@ -373,7 +373,7 @@ async fn a_lost_lock_stores_nothing_and_the_late_write_is_fenced() {
     let c = client(&server.url()).await;
     // A lease that runs out while the first run waits; it goes on (Continue) and writes late.
     let layer = IdempotencyLayer::new(c.clone())
-        .lease(Duration::from_millis(300))
+        .lease(Duration::from_secs(2))
         .on_lease_lost(LeaseLost::Continue);
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
@@ -419,8 +419,7 @@ async fn a_lost_lock_stores_nothing_and_the_late_write_is_fenced() {
 async fn a_lost_lock_aborts_the_handler_and_its_retry_runs() {
     let server = RedisServer::start();
     let probe = Probe::new(&server);
-    let layer =
-        IdempotencyLayer::new(client(&server.url()).await).lease(Duration::from_millis(300));
+    let layer = IdempotencyLayer::new(client(&server.url()).await).lease(Duration::from_secs(1));
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
     let res = send(app.url("/charges"), "k-abort", "x").await;
