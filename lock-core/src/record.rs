@@ -12,9 +12,9 @@
 //! **`P{N}:record`** ([`SUFFIX`]): it shares the lock's hash tag `{N}`, so on a Redis Cluster it
 //! lives in the lock's slot. Its value is the token that wrote it in decimal, a `:`, then the
 //! value's bytes as given (`1712345678901234:...`); its time to live is the `ttl` of the
-//! [`put`](Records::put) that wrote it. lockctl does not list records (they are not locks); read
-//! one with `redis-cli GET 'P{N}:record'`, or delete it with `DEL` to make the next request run
-//! again.
+//! [`put`](Records::put) that wrote it. `lockctl status N` shows a name's record (its size and
+//! token); `list` and `watch` do not (records are not locks). Read one with `redis-cli GET
+//! 'P{N}:record'`, or delete it with `DEL` to make the next request run again.
 //!
 //! # The rule
 //!
