@@ -278,6 +278,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`record`] keeps such a record in Redis next to the lock, fenced by its token; lock-tower's
+//! `IdempotencyLayer` does all of this for HTTP requests with an `Idempotency-Key`.
+//!
 //! # Testing your service without Redis
 //!
 //! [`LockClient::in_memory`] gives a client whose locks live in the process, with the same
@@ -420,6 +423,7 @@ mod named;
 mod native;
 mod period;
 mod primaries;
+pub mod record;
 mod redlock;
 mod request;
 mod run;

@@ -56,8 +56,13 @@ pin_project! {
         Inner { #[pin] body: B },
         Full { data: Option<Bytes> },
         // A small body read in full while the lock was held (see `ResponseFuture`), replayed
-        // frame by frame, then its error if it ended with one.
-        Buffered { frames: VecDeque<Frame<B::Data>>, error: Option<B::Error> },
+        // frame by frame, then its error if it ended with one; or the start of a body read
+        // ahead (by the idempotency layer), then the `rest` of it.
+        Buffered {
+            frames: VecDeque<Frame<B::Data>>,
+            error: Option<B::Error>,
+            rest: Option<Pin<Box<B>>>,
+        },
     }
 }
 
@@ -87,7 +92,25 @@ impl<B: Body> ResponseBody<B> {
     /// A body that was read in full (and its lock given back) before the response went out.
     pub(crate) fn buffered(frames: VecDeque<Frame<B::Data>>, error: Option<B::Error>) -> Self {
         Self {
-            kind: Kind::Buffered { frames, error },
+            kind: Kind::Buffered {
+                frames,
+                error,
+                rest: None,
+            },
+            hold: None,
+            last: None,
+            ended: false,
+        }
+    }
+
+    /// The `frames` already read from a body, then the `rest` of it.
+    pub(crate) fn chained(frames: VecDeque<Frame<B::Data>>, rest: Pin<Box<B>>) -> Self {
+        Self {
+            kind: Kind::Buffered {
+                frames,
+                error: None,
+                rest: Some(rest),
+            },
             hold: None,
             last: None,
             ended: false,
@@ -128,11 +151,21 @@ where
             KindProj::Full { data } => {
                 return Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))));
             }
-            KindProj::Buffered { frames, error } => {
-                return Poll::Ready(match frames.pop_front() {
-                    Some(frame) => Some(Ok(frame)),
-                    None => error.take().map(|e| Err(e.into())),
-                });
+            KindProj::Buffered {
+                frames,
+                error,
+                rest,
+            } => {
+                if let Some(frame) = frames.pop_front() {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                if let Some(e) = error.take() {
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                return match rest {
+                    Some(rest) => rest.as_mut().poll_frame(cx).map_err(Into::into),
+                    None => Poll::Ready(None),
+                };
             }
             KindProj::Inner { body } => body,
         };
@@ -187,7 +220,15 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Full { data } => data.is_none(),
-            Kind::Buffered { frames, error } => frames.is_empty() && error.is_none(),
+            Kind::Buffered {
+                frames,
+                error,
+                rest,
+            } => {
+                frames.is_empty()
+                    && error.is_none()
+                    && rest.as_ref().is_none_or(|rest| rest.is_end_stream())
+            }
             Kind::Inner { body } => {
                 if self.ended {
                     self.hold.is_none() && self.last.is_none()
@@ -204,13 +245,23 @@ where
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Buffered { frames, .. } => SizeHint::with_exact(
-                frames
+            Kind::Buffered { frames, rest, .. } => {
+                let read: u64 = frames
                     .iter()
                     .filter_map(Frame::data_ref)
                     .map(|d| d.remaining() as u64)
-                    .sum(),
-            ),
+                    .sum();
+                let Some(rest) = rest else {
+                    return SizeHint::with_exact(read);
+                };
+                let rest = rest.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(read));
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper.saturating_add(read));
+                }
+                hint
+            }
             Kind::Inner { body } => {
                 if self.ended {
                     let kept = self

@@ -114,8 +114,8 @@ pub(crate) struct Settings {
     pub(crate) client: LockClient,
     pub(crate) kind: Kind,
     pub(crate) keys: KeyRules,
-    /// Settings that cannot work (option, reason), reported on every request.
-    pub(crate) invalid: Vec<(&'static str, String)>,
+    /// Settings that cannot work, reported on every request.
+    pub(crate) invalid: Problems,
     pub(crate) wait: Duration,
     pub(crate) lease: Option<Duration>,
     pub(crate) acquire_timeout: Option<Duration>,
@@ -156,7 +156,7 @@ impl Settings {
                 max_key_len: 128,
                 hash_keys: false,
             },
-            invalid: Vec::new(),
+            invalid: Problems::default(),
             wait: Duration::ZERO,
             lease: None,
             acquire_timeout: None,
@@ -180,21 +180,49 @@ impl Settings {
 
     /// Records whether `option` can work: `Some(reason)` if not.
     pub(crate) fn check(&mut self, option: &'static str, problem: Option<String>) {
-        self.invalid.retain(|(o, _)| *o != option);
-        if let Some(reason) = problem {
-            self.invalid.push((option, reason));
-        }
+        self.invalid.check(option, problem);
     }
 
     /// The error of a setting that cannot work, if there is one.
     pub(crate) fn invalid(&self) -> Option<LockError> {
-        self.invalid
+        self.invalid.error()
+    }
+}
+
+/// The settings of a layer that cannot work: (option, reason), the latest word on each.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Problems(Vec<(&'static str, String)>);
+
+impl Problems {
+    /// Records whether `option` can work: `Some(reason)` if not.
+    pub(crate) fn check(&mut self, option: &'static str, problem: Option<String>) {
+        self.0.retain(|(o, _)| *o != option);
+        if let Some(reason) = problem {
+            self.0.push((option, reason));
+        }
+    }
+
+    /// The error of the first setting that cannot work, if there is one.
+    pub(crate) fn error(&self) -> Option<LockError> {
+        self.0
             .first()
             .map(|(option, reason)| LockError::InvalidOption {
                 option,
                 reason: reason.clone(),
             })
     }
+}
+
+/// Why `prefix` cannot be a layer's prefix, if it cannot: it must not be empty, and follows
+/// lock-core's rule for prefixes.
+pub(crate) fn prefix_problem(prefix: &str) -> Option<String> {
+    let valid = !prefix.is_empty() && lock_core::validate_prefix(prefix).is_ok();
+    (!valid).then(|| {
+        format!(
+            "the prefix {prefix:?} must be 1 to 128 bytes without braces, whitespace or control \
+             characters"
+        )
+    })
 }
 
 /// A moving average of how long requests held their locks, for `Retry-After`.

@@ -28,7 +28,7 @@ use crate::acquire::Acquire;
 use crate::body::ResponseBody;
 use crate::config::{Release, Settings};
 use crate::hold::Hold;
-use crate::response::{Decision, OnRejection, Rejection, decide};
+use crate::response::{Decision, OnRejection, Rejection, answer, decide};
 
 /// The largest response body (by its size hint's upper bound), 64 KiB, read in full under the
 /// lock with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until
@@ -169,11 +169,7 @@ where
         loop {
             let step = match this.state.as_mut().project() {
                 StateProj::Rejected { rejection } => {
-                    let rejection = rejection
-                        .take()
-                        .expect("ResponseFuture polled after completion");
-                    rejection.log();
-                    Step::Ready(Ok(this.on_rejection.on_rejection(rejection)))
+                    Step::Ready(Ok(answer(rejection, &**this.on_rejection)))
                 }
                 StateProj::Acquiring { acquire } => {
                     let acquired = ready!(this.scope.enter(|| Pin::new(acquire).poll(cx)));

@@ -1,14 +1,15 @@
 //! [`DistributedLockLayer`]: the builder of the layer's settings, and the tower `Layer`.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
 use lock_core::{LockClient, Semaphore};
-use tower::Layer;
 
-use crate::config::{FailMode, Kind, LeaseLost, MissingKey, Release, Settings, Side};
+use crate::config::{
+    FailMode, Kind, LeaseLost, MissingKey, Release, Settings, Side, prefix_problem,
+};
+use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 use crate::service::DistributedLock;
 
@@ -52,16 +53,7 @@ impl<K, R> DistributedLockLayer<K, R> {
     /// whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        let valid = !prefix.is_empty() && lock_core::validate_prefix(&prefix).is_ok();
-        self.settings.check(
-            "prefix",
-            (!valid).then(|| {
-                format!(
-                    "the prefix {prefix:?} must be 1 to 128 bytes without braces, whitespace or \
-                     control characters"
-                )
-            }),
-        );
+        self.settings.check("prefix", prefix_problem(&prefix));
         self.settings.keys.prefix = prefix;
         self
     }
@@ -211,36 +203,4 @@ impl<K, R> DistributedLockLayer<K, R> {
     }
 }
 
-impl<S, K, R> Layer<S> for DistributedLockLayer<K, R> {
-    type Service = DistributedLock<S, K, R>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        DistributedLock::new(
-            inner,
-            self.extractor.clone(),
-            Arc::new(self.settings.clone()),
-            self.on_rejection.clone(),
-        )
-    }
-}
-
-// Manual impl: `K` and `R` sit behind `Arc`s and need not be `Clone`.
-impl<K, R> Clone for DistributedLockLayer<K, R> {
-    fn clone(&self) -> Self {
-        Self {
-            extractor: self.extractor.clone(),
-            settings: self.settings.clone(),
-            on_rejection: self.on_rejection.clone(),
-        }
-    }
-}
-
-impl<K, R> fmt::Debug for DistributedLockLayer<K, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DistributedLockLayer")
-            .field("extractor", &std::any::type_name::<K>())
-            .field("settings", &self.settings)
-            .field("on_rejection", &std::any::type_name::<R>())
-            .finish()
-    }
-}
+common_impls!(layer DistributedLockLayer => DistributedLock, extractor);

@@ -78,7 +78,9 @@
 //! request that arrives after the first one finished (a payment callback replayed by the
 //! provider, a double click after a slow response) takes the free lock and runs again. Make
 //! the handler check a durable record of what it already did, under the lock, and write it
-//! with the fencing token (see the `lock-core` docs, "a lock is not idempotency").
+//! with the fencing token (see the `lock-core` docs, "a lock is not idempotency"), or put an
+//! [`IdempotencyLayer`] in front of it: requests with an `Idempotency-Key` run once and their
+//! retries are answered with the stored response (see [`idempotency`]).
 //!
 //! # Defaults and status codes
 //!
@@ -223,8 +225,10 @@ mod config;
 mod extract;
 pub mod future;
 mod hold;
+pub mod idempotency;
 mod key;
 mod layer;
+mod macros;
 mod response;
 mod service;
 
@@ -232,6 +236,10 @@ pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;
 pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, RouteMismatch, header_value};
+pub use idempotency::{
+    Fingerprint, Idempotency, IdempotencyLayer, Idempotent, Record, RecordStore, RedisStore,
+    StoreError, StoreErrorKind, Unscoped,
+};
 pub use layer::DistributedLockLayer;
 pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
 pub use service::DistributedLock;

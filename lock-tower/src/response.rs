@@ -15,7 +15,10 @@ use crate::body::ResponseBody;
 use crate::config::{FailMode, Kind, Settings};
 use crate::hold::Guarded;
 
-/// Why the layer answered a request itself instead of calling the inner service.
+/// Why a layer of this crate answered a request itself instead of calling the inner service
+/// (or instead of sending its response): the lock layer's kinds, then the
+/// [`IdempotencyLayer`](crate::IdempotencyLayer)'s (which also answers with `Unavailable`,
+/// `Lost` and `Internal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RejectionKind {
@@ -40,6 +43,24 @@ pub enum RejectionKind {
     /// request of the route would be refused, so this is the server's fault (`500`), not the
     /// request's. See [`KeyExtractor::route_mismatch`](crate::KeyExtractor::route_mismatch).
     KeyNotInRoute,
+    /// The request has no idempotency key, and the layer requires one for its method (`400`).
+    IdempotencyKeyMissing,
+    /// The idempotency key (or its scope) is not acceptable: empty, longer than 255 bytes,
+    /// or not printable ASCII (`400`).
+    IdempotencyKeyInvalid,
+    /// The layer scopes keys (per client, say) and the request has no scope (`400`).
+    IdempotencyScopeMissing,
+    /// Another request with the same key is still running (`409` with `Retry-After`).
+    IdempotencyKeyInUse,
+    /// The key was used for another request: another method, path or body (`422`).
+    IdempotencyKeyReused,
+    /// The request body is larger than the idempotency layer buffers (`413`).
+    RequestBodyTooLarge,
+    /// The request body could not be read (`400`).
+    RequestBodyFailed,
+    /// The store of idempotency records could not be reached or failed (`503` with
+    /// `Retry-After`).
+    RecordStoreUnavailable,
 }
 
 impl RejectionKind {
@@ -54,7 +75,31 @@ impl RejectionKind {
             RejectionKind::Lost => "lock_lost",
             RejectionKind::Internal => "lock_error",
             RejectionKind::KeyNotInRoute => "lock_key_not_in_route",
+            RejectionKind::IdempotencyKeyMissing => "idempotency_key_missing",
+            RejectionKind::IdempotencyKeyInvalid => "idempotency_key_invalid",
+            RejectionKind::IdempotencyScopeMissing => "idempotency_scope_missing",
+            RejectionKind::IdempotencyKeyInUse => "idempotency_key_in_use",
+            RejectionKind::IdempotencyKeyReused => "idempotency_key_reused",
+            RejectionKind::RequestBodyTooLarge => "request_body_too_large",
+            RejectionKind::RequestBodyFailed => "request_body_failed",
+            RejectionKind::RecordStoreUnavailable => "idempotency_store_unavailable",
         }
+    }
+
+    /// Whether the [`IdempotencyLayer`](crate::IdempotencyLayer) gives this kind (and the lock
+    /// layer never does).
+    pub fn is_idempotency(self) -> bool {
+        matches!(
+            self,
+            RejectionKind::IdempotencyKeyMissing
+                | RejectionKind::IdempotencyKeyInvalid
+                | RejectionKind::IdempotencyScopeMissing
+                | RejectionKind::IdempotencyKeyInUse
+                | RejectionKind::IdempotencyKeyReused
+                | RejectionKind::RequestBodyTooLarge
+                | RejectionKind::RequestBodyFailed
+                | RejectionKind::RecordStoreUnavailable
+        )
     }
 }
 
@@ -135,6 +180,8 @@ pub struct Rejection {
     /// How the log describes `error` when lock-core's own words would mislead: a busy lock
     /// is a [`LockError::Timeout`] even after a single attempt, which did not time out.
     logged_error: Option<String>,
+    /// Given by the idempotency layer (which also gives some of the lock layer's kinds).
+    from_idempotency: bool,
 }
 
 impl Rejection {
@@ -146,6 +193,7 @@ impl Rejection {
             detail: detail.into(),
             error: None,
             logged_error: None,
+            from_idempotency: false,
         }
     }
 
@@ -281,6 +329,11 @@ impl Rejection {
             _ => (None, None),
         };
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let layer = if self.kind.is_idempotency() || self.from_idempotency {
+            "idempotency"
+        } else {
+            "lock"
+        };
         tracing::info!(
             status = self.status.as_u16(),
             code = self.kind.code(),
@@ -294,8 +347,20 @@ impl Rejection {
                 .map(|e| e as &dyn fmt::Display)
                 .or_else(|| self.error.as_ref().map(|e| e as &dyn fmt::Display))
                 .map(tracing::field::display),
-            "request rejected by the lock layer"
+            "request rejected by the {layer} layer"
         );
+    }
+
+    /// Marks a rejection of a kind both layers give as the idempotency layer's (for its log).
+    pub(crate) fn by_idempotency_layer(mut self) -> Self {
+        self.from_idempotency = true;
+        self
+    }
+
+    /// How the log describes what went wrong, for an error that is not a [`LockError`].
+    pub(crate) fn with_logged_error(mut self, error: impl fmt::Display) -> Self {
+        self.logged_error = Some(error.to_string());
+        self
     }
 
     pub(crate) fn with_retry_after(mut self, retry_after: Duration) -> Self {
@@ -451,6 +516,23 @@ where
     fn on_rejection(&self, rejection: Rejection) -> Response<ResponseBody<B>> {
         self(rejection).map(ResponseBody::new)
     }
+}
+
+/// The response of a future's `Rejected` state: its rejection (taken: a future answers once),
+/// logged once, as `on_rejection` makes it.
+pub(crate) fn answer<B, R>(
+    rejection: &mut Option<Rejection>,
+    on_rejection: &R,
+) -> Response<ResponseBody<B>>
+where
+    B: http_body::Body,
+    R: OnRejection<B>,
+{
+    let rejection = rejection
+        .take()
+        .expect("ResponseFuture polled after completion");
+    rejection.log();
+    on_rejection.on_rejection(rejection)
 }
 
 /// The default answer: [`Rejection::to_response`], a JSON problem document with the status

@@ -1,6 +1,5 @@
 //! [`DistributedLock`]: the service that takes the lock before calling the inner one.
 
-use std::fmt;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -16,6 +15,7 @@ use crate::config::{MissingKey, Settings};
 use crate::extract::{KeyExtractor, shorten};
 use crate::future::ResponseFuture;
 use crate::key::lock_name;
+use crate::macros::{common_impls, inner_service_accessors};
 use crate::response::{DefaultRejection, OnRejection, Rejection};
 
 /// Middleware that holds a Redis lock, named after a key from each request, while the inner
@@ -51,20 +51,7 @@ impl<S, K, R> DistributedLock<S, K, R> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!();
 }
 
 impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for DistributedLock<S, K, R>
@@ -144,25 +131,4 @@ where
     }
 }
 
-// Manual impl: only the inner service needs to be `Clone`.
-impl<S: Clone, K, R> Clone for DistributedLock<S, K, R> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            extractor: self.extractor.clone(),
-            settings: self.settings.clone(),
-            on_rejection: self.on_rejection.clone(),
-        }
-    }
-}
-
-impl<S: fmt::Debug, K, R> fmt::Debug for DistributedLock<S, K, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DistributedLock")
-            .field("inner", &self.inner)
-            .field("extractor", &std::any::type_name::<K>())
-            .field("settings", &self.settings)
-            .field("on_rejection", &std::any::type_name::<R>())
-            .finish()
-    }
-}
+common_impls!(service DistributedLock, extractor);

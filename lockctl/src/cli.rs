@@ -113,7 +113,9 @@ pub(crate) struct ConnectionArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Every kind of lock under NAME: held or free, owner, holds, remaining lease, fencing
-    /// token, waiters, the owner's description. Exit 0 when held, 1 when not.
+    /// token, waiters, the owner's description; and the record kept next to it (an
+    /// idempotency layer's stored response: its size and token). Exit 0 when held, 1 when
+    /// not.
     #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
     /// Held locks under the prefix, sorted by remaining lease (SCAN on every primary).

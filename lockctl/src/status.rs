@@ -1,6 +1,8 @@
-//! `lockctl status NAME`: every kind of lock that exists under NAME, held or free.
+//! `lockctl status NAME`: every kind of lock that exists under NAME, held or free, and the
+//! record kept next to it (lock-core's `record`), if any.
 
 use futures_util::future::try_join_all;
+use lock_core::LockError;
 use lock_core::layout::LockKeys;
 use serde::Serialize;
 
@@ -24,6 +26,30 @@ struct Status<'a> {
     /// What the server can do and the mutex protocol the client speaks there (as lock-core's
     /// `ServerCapabilities` says it).
     server: Server<'a>,
+    /// The record kept next to the name (lock-core's `record`: an idempotency layer's stored
+    /// response, say), if there is one.
+    record: Option<Record>,
+}
+
+/// A record next to the name, as `status` reports it.
+#[derive(Debug, Serialize)]
+struct Record {
+    /// The fencing token of the put that wrote it.
+    token: u64,
+    /// The size of its value.
+    bytes: usize,
+}
+
+/// The record under `name`, if there is one (a value no put wrote counts as none).
+async fn record(target: &Target, name: &str) -> Result<Option<Record>, Failure> {
+    match target.client.records().get(name).await {
+        Ok(record) => Ok(record.map(|r| Record {
+            token: r.token(),
+            bytes: r.value().len(),
+        })),
+        Err(LockError::UnexpectedReply(_)) => Ok(None),
+        Err(e) => Err(Failure::from_lock(e, &target.label)),
+    }
 }
 
 /// The deployment, as `status` reports it.
@@ -89,6 +115,7 @@ pub(crate) async fn run(
         .await
         .map_err(|e| Failure::from_lock(e, &target.label))?;
     let held = states.iter().any(|s| s.held);
+    let record = record(target, &args.name).await?;
     let caps = target.client.server_capabilities();
     let written = if out.is_json() {
         out.json_line(&Status {
@@ -103,7 +130,14 @@ pub(crate) async fn run(
                 native_compare: caps.native_compare,
                 scripting: caps.scripting,
             },
+            record,
         })
+    } else if let Some(record) = record.as_ref().filter(|_| states.is_empty()) {
+        out.line(&format!(
+            "no lock named {:?} under prefix {:?}; its record: {} bytes, written with fencing \
+             token {}",
+            args.name, target.prefix, record.bytes, record.token
+        ))
     } else if states.is_empty() {
         out.line(&format!(
             "no lock named {:?} under prefix {:?}{}",
@@ -115,6 +149,12 @@ pub(crate) async fn run(
         ))
     } else {
         crate::output::notice(&format!("server {caps}"));
+        if let Some(record) = &record {
+            crate::output::notice(&format!(
+                "record: {} bytes, written with fencing token {}",
+                record.bytes, record.token
+            ));
+        }
         out.table(&states)
     };
     written.map_err(Failure::Output)?;

@@ -873,3 +873,39 @@ async fn failures_exit_with_their_code_and_name_the_cause() {
     let help = lockctl(&["status", "--help"]).await;
     assert!(help.stdout.contains("Exit codes:"), "{help:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_record_next_to_a_name() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    let none = lockctl(&["--url", &url, "--json", "status", "idem::k"]).await;
+    assert!(none.json()["record"].is_null(), "{none:?}");
+    let ttl = Duration::from_secs(60);
+    c.records()
+        .put("idem::k", b"stored", 42, ttl)
+        .await
+        .unwrap();
+    let run = lockctl(&["--url", &url, "--json", "status", "idem::k"]).await;
+    assert_eq!((run.code, run.json()["found"].as_bool()), (1, Some(false)));
+    assert_eq!(
+        run.json()["record"],
+        serde_json::json!({"token": 42, "bytes": 6})
+    );
+    let table = lockctl(&["--url", &url, "status", "idem::k"]).await;
+    assert!(
+        table
+            .stdout
+            .contains("its record: 6 bytes, written with fencing token 42"),
+        "{table:?}"
+    );
+    let guard = c.lock("idem::k").lease(LONG).await.unwrap();
+    let held = lockctl(&["--url", &url, "status", "idem::k"]).await;
+    assert_eq!(held.code, 0, "{held:?}");
+    assert!(
+        held.stderr
+            .contains("record: 6 bytes, written with fencing token 42"),
+        "{held:?}"
+    );
+    guard.unlock().await.unwrap();
+}

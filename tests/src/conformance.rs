@@ -205,7 +205,10 @@ fn in_memory() -> Backend {
                 if let Some(lease) = options.watchdog_lease {
                     builder = builder.watchdog_lease(lease);
                 }
-                builder.build().await.expect("a client of the in-memory server")
+                builder
+                    .build()
+                    .await
+                    .expect("a client of the in-memory server")
             }) as BoxFuture<LockClient>
         },
     )

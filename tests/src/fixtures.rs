@@ -52,11 +52,13 @@ pub fn native(c: &LockClient) -> bool {
 
 /// The locks held right now under the default prefix (keys whose value names an owner: a
 /// free lock keeps its key, `|0|<token>|...`, until its fencing counter expires). Lock keys
-/// only: `lock:{…`, not a client's owner description (`lock:client:<id>`).
+/// only: `lock:{…`, not a client's owner description (`lock:client:<id>`) nor a lock's record
+/// (`lock:{…}:record`, lock-core's `record`).
 pub fn lock_keys(server: &RedisServer) -> Vec<String> {
     server
         .keys("lock:{*")
         .into_iter()
+        .filter(|k| !k.ends_with(lock_core::record::SUFFIX))
         .filter(|k| {
             let value = server.cmd(&["GET", k]);
             value != "(nil)" && !value.starts_with('|') && !value.starts_with("WRONGTYPE")

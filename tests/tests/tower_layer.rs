@@ -4,7 +4,6 @@
 //! key extractor.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,62 +28,9 @@ use tokio::sync::{Barrier, Notify, mpsc};
 use tokio::time::{Instant, timeout};
 use tower::{ServiceBuilder, ServiceExt};
 use tracing::Level;
+use web::{App, http, problem, within};
 
-/// An axum app served on a free loopback port until dropped.
-struct App {
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl App {
-    async fn serve(router: Router) -> App {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-        App { addr, task }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-/// Waits for `what` with a generous bound, so a hang fails the test instead of stalling it.
-async fn within<T>(what: &str, secs: u64, future: impl Future<Output = T>) -> T {
-    timeout(Duration::from_secs(secs), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {secs} s: {what}"))
-}
-
-async fn problem(res: reqwest::Response) -> (StatusCode, Option<String>, serde_json::Value) {
-    let status = StatusCode::from_u16(res.status().as_u16()).unwrap();
-    let retry_after = res
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().to_owned());
-    assert_eq!(
-        res.headers()["content-type"],
-        "application/problem+json",
-        "a rejection of the layer"
-    );
-    let body: serde_json::Value = res.json().await.unwrap();
-    assert_eq!(body["status"], status.as_u16());
-    (status, retry_after, body)
-}
+mod web;
 
 /// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
 /// its own by a field value unique to it (a lock name, a parameter name).
@@ -718,7 +664,7 @@ async fn dropped_client_connection_mid_handler_releases_the_lock() {
         App::serve(Router::new().route("/orders/{id}", post(handler).route_layer(layer))).await;
 
     // A raw connection, so closing it is unambiguous.
-    let mut conn = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let mut conn = tokio::net::TcpStream::connect(app.addr()).await.unwrap();
     conn.write_all(b"POST /orders/9 HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\n\r\n")
         .await
         .unwrap();
@@ -1049,7 +995,7 @@ async fn the_lock_is_released_before_the_last_byte_reaches_the_client() {
     let app = App::serve(router).await;
     for (path, name) in [("/body/1", "http:1"), ("/handler/2", "http:2")] {
         // A raw connection: the check runs as soon as the last byte has arrived.
-        let mut conn = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let mut conn = tokio::net::TcpStream::connect(app.addr()).await.unwrap();
         let request = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
         conn.write_all(request.as_bytes()).await.unwrap();
         let mut received = Vec::new();

@@ -7,9 +7,9 @@
 //! | `GET /api/sales` | the 100 most recent sales | `200` |
 //! | `GET /api/sales/{sale_id}` | one sale | `200`, `400`, `404` |
 //! | `GET /api/sales/{sale_id}/stats` | its numbers, from the database | `200`, `400`, `404` |
-//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id` | `201`, `400`, `404`, `409` (already ordered, double click, not started), `410` (sold out, ended), `503` (busy: retry) |
+//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id`, optionally an `Idempotency-Key` | `201`, `400`, `404`, `409` (already ordered, double click, not started, key in use), `410` (sold out, ended), `422` (key reused), `503` (busy: retry) |
 //! | `GET /api/orders/{order_id}` | one order | `200`, `400`, `404` |
-//! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent | `200`, `400`, `404`, `409` (paid by another payment) |
+//! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent; optionally an `Idempotency-Key` | `200`, `400`, `404`, `409` (paid by another payment), `422` (key reused) |
 //! | `GET /api/sales/{sale_id}/lock` | the sale's stock lock and recent rejections, for the lock panel ([`crate::panel`]) | `200`, `400`, `404`, `503` |
 //! | `GET /api/instance` | this instance: name, lock client id, URL | `200` |
 //! | `GET /metrics` | Prometheus text ([`crate::telemetry`]) | `200` |
@@ -28,6 +28,15 @@
 //!
 //! Both layers let requests with a malformed id through unlocked
 //! ([`MissingKey::PassThrough`]) so the handler answers them with its own `400`.
+//!
+//! # Idempotency keys
+//!
+//! Outside those layers, an [`IdempotencyLayer`] on each route answers the retries of a request
+//! with an `Idempotency-Key` with its first answer (see [`crate::idempotency`]): purchases'
+//! keys are scoped by the buyer (`X-User-Id`, prefix `idem:orders:`) and a duplicate gets `409`
+//! at once while the first runs; payments' keys by the order (`idem:pay:`) and a duplicate waits
+//! up to 2 s for the first answer. The records are in the database, and the purchase and the
+//! payment write theirs in their own transaction.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,16 +46,18 @@ use axum::extract::{Path, State};
 use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use http::header::{CACHE_CONTROL, HeaderValue, LOCATION};
+use axum::{Extension, Json, Router};
+use http::header::{CACHE_CONTROL, HeaderName, HeaderValue, LOCATION};
 use http::{HeaderMap, Request, StatusCode};
 use lock_tower::{
-    DistributedLockLayer, KeyExtractor, LeaseLost, MissingKey, PathParam, Rejection, header_value,
+    DistributedLockLayer, Header, Idempotency, IdempotencyLayer, KeyExtractor, LeaseLost,
+    MissingKey, PathParam, Rejection, header_value,
 };
 use serde::de::DeserializeOwned;
 
 use crate::error::{ApiError, ErrorCode};
-use crate::model::{NewSale, OrderId, PaymentCallback, SaleId, UserId};
+use crate::idempotency::{JsonAnswer, Recorder, SqlRecordStore};
+use crate::model::{NewSale, Order, OrderId, PaymentCallback, PaymentResult, SaleId, UserId};
 use crate::panel::{self, Panel};
 use crate::shop::Shop;
 
@@ -65,6 +76,26 @@ fn order_key(req: &Request<Body>) -> Option<String> {
     PathParam::new("order_id")
         .extract(req)
         .filter(|id| OrderId::parse(id).is_ok())
+}
+
+/// How long an idempotency record is kept.
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The idempotency layer of a route: records in the app's database, scoped by `scope`, under
+/// `prefix`, waiting up to `wait` for a key's first request to finish.
+fn idempotency<Sc>(
+    shop: &Shop,
+    prefix: &str,
+    scope: Sc,
+    wait: Duration,
+) -> IdempotencyLayer<Sc, fn(Rejection) -> Response> {
+    IdempotencyLayer::new(shop.locks().clone())
+        .store(SqlRecordStore::new(shop.db().pool().clone()))
+        .prefix(prefix)
+        .scope(scope)
+        .ttl(IDEMPOTENCY_TTL)
+        .wait(wait)
+        .on_rejection(tagged_rejection as fn(Rejection) -> Response)
 }
 
 /// A lock layer's rejection: its default problem document, with its code in the extensions
@@ -100,6 +131,18 @@ pub fn router(shop: Arc<Shop>, panel: Arc<Panel>) -> Router {
                 .missing_key(MissingKey::PassThrough)
                 .on_rejection(tagged_rejection),
         );
+        // Outside the locks: a replay needs none of them. A purchase's key is its buyer's; a
+        // payment callback's is its order's, and a replay that comes while the first callback
+        // runs waits for its answer (as for the order lock).
+        let buyer = Header::new(HeaderName::from_static("x-user-id"));
+        orders = orders.route_layer(idempotency(&shop, "idem:orders:", buyer, Duration::ZERO));
+        let order = PathParam::new("order_id");
+        pay = pay.route_layer(idempotency(
+            &shop,
+            "idem:pay:",
+            order,
+            Duration::from_secs(2),
+        ));
     }
     Router::new()
         .route("/", get(index))
@@ -165,20 +208,27 @@ async fn sale_stats(
     Ok(Json(shop.stats(&id).await?).into_response())
 }
 
+/// The answer to a purchase: `201` with the order and its `Location`.
+fn created(order: &Order) -> Result<JsonAnswer, ApiError> {
+    let location = format!("/api/orders/{}", order.id);
+    JsonAnswer::new(StatusCode::CREATED, Some(location), order)
+}
+
 async fn create_order(
     State(shop): State<Arc<Shop>>,
     Path(sale_id): Path<String>,
     headers: HeaderMap,
+    idem: Option<Extension<Idempotency>>,
 ) -> Result<Response, ApiError> {
     let id = SaleId::parse(&sale_id)?;
     let user = headers
         .get("x-user-id")
         .map(|v| v.to_str().unwrap_or("\u{fffd}"));
     let user = UserId::parse(user)?;
-    let order = shop.buy(&id, &user).await?;
-    let location = HeaderValue::try_from(format!("/api/orders/{}", order.id))
-        .map_err(|e| ApiError::internal(&e))?;
-    Ok((StatusCode::CREATED, [(LOCATION, location)], Json(order)).into_response())
+    let recorder = idem
+        .as_ref()
+        .map(|Extension(idem)| Recorder::new(idem, created));
+    shop.buy(&id, &user, recorder).await?.respond(created)
 }
 
 async fn get_order(
@@ -189,12 +239,21 @@ async fn get_order(
     Ok(Json(shop.order(&id).await?).into_response())
 }
 
+/// The answer to a payment callback: `200` with the result.
+fn paid(result: &PaymentResult) -> Result<JsonAnswer, ApiError> {
+    JsonAnswer::new(StatusCode::OK, None, result)
+}
+
 async fn pay_order(
     State(shop): State<Arc<Shop>>,
     Path(order_id): Path<String>,
+    idem: Option<Extension<Idempotency>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let id = OrderId::parse(&order_id)?;
     let callback: PaymentCallback = parse_json(&body)?;
-    Ok(Json(shop.pay(&id, &callback).await?).into_response())
+    let recorder = idem
+        .as_ref()
+        .map(|Extension(idem)| Recorder::new(idem, paid));
+    shop.pay(&id, &callback, recorder).await?.respond(paid)
 }

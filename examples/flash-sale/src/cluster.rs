@@ -31,6 +31,9 @@ pub struct InstanceOptions {
     pub work: Duration,
     /// Arm the test-only stall point (see [`crate::shop::StallHook`]).
     pub stall_once: bool,
+    /// Arm the test-only stop after a recorded commit (see [`crate::shop::CrashHook`]); its
+    /// `COMMITTED` line comes out of [`Instance::next_stall`].
+    pub crash_after_commit: bool,
     /// Where the child's output goes.
     pub log: PathBuf,
     /// The instance's name (`serve --name`), if not the default.
@@ -83,6 +86,9 @@ impl Instance {
         }
         if options.stall_once {
             cmd.arg("--stall-once");
+        }
+        if options.crash_after_commit {
+            cmd.arg("--crash-after-commit");
         }
         if let Some(name) = &options.name {
             cmd.arg("--name").arg(name);
@@ -160,7 +166,8 @@ impl Instance {
         Ok(())
     }
 
-    /// Waits up to `timeout` for the child to report its stall point; the line it printed.
+    /// Waits up to `timeout` for the child to report its stall point (or its stop after a
+    /// recorded commit); the line it printed.
     pub async fn next_stall(&mut self, timeout: Duration) -> Option<String> {
         tokio::time::timeout(timeout, self.stalls.recv())
             .await
@@ -250,7 +257,7 @@ fn forward_stdout(
             if let Some(tx) = listening.take() {
                 let _ = tx.send(url.trim().to_owned());
             }
-        } else if line.starts_with("STALL-POINT") {
+        } else if line.starts_with("STALL-POINT") || line.starts_with("COMMITTED") {
             let _ = stalls.send(line.clone());
         }
         let _ = writeln!(log, "{line}");

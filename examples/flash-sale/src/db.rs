@@ -3,8 +3,9 @@
 //! (`DATABASE_URL=postgres://...`).
 //!
 //! The SQL is kept portable: `$1`-style parameters (SQLite reads them as numbered
-//! parameters), `BIGINT` and `TEXT` only, ids and times made by the app, no `RETURNING`, no
-//! upserts, no aggregates that PostgreSQL types as `NUMERIC`.
+//! parameters), `BIGINT` and `TEXT` (and one `BYTEA`, a BLOB in SQLite), ids and times made by
+//! the app, no `RETURNING`, one upsert (`ON CONFLICT … DO UPDATE … WHERE`, which both have,
+//! for idempotency records), no aggregates that PostgreSQL types as `NUMERIC`.
 
 use std::future::Future;
 use std::path::Path;
@@ -16,6 +17,9 @@ use sqlx::error::BoxDynError;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{AnyPool, Row};
 
+use lock_core::fenced::Fenced;
+
+use crate::idempotency::InTransaction;
 use crate::model::{
     NewOrder, Order, OrderId, OrderStatus, Sale, SaleId, SaleStats, UserId, format_ms,
 };
@@ -27,6 +31,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "instances",
         include_str!("../migrations/0002_instances.sql"),
+    ),
+    (
+        3,
+        "idempotency",
+        include_str!("../migrations/0003_idempotency.sql"),
     ),
 ];
 
@@ -58,6 +67,20 @@ pub enum WriteOutcome {
     Written,
     /// Nothing was written: the sale's fence had moved past the writer's token.
     Fenced,
+    /// Nothing was written: the request's idempotency record was refused (a newer holder of
+    /// its key recorded first).
+    RecordFenced,
+}
+
+/// What [`Db::apply_payment`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentWrite {
+    /// The payment was recorded and the order marked paid, together.
+    Applied,
+    /// Nothing was written: the order was no longer reserved (paid meanwhile).
+    NotReserved,
+    /// Nothing was written: the request's idempotency record was refused.
+    RecordFenced,
 }
 
 impl Db {
@@ -220,17 +243,19 @@ impl Db {
             .try_get(0)
     }
 
-    /// Writes a purchase in one transaction: the sale's new stock and the order, or nothing.
+    /// Writes a purchase in one transaction: the sale's new stock, the order and, for a
+    /// request with an idempotency key, its `record` — or nothing.
     ///
     /// With a fencing token the stock is written only while the sale's fence is still that
     /// token (`fence = token`, claimed before the stock was read); otherwise
     /// [`WriteOutcome::Fenced`] and nothing is written. Without one (locks disabled) it is
-    /// written unconditionally.
+    /// written unconditionally. A refused record is [`WriteOutcome::RecordFenced`].
     pub async fn write_purchase(
         &self,
         order: &NewOrder,
         new_stock: i64,
         token: Option<i64>,
+        record: Option<&InTransaction<'_>>,
     ) -> Result<WriteOutcome, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let updated = match token {
@@ -266,6 +291,12 @@ impl Db {
         .bind(order.created_at)
         .execute(&mut *tx)
         .await?;
+        if let Some(record) = record
+            && record.put(&mut tx).await? != Fenced::Written
+        {
+            tx.rollback().await?;
+            return Ok(WriteOutcome::RecordFenced);
+        }
         tx.commit().await?;
         Ok(WriteOutcome::Written)
     }
@@ -316,16 +347,17 @@ impl Db {
         row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
     }
 
-    /// Applies a payment in one transaction: records it and marks the order paid, if the order
-    /// is still reserved. Returns whether it was applied (`false`: it was paid meanwhile, and
-    /// nothing was written).
+    /// Applies a payment at `now` in one transaction: records it, marks the order paid and,
+    /// for a request with an idempotency key, writes its `record`, if the order is still
+    /// reserved; otherwise nothing is written.
     pub async fn apply_payment(
         &self,
         order: &OrderId,
         payment_ref: &str,
         amount_cents: i64,
-    ) -> Result<bool, sqlx::Error> {
-        let now = crate::model::now_ms();
+        now: i64,
+        record: Option<&InTransaction<'_>>,
+    ) -> Result<PaymentWrite, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(
             "UPDATE orders SET status = $1, paid_at = $2 WHERE id = $3 AND status = $4",
@@ -338,7 +370,7 @@ impl Db {
         .await?;
         if updated.rows_affected() != 1 {
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(PaymentWrite::NotReserved);
         }
         sqlx::query(
             "INSERT INTO payments (id, order_id, payment_ref, amount_cents, created_at) \
@@ -351,8 +383,14 @@ impl Db {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        if let Some(record) = record
+            && record.put(&mut tx).await? != Fenced::Written
+        {
+            tx.rollback().await?;
+            return Ok(PaymentWrite::RecordFenced);
+        }
         tx.commit().await?;
-        Ok(true)
+        Ok(PaymentWrite::Applied)
     }
 
     /// The sale's numbers, if it exists.

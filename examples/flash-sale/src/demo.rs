@@ -121,6 +121,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             lease: options.lease,
             work: options.work,
             stall_once: options.stall_holder && i == 0,
+            crash_after_commit: false,
             log: dir.path().join(format!("instance-{}.log", i + 1)),
             name: Some(format!("instance-{}", i + 1)),
             demo_sale: false,
@@ -258,7 +259,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
 /// which check, if any, caught it instead.
 fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec<String> {
     let taken = inv.initial_stock - inv.stock_left;
-    let found_paid = report.payments_replayed - report.replays_refused_by_write;
+    let found_paid = report.replays_found_paid();
     let refused = report.replays_refused_by_write;
     let mut rows: Vec<(&str, String)> = if locking {
         vec![
@@ -283,6 +284,14 @@ fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec
                 format!(
                     "{} repeats found the buyer's earlier order (read under the stock lock)",
                     report.already_ordered
+                ),
+            ),
+            (
+                "idempotency",
+                format!(
+                    "{} replayed payment callbacks (same Idempotency-Key) answered with the \
+                     first callback's stored response, byte for byte, without running again",
+                    report.replays_from_record
                 ),
             ),
             (
@@ -482,6 +491,7 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
             ("stock", "the purchases"),
             ("buyer", "double clicks"),
             ("order", "payment callbacks"),
+            ("idempotency", "idempotency keys"),
         ] {
             let only = [("family", family)];
             let outcome = |o| {
@@ -516,11 +526,13 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
     rows.push((
         "app",
         format!(
-            "{} orders, {} units sold, {} payments applied, {} replays answered",
+            "{} orders, {} units sold, {} payments applied, {} replays answered, {} answered \
+             from idempotency records",
             count(scrape.sum(telemetry::ORDERS, &[])),
             count(scrape.sum(telemetry::UNITS_SOLD, &[])),
             count(scrape.sum(telemetry::PAYMENTS, &[("applied", "true")])),
             count(scrape.sum(telemetry::PAYMENTS, &[("applied", "false")])),
+            count(scrape.sum(telemetry::IDEMPOTENT_REPLAYS, &[])),
         ),
     ));
     let mut rejections: Vec<(String, f64)> = Vec::new();
@@ -649,6 +661,7 @@ mod tests {
 flash_sale_orders_total 2
 flash_sale_units_sold_total 2
 flash_sale_payments_total{applied=\"true\"} 2
+flash_sale_idempotent_replays_total{route=\"pay\"} 2
 flash_sale_rejections_total{route=\"orders\",status=\"409\",code=\"lock_busy\"} 3
 lock_acquisitions_total{kind=\"mutex\",family=\"stock\",outcome=\"acquired\"} 10
 lock_acquisitions_total{kind=\"mutex\",family=\"buyer\",outcome=\"busy\"} 4
@@ -691,6 +704,10 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"a
             text.contains("4 orders, 4 units sold, 4 payments applied"),
             "{text}"
         );
+        assert!(
+            text.contains("4 answered from idempotency records"),
+            "{text}"
+        );
         assert!(text.contains("409 lock_busy 6"), "{text}");
         let text = metrics_report(&Scrape::parse("flash_sale_orders_total 1\n"), 1, 1).join("\n");
         assert!(text.contains("figures unavailable"), "{text}");
@@ -719,6 +736,7 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"a
             payments_applied: 4231,
             payments_replayed: 4231,
             replays_refused_by_write: 2566,
+            replays_from_record: 1000,
             ..LoadReport::default()
         };
         let text = who_stopped_what(false, &report, &inv).join("\n");
@@ -727,6 +745,7 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"a
         assert!(text.contains("2566 replayed payments"), "{text}");
         assert!(text.contains("conditional write"), "{text}");
         let text = who_stopped_what(true, &report, &inv).join("\n");
-        assert!(text.contains("1665 replayed payments waited"), "{text}");
+        assert!(text.contains("665 replayed payments waited"), "{text}");
+        assert!(text.contains("1000 replayed payment callbacks"), "{text}");
     }
 }

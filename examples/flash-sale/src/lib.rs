@@ -9,7 +9,10 @@
 //!   lock's fencing token so a holder that stalled past its lease cannot write stale stock
 //!   ([`shop`]);
 //! * a `lock-tower` layer keyed on the buyer per sale turns double clicks away with `409`,
-//!   and one keyed on the order id makes payment callbacks idempotent ([`api`]).
+//!   and one keyed on the order id makes payment callbacks idempotent ([`api`]);
+//! * `lock-tower`'s idempotency layer answers the retries of a purchase or a payment that
+//!   carries an `Idempotency-Key` with its first answer, recorded in the database in the
+//!   transaction that wrote the order or the payment ([`idempotency`]).
 //!
 //! The binary also has the load tool ([`load`], `flash-sale load`) that checks the sale's
 //! invariants straight in the database ([`invariants`]), and the demo ([`demo`],
@@ -27,6 +30,7 @@ pub mod cluster;
 pub mod db;
 pub mod demo;
 pub mod error;
+pub mod idempotency;
 pub mod invariants;
 pub mod load;
 pub mod model;

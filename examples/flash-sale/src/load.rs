@@ -5,7 +5,7 @@
 //! after the original (a double click that lands on two instances at once), half later (a
 //! retry). [`run`] sends them with `concurrency` workers, bounded in count and in time, then
 //! (optionally) pays every accepted order twice, at once, on two instances (a replayed
-//! payment callback), and returns a [`LoadReport`].
+//! payment callback, with the same `Idempotency-Key`), and returns a [`LoadReport`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -126,6 +126,9 @@ pub struct LoadReport {
     pub payments_applied: usize,
     /// Replayed callbacks answered without paying again.
     pub payments_replayed: usize,
+    /// Of those, the replays answered with the first callback's stored response
+    /// (`Idempotent-Replayed: true`: the idempotency layer's record; the handler did not run).
+    pub replays_from_record: usize,
     /// Of those, the replays that the database's conditional write refused (they read the
     /// order unpaid, alongside the first callback); the others found the order paid.
     pub replays_refused_by_write: usize,
@@ -134,6 +137,12 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// The replayed callbacks that ran the handler and found the order paid.
+    pub fn replays_found_paid(&self) -> usize {
+        self.payments_replayed
+            .saturating_sub(self.replays_refused_by_write + self.replays_from_record)
+    }
+
     /// Purchase requests per second.
     pub fn rps(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
@@ -192,8 +201,12 @@ impl LoadReport {
                 self.payments_applied, self.payment_errors, self.payments_replayed,
             ));
             lines.push(format!(
-                "            {} found the order paid, {} refused by the database's conditional write",
-                self.payments_replayed - self.replays_refused_by_write,
+                "            {} replayed from the idempotency record, {} found the order paid,",
+                self.replays_from_record,
+                self.replays_found_paid(),
+            ));
+            lines.push(format!(
+                "            {} refused by the database's conditional write",
                 self.replays_refused_by_write,
             ));
         }
@@ -420,9 +433,12 @@ enum PaymentAnswer {
     FoundPaid,
     /// A replay that read the order unpaid and was refused by the conditional write.
     RefusedByWrite,
+    /// A replay answered with the first callback's stored response.
+    FromRecord,
 }
 
-/// Pays every order twice at once on two instances, with the same payment reference.
+/// Pays every order twice at once on two instances, with the same payment reference and the
+/// same `Idempotency-Key` (the provider's event id, `psp-event-<order>`).
 async fn pay_all(
     http: &reqwest::Client,
     targets: &Arc<Vec<String>>,
@@ -439,13 +455,17 @@ async fn pay_all(
                 let _permit = semaphore.acquire_owned().await;
                 let res = http
                     .post(format!("{target}/api/orders/{order}/pay"))
+                    .header("idempotency-key", format!("psp-event-{order}"))
                     .json(&serde_json::json!({ "payment_ref": format!("psp-{order}") }))
                     .send()
                     .await;
                 match res {
                     Ok(res) if res.status().as_u16() == 200 => {
+                        let replayed = res.headers().contains_key("idempotent-replayed");
                         let body: Value = res.json().await.unwrap_or(Value::Null);
-                        Some(if body["applied"].as_bool() == Some(true) {
+                        Some(if replayed {
+                            PaymentAnswer::FromRecord
+                        } else if body["applied"].as_bool() == Some(true) {
                             PaymentAnswer::Applied
                         } else if body["replay_caught_by"] == "conditional_write" {
                             PaymentAnswer::RefusedByWrite
@@ -465,6 +485,10 @@ async fn pay_all(
             Some(PaymentAnswer::RefusedByWrite) => {
                 report.payments_replayed += 1;
                 report.replays_refused_by_write += 1;
+            }
+            Some(PaymentAnswer::FromRecord) => {
+                report.payments_replayed += 1;
+                report.replays_from_record += 1;
             }
             None => report.payment_errors += 1,
         }

@@ -107,6 +107,10 @@ struct ServeArgs {
     /// Test only: stop the first purchase at its stall point until a `resume` line on stdin.
     #[arg(long, hide = true)]
     stall_once: bool,
+    /// Test only: never answer the first purchase or payment that commits its idempotency
+    /// record (it prints `COMMITTED ...` on stdout), for a supervisor to kill the instance.
+    #[arg(long, hide = true)]
+    crash_after_commit: bool,
     /// Exit when stdin closes (for a supervising process).
     #[arg(long, hide = true)]
     supervised: bool,
@@ -238,6 +242,7 @@ async fn run_serve(args: ServeArgs) -> Result<ExitCode, BoxError> {
         lease: Duration::from_millis(args.lease_ms),
         work: Duration::from_millis(args.work_ms),
         stall_once: args.stall_once,
+        crash_after_commit: args.crash_after_commit,
         supervised: args.supervised,
         db_connections: args.db_connections.max(1),
         name: args.name,

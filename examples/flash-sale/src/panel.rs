@@ -23,6 +23,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use http::Method;
 use http::header::{CONTENT_TYPE, HeaderValue};
+use lock_tower::idempotency::IDEMPOTENT_REPLAYED;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 
@@ -343,10 +344,13 @@ fn route_of(method: &Method, path: &str) -> (&'static str, Option<String>) {
 /// Middleware: counts every response with an error status in
 /// `flash_sale_rejections_total{route,status,code}` (the `code` of the app's and the lock
 /// layer's problem documents; `other` for anything else) and keeps rejected purchases for the
-/// panel.
+/// panel; counts replayed responses in `flash_sale_idempotent_replays_total{route}`.
 pub async fn track(State(panel): State<Arc<Panel>>, request: Request, next: Next) -> Response {
     let (route, sale) = route_of(request.method(), request.uri().path());
     let response = next.run(request).await;
+    if response.headers().contains_key(IDEMPOTENT_REPLAYED) {
+        telemetry::idempotent_replay(route);
+    }
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
         let code = response

@@ -9,9 +9,10 @@ use lock_core::LockClient;
 use tokio::sync::watch;
 
 use crate::db::Db;
+use crate::idempotency::SqlRecordStore;
 use crate::model::{NewSale, now_ms};
 use crate::panel::{Me, Panel};
-use crate::shop::{Shop, ShopOptions, StallHook};
+use crate::shop::{CrashHook, Shop, ShopOptions, StallHook};
 
 /// Any error of the commands, for `main` to print.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,6 +36,8 @@ pub struct ServeOptions {
     pub work: Duration,
     /// Arm the test-only stall point.
     pub stall_once: bool,
+    /// Arm the test-only stop after a recorded commit (see [`CrashHook`]).
+    pub crash_after_commit: bool,
     /// Exit when stdin closes, and read `resume` lines for the stall point.
     pub supervised: bool,
     /// Database connections of this instance.
@@ -114,8 +117,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
             locking: options.locking,
             work: options.work,
             stall: stall.clone(),
+            crash: options
+                .crash_after_commit
+                .then(|| Arc::new(CrashHook::new())),
         },
     ));
+    purge_idempotency_records(&db);
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(options.host, options.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", options.host, options.port))?;
@@ -165,6 +172,25 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Deletes expired idempotency records once a minute, for as long as the runtime runs.
+fn purge_idempotency_records(db: &Db) {
+    let store = SqlRecordStore::new(db.pool().clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(60));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            match store.purge_expired().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(n, "expired idempotency records deleted"),
+                Err(error) => {
+                    tracing::warn!(%error, "could not delete expired idempotency records")
+                }
+            }
+        }
+    });
+}
+
 /// The `family` label of a lock's metrics: which of the app's locks it is (the names
 /// themselves are unbounded).
 pub fn lock_family(name: &str) -> Option<&'static str> {
@@ -174,6 +200,8 @@ pub fn lock_family(name: &str) -> Option<&'static str> {
         Some("buyer")
     } else if name.starts_with("order:") {
         Some("order")
+    } else if name.starts_with("idem:") {
+        Some("idempotency")
     } else if name == "flash-sale:migrate" {
         Some("migrate")
     } else {

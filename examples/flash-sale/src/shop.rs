@@ -45,11 +45,12 @@ use http::StatusCode;
 use lock_core::{HeldLock, LockClient, distributed_lock};
 use tokio::sync::Notify;
 
-use crate::db::{Db, WriteOutcome};
+use crate::db::{Db, PaymentWrite, WriteOutcome};
 use crate::error::ApiError;
+use crate::idempotency::{Recorded, Recorder, ToRecord, record_fenced};
 use crate::model::{
     NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, ReplayCheck,
-    SaleId, SaleStats, SaleView, UserId, now_ms,
+    SaleId, SaleStats, SaleView, UserId, format_ms, now_ms,
 };
 
 /// How a [`Shop`] runs.
@@ -62,6 +63,8 @@ pub struct ShopOptions {
     pub work: Duration,
     /// The test-only stall point, if armed: see [`StallHook`].
     pub stall: Option<Arc<StallHook>>,
+    /// The test-only stop after a recorded commit, if armed: see [`CrashHook`].
+    pub crash: Option<Arc<CrashHook>>,
 }
 
 impl Default for ShopOptions {
@@ -70,6 +73,7 @@ impl Default for ShopOptions {
             locking: true,
             work: Duration::from_millis(2),
             stall: None,
+            crash: None,
         }
     }
 }
@@ -119,6 +123,43 @@ impl StallHook {
 }
 
 impl Default for StallHook {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A test-only stop right after a purchase or a payment committed its business rows with its
+/// idempotency record, before it answers (`serve --crash-after-commit`).
+///
+/// The first write that reaches it prints `COMMITTED pid=<pid> key=<record key>` on stdout and
+/// never answers; the supervisor kills the process there (`SIGKILL`), to show that the retry
+/// of the request is replayed from the record, not applied again.
+#[derive(Debug)]
+pub struct CrashHook {
+    armed: AtomicBool,
+}
+
+impl CrashHook {
+    /// An armed hook: it stops the first recorded write that reaches it.
+    pub fn new() -> Self {
+        Self {
+            armed: AtomicBool::new(true),
+        }
+    }
+
+    async fn reached(&self, key: &str) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "COMMITTED pid={} key={key}", std::process::id());
+                let _ = out.flush();
+            }
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Default for CrashHook {
     fn default() -> Self {
         Self::new()
     }
@@ -290,8 +331,14 @@ impl Shop {
     }
 
     /// Buys one item of sale `sale_id` for `user`: the order, or why not (`404`, `409`,
-    /// `410`, `503`).
-    pub async fn buy(&self, sale_id: &SaleId, user: &UserId) -> Result<Order, ApiError> {
+    /// `410`, `503`). With a `recorder` (a request with an idempotency key), the order's
+    /// answer is recorded in the purchase's transaction.
+    pub async fn buy(
+        &self,
+        sale_id: &SaleId,
+        user: &UserId,
+        recorder: Option<Recorder<'_, Order>>,
+    ) -> Result<Recorded<Order>, ApiError> {
         // Outside the lock, the cheap refusals: stock never comes back, so a sale seen sold
         // out (or closed) is final and need not queue for the lock.
         let sale = self
@@ -303,9 +350,9 @@ impl Shop {
         if self.options.locking {
             let queued = Queued::new(&self.queues, sale_id);
             // Boxed: the lock's future is deep, and the handler's would otherwise nest it.
-            Box::pin(self.buy_locked(sale_id, user, &queued)).await
+            Box::pin(self.buy_locked(sale_id, user, &queued, recorder)).await
         } else {
-            self.purchase(sale_id, user, None).await
+            self.purchase(sale_id, user, None, recorder).await
         }
     }
 
@@ -323,9 +370,10 @@ impl Shop {
         sale_id: &SaleId,
         user: &UserId,
         queued: &Queued,
-    ) -> Result<Order, ApiError> {
+        recorder: Option<Recorder<'_, Order>>,
+    ) -> Result<Recorded<Order>, ApiError> {
         queued.holding();
-        self.purchase(sale_id, user, Some(&held)).await
+        self.purchase(sale_id, user, Some(&held), recorder).await
     }
 
     /// The critical section: claim, read, reserve, write. See the module docs.
@@ -334,7 +382,8 @@ impl Shop {
         sale_id: &SaleId,
         user: &UserId,
         lock: Option<&HeldLock>,
-    ) -> Result<Order, ApiError> {
+        recorder: Option<Recorder<'_, Order>>,
+    ) -> Result<Recorded<Order>, ApiError> {
         let token = lock
             .map(|l| {
                 let token = l.fencing_token().ok_or_else(|| {
@@ -385,7 +434,8 @@ impl Shop {
         if let Some(hook) = &self.options.stall {
             hook.reached(sale_id, token).await;
         }
-        // 5. Write the order and the new stock together, if the sale is still ours.
+        // 5. Write the order and the new stock together (with the request's idempotency
+        //    record, if it has a key), if the sale is still ours.
         let order = NewOrder {
             id: OrderId::generate(),
             sale_id: sale_id.clone(),
@@ -393,16 +443,30 @@ impl Shop {
             fence: token.unwrap_or(0),
             created_at: now_ms(),
         };
-        match self
+        let view = order.view();
+        let record = ToRecord::new(recorder, &view)?;
+        let write = self
             .db
-            .write_purchase(&order, sale.stock - 1, token)
-            .await?
-        {
+            .write_purchase(&order, sale.stock - 1, token, record.in_transaction());
+        match write.await? {
             WriteOutcome::Written => {
                 crate::telemetry::order_created(1);
-                Ok(order.view())
+                self.committed(&record).await;
+                Ok(record.done(view))
             }
             WriteOutcome::Fenced => Err(self.stale(sale_id, token.unwrap_or(0)).await),
+            WriteOutcome::RecordFenced => Err(record_fenced()),
+        }
+    }
+
+    /// After a commit: a record written in it is stored (the layer does not store again);
+    /// the test-only crash hook stops here.
+    async fn committed(&self, record: &ToRecord<'_>) {
+        if let Some(record) = record.in_transaction() {
+            record.committed();
+            if let Some(hook) = &self.options.crash {
+                hook.reached(record.key()).await;
+            }
         }
     }
 
@@ -426,12 +490,15 @@ impl Shop {
     }
 
     /// Applies a payment callback to an order, once: a replay with the same reference is
-    /// answered with `applied: false`; another reference for a paid order is `409`.
+    /// answered with `applied: false`; another reference for a paid order is `409`. With a
+    /// `recorder` (a callback with an idempotency key), the answer of an applied payment is
+    /// recorded in the payment's transaction.
     pub async fn pay(
         &self,
         order_id: &OrderId,
         callback: &PaymentCallback,
-    ) -> Result<PaymentResult, ApiError> {
+        recorder: Option<Recorder<'_, PaymentResult>>,
+    ) -> Result<Recorded<PaymentResult>, ApiError> {
         callback.validate()?;
         let (order, price) = self
             .db
@@ -442,22 +509,35 @@ impl Shop {
         // the replay runs alongside the first callback, the conditional write.
         let mut caught_by = ReplayCheck::FoundPaid;
         if order.status == OrderStatus::Reserved {
-            if self
-                .db
-                .apply_payment(order_id, &callback.payment_ref, price)
-                .await?
-            {
-                let order = self.order(order_id).await?;
-                crate::telemetry::payment(true);
-                return Ok(PaymentResult {
-                    order,
-                    payment_ref: callback.payment_ref.clone(),
-                    amount_cents: price,
-                    applied: true,
-                    replay_caught_by: None,
-                });
+            let now = now_ms();
+            let paid = PaymentResult {
+                order: Order {
+                    status: OrderStatus::Paid,
+                    paid_at: Some(format_ms(now)),
+                    ..order
+                },
+                payment_ref: callback.payment_ref.clone(),
+                amount_cents: price,
+                applied: true,
+                replay_caught_by: None,
+            };
+            let record = ToRecord::new(recorder, &paid)?;
+            let write = self.db.apply_payment(
+                order_id,
+                &callback.payment_ref,
+                price,
+                now,
+                record.in_transaction(),
+            );
+            match write.await? {
+                PaymentWrite::Applied => {
+                    crate::telemetry::payment(true);
+                    self.committed(&record).await;
+                    return Ok(record.done(paid));
+                }
+                PaymentWrite::RecordFenced => return Err(record_fenced()),
+                PaymentWrite::NotReserved => caught_by = ReplayCheck::ConditionalWrite,
             }
-            caught_by = ReplayCheck::ConditionalWrite;
         }
         // Paid already (or meanwhile): a replay of the same callback, or another payment.
         let order = self.order(order_id).await?;
@@ -466,13 +546,13 @@ impl Shop {
         })?;
         if paid_ref == callback.payment_ref {
             crate::telemetry::payment(false);
-            Ok(PaymentResult {
+            Ok(Recorded::without_record(PaymentResult {
                 order,
                 payment_ref: paid_ref,
                 amount_cents: amount,
                 applied: false,
                 replay_caught_by: Some(caught_by),
-            })
+            }))
         } else {
             Err(ApiError::new(
                 StatusCode::CONFLICT,

@@ -10,6 +10,7 @@
 //! | `flash_sale_units_sold_total` | items taken from the stock (one per order) |
 //! | `flash_sale_payments_total{applied}` | payment callbacks answered `200`: `true` once per order, `false` for replays |
 //! | `flash_sale_rejections_total{route,status,code}` | API requests answered with an error, by route (`orders`, `pay`, `other`), HTTP status and problem `code` (`409 lock_busy`, `410 sold_out`, `503 busy`, ...) |
+//! | `flash_sale_idempotent_replays_total{route}` | requests with an `Idempotency-Key` answered with the stored response of the key's first request (`Idempotent-Replayed: true`), by route |
 //! | `lock_*` | lock-core's own metrics, when it is built with its `metrics` feature |
 //!
 //! lock-core's histograms (acquire, wait and hold times, batch sizes) are rendered as
@@ -35,6 +36,8 @@ pub const UNITS_SOLD: &str = "flash_sale_units_sold_total";
 pub const PAYMENTS: &str = "flash_sale_payments_total";
 /// Requests answered with an error, by `route`, `status` and `code`.
 pub const REJECTIONS: &str = "flash_sale_rejections_total";
+/// Requests answered with a stored response (an idempotency key's retry), by `route`.
+pub const IDEMPOTENT_REPLAYS: &str = "flash_sale_idempotent_replays_total";
 
 /// How often the recorder's histograms are drained into their buckets.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -90,6 +93,16 @@ fn describe() {
         REJECTIONS,
         "API requests answered with an error, by route, HTTP status and problem code."
     );
+    metrics::describe_counter!(
+        IDEMPOTENT_REPLAYS,
+        "Requests with an Idempotency-Key answered with the stored response of their first \
+         request, by route."
+    );
+}
+
+/// Counts a request answered with a stored response.
+pub fn idempotent_replay(route: &'static str) {
+    metrics::counter!(IDEMPOTENT_REPLAYS, "route" => route).increment(1);
 }
 
 /// Counts a purchase written: one order, `units` items.

@@ -2,8 +2,9 @@
 //! and Debian's chromedriver). Loads the page of a shop without a sale (it says what to do),
 //! then, with a sale, buys, sees the stock drop and the order confirmed, pays; then watches
 //! the lock panel: its waiters line, the fencing token rising with each purchase and a
-//! refused one listed. Skipped, with the reason printed, where Chromium or its
-//! driver is not installed (`apt-get install chromium chromium-driver`).
+//! refused one listed; and a double click on Buy (the page's second click of it) buys once.
+//! Skipped, with the reason printed, where Chromium or its driver is not installed
+//! (`apt-get install chromium chromium-driver`).
 
 mod common;
 
@@ -129,7 +130,10 @@ async fn storefront_buy_and_pay_in_chromium() {
         Ok(()) => {
             let sale = create_sale(&base, 3).await;
             match drive(&client, &base, &sale).await {
-                Ok(order) => drive_panel(&client, &sale).await.map(|()| order),
+                Ok(order) => match drive_panel(&client, &sale).await {
+                    Ok(()) => drive_double_click(&client, &base).await.map(|()| order),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             }
         }
@@ -362,5 +366,73 @@ async fn drive_panel(client: &Client, sale: &str) -> Result<(), String> {
         .for_element(Locator::XPath(&token_above(second)))
         .await
         .map_err(e("a token above the second"))?;
+    Ok(())
+}
+
+/// A double click buys once: on a sale that allows two per buyer, the page's Buy as a single
+/// click, then as the second click of a double click (the browser's `event.detail` 2), then as
+/// a new single click. The double click's purchase is answered from the first one's record;
+/// the new click buys the second item.
+async fn drive_double_click(client: &Client, base: &str) -> Result<(), String> {
+    let e = |what: &'static str| move |err: fantoccini::error::CmdError| format!("{what}: {err}");
+    let new_sale = json!({"sku": "T-2", "name": "Two per buyer", "stock": 5, "per_user_limit": 2});
+    let res = http()
+        .post(format!("{base}/api/sales"))
+        .json(&new_sale)
+        .send()
+        .await
+        .map_err(|err| format!("create the sale: {err}"))?;
+    let (status, body) = read(res).await;
+    let sale = body["id"]
+        .as_str()
+        .filter(|_| status == 201)
+        .ok_or(format!("{body}"))?;
+    let card = format!("article[data-sale-id='{sale}'] button.buy");
+    client
+        .wait()
+        .at_most(Duration::from_secs(15))
+        .for_element(Locator::Css(&card))
+        .await
+        .map_err(e("the new sale's card"))?;
+    // The clicks through the page's own handler, one after the other.
+    let clicked = client
+        .execute(
+            "const [sale] = arguments;
+             const el = document.querySelector(`article[data-sale-id='${sale}']`);
+             document.getElementById('buyer').value = 'e2e-double';
+             return (async () => {
+               const said = [];
+               for (const clicks of [1, 2, 1]) {
+                 await buy(sale, el, clicks);
+                 said.push(document.getElementById('outcome').textContent);
+               }
+               return said;
+             })();",
+            vec![json!(sale)],
+        )
+        .await
+        .map_err(e("click Buy: once, double, once more"))?;
+    let said: Vec<String> = serde_json::from_value(clicked).map_err(|err| err.to_string())?;
+    let [first, double, again] = said.as_slice() else {
+        return Err(format!("the page said {said:?}"));
+    };
+    let order = |text: &str| text.split_whitespace().nth(2).map(str::to_owned);
+    if !double.contains("double click")
+        || order(double) != order(first)
+        || order(again) == order(first)
+    {
+        return Err(format!("the page said {said:?}"));
+    }
+    let (_, stats) = read(
+        http()
+            .get(format!("{base}/api/sales/{sale}/stats"))
+            .send()
+            .await
+            .map_err(|err| format!("stats: {err}"))?,
+    )
+    .await;
+    if stats["orders"] != 2 {
+        return Err(format!("two clicks and a double click made {stats}"));
+    }
     Ok(())
 }

@@ -62,14 +62,14 @@ async fn stale_write_between_a_newer_read_and_write(db: &Db) {
     let seen_by_b = db.sale(&id).await.unwrap().unwrap().stock;
     // A wakes up and writes between B's read and B's write: refused, nothing written.
     assert_eq!(
-        db.write_purchase(&order(&id, "a", a), seen_by_a - 1, Some(a))
+        db.write_purchase(&order(&id, "a", a), seen_by_a - 1, Some(a), None)
             .await
             .unwrap(),
         WriteOutcome::Fenced
     );
     // B's write goes through, on the stock it read.
     assert_eq!(
-        db.write_purchase(&order(&id, "b", b), seen_by_b - 1, Some(b))
+        db.write_purchase(&order(&id, "b", b), seen_by_b - 1, Some(b), None)
             .await
             .unwrap(),
         WriteOutcome::Written
@@ -112,13 +112,18 @@ async fn concurrent_claims_end_with_the_greatest_token(db: &Db) {
     }
     assert_eq!(db.sale(&id).await.unwrap().unwrap().fence, greatest);
     assert_eq!(
-        db.write_purchase(&order(&id, "late", greatest - 1), 2, Some(greatest - 1))
-            .await
-            .unwrap(),
+        db.write_purchase(
+            &order(&id, "late", greatest - 1),
+            2,
+            Some(greatest - 1),
+            None
+        )
+        .await
+        .unwrap(),
         WriteOutcome::Fenced
     );
     assert_eq!(
-        db.write_purchase(&order(&id, "holder", greatest), 2, Some(greatest))
+        db.write_purchase(&order(&id, "holder", greatest), 2, Some(greatest), None)
             .await
             .unwrap(),
         WriteOutcome::Written

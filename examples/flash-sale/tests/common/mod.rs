@@ -58,6 +58,8 @@ pub struct Setup {
     pub lease: Duration,
     pub work: Duration,
     pub stall_first: bool,
+    /// Arm the first instance's stop after a recorded commit (`--crash-after-commit`).
+    pub crash_first: bool,
     /// Let the instances create the demo sale on the empty database.
     pub demo_sale: bool,
 }
@@ -71,6 +73,7 @@ impl Default for Setup {
             lease: Duration::from_secs(5),
             work: Duration::from_millis(2),
             stall_first: false,
+            crash_first: false,
             demo_sale: false,
         }
     }
@@ -118,6 +121,7 @@ impl Env {
                     lease: setup.lease,
                     work: setup.work,
                     stall_once: setup.stall_first && i == 0,
+                    crash_after_commit: setup.crash_first && i == 0,
                     log: dir.path().join(format!("instance-{i}.log")),
                     name: Some(format!("instance-{i}")),
                     demo_sale: setup.demo_sale,
@@ -160,9 +164,10 @@ impl Env {
     }
 }
 
-/// An HTTP client for tests.
+/// An HTTP client for tests (never through a proxy: the instances are on loopback).
 pub fn http() -> reqwest::Client {
     reqwest::Client::builder()
+        .no_proxy()
         .timeout(Duration::from_secs(30))
         .build()
         .expect("client")
