@@ -38,6 +38,10 @@ impl Worker {
     /// Returns once the client is gone.
     pub(super) async fn run(mut self) {
         loop {
+            // A client dropped before its connection opened opens none.
+            if self.task.shared().is_none() {
+                return;
+            }
             // A move from now on is one this connection has not followed.
             if let Some(changes) = self.changes.as_mut() {
                 changes.borrow_and_update();
