@@ -21,6 +21,9 @@ use crate::floor::Watchdog;
 use crate::stats::CmdStats;
 use crate::sys::{cpu_ms, rss_bytes};
 
+/// Locks per renewal call of lock-core's watchdog (its batch size, 256).
+const RENEWAL_BATCH: f64 = 256.0;
+
 /// Concurrent acquisitions while taking the locks.
 const ACQUIRE_TASKS: usize = 128;
 /// Names checked with `lock_info` / `GET` at the end.
@@ -150,8 +153,17 @@ async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
     let delta = CmdStats::read(&mut admin).await.since(&before);
     let rss_end = rss_bytes();
 
-    let renew_calls = delta.calls(&["evalsha", "eval", "fcall"]);
-    let per_period = renew_calls as f64 / args.periods as f64;
+    let scripted = delta.calls(&["evalsha", "eval", "fcall"]);
+    // The native protocol renews with pipelines of `SET … IFEQ`, one command per lock and at
+    // most `RENEWAL_BATCH` per pipeline, which the server counts command by command: its round
+    // trips are derived from the commands (nothing else sends SET while the locks are held).
+    let native_sets = delta.calls(&["set"]);
+    let (renew_calls, per_period) = if scripted == 0 && native_sets > 0 {
+        let per_period = native_sets as f64 / args.periods as f64;
+        (native_sets, (per_period / RENEWAL_BATCH).ceil())
+    } else {
+        (scripted, scripted as f64 / args.periods as f64)
+    };
 
     // Every lock still held?
     let (lost_client, lost_server, checked) = match &holding {
@@ -182,6 +194,7 @@ async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
         "periods": args.periods,
         "acquire_s": acquire_s,
         "renew_round_trips_per_period": per_period,
+        "renew_server_commands_per_period": renew_calls as f64 / args.periods as f64,
         "round_trips_per_100_locks_per_period": per_period / (args.count as f64 / 100.0),
         "cpu_ms_per_period": (cpu1 - cpu0) / args.periods as f64,
         "rss_base_bytes": rss_base,
