@@ -3,16 +3,29 @@
 //! Use it through `lock-core`, which re-exports it (default feature `macros`) as
 //! `lock_core::distributed_lock`:
 //!
-//! ```ignore
+//! ```
 //! use lock_core::{distributed_lock, LockError};
+//! # struct Cents(u64);
+//! # struct Receipt;
 //!
 //! #[distributed_lock(key = "order:{order_id}")]
 //! async fn pay(order_id: u64, amount: Cents) -> Result<Receipt, AppError> {
 //!     // Only one caller per order id runs this at a time, across every process that
 //!     // shares the Redis server.
+//! #   Ok(Receipt)
 //! }
 //!
-//! impl From<LockError> for AppError { /* ... */ }
+//! #[derive(Debug)]
+//! enum AppError {
+//!     Lock(LockError),
+//!     // ... the application's own errors
+//! }
+//!
+//! impl From<LockError> for AppError {
+//!     fn from(e: LockError) -> Self {
+//!         AppError::Lock(e)
+//!     }
+//! }
 //! ```
 //!
 //! The reference, every argument with its default and limits, re-entry, release and the
