@@ -24,8 +24,9 @@
 //! a repeat after a lost reply) and sets the time to live. The check and the write are one
 //! atomic step on the server:
 //!
-//! * where the server runs Lua (every Redis; Valkey with its Lua module), one `EVAL` of a
-//!   short script (`GET`, compare, `SET … PX`);
+//! * where the server runs Lua (every Redis; Valkey with its Lua module), one call of this
+//!   crate's Lua code (`GET`, compare, `SET … PX`), through its function library like every
+//!   lock operation (`FCALL`, or `EVALSHA` where functions cannot be loaded);
 //! * where it does not (Valkey 9.0 or later without Lua), a compare-and-set with the server's
 //!   own commands: `GET`, compare, then `SET … NX PX` for a missing key or `SET … IFEQ <what
 //!   was read> PX`, read again and retried (up to 16 times) when another writer came in
@@ -39,8 +40,9 @@
 //! is accepted, and then replaced by the newer holder's write. Tokens are at most
 //! [`MAX_TOKEN`] (2<sup>53</sup>), as for [`fenced`](crate::fenced).
 //!
-//! An ACL user needs `+eval +get +set` on the lock keys' pattern for records (`+get +set`
-//! alone where the native compare-and-set is used).
+//! An ACL user needs what the locks need (`+fcall +function|load`, or `+evalsha +script|load`)
+//! and `+get` on the lock keys' pattern for records (`+get +set` where the native
+//! compare-and-set is used).
 //!
 //! ```no_run
 //! # async fn f(client: lock_core::LockClient) -> Result<(), lock_core::LockError> {
@@ -72,6 +74,7 @@ use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::fenced::{Fenced, MAX_TOKEN};
+use crate::scripts::{Call, Op};
 use crate::util::{MAX_LEASE, check_range, millis};
 
 /// What follows `P{N}` in a record's key.
@@ -88,23 +91,6 @@ pub const MAX_TTL: Duration = MAX_LEASE;
 
 /// How many times the native compare-and-set reads again when another writer came in between.
 const NATIVE_ATTEMPTS: usize = 16;
-
-/// The put: refused with the stored token, or written (`-1`). `KEYS[1]` the record, `ARGV[1]`
-/// the value as stored (`<token>:<bytes>`), `ARGV[2]` the token, `ARGV[3]` the TTL in ms.
-const PUT: &str = r"
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  local token = string.match(stored, '^(%d+):')
-  if not token then
-    return redis.error_reply('WRONGTYPE the key does not hold a lock-core record')
-  end
-  if tonumber(token) > tonumber(ARGV[2]) then
-    return tonumber(token)
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-return -1
-";
 
 /// The records of one [`LockClient`], under its key prefix: made by
 /// [`LockClient::records`]. Cheap to clone. See the [module docs](self).
@@ -201,16 +187,14 @@ impl Records {
         }
     }
 
-    /// The put as one script.
+    /// The put as one call of the Lua code (`record_put.lua`).
     async fn put_scripted(&self, put: &Put) -> Result<Fenced, LockError> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(PUT)
-            .arg(1)
-            .arg(&put.key)
-            .arg(&put.stored)
+        let mut call = Call::new(Op::RecordPut);
+        call.key(put.key.as_str())
+            .arg(put.stored.as_slice())
             .arg(put.token)
             .arg(millis(put.ttl));
-        match convert::<i64>(self.engine.command(&cmd).await?)? {
+        match self.engine.invoke::<i64>(&call.into()).await? {
             -1 => Ok(Fenced::Written),
             greater => Ok(Fenced::Refused {
                 stored: u64::try_from(greater).map_err(|_| {
@@ -237,7 +221,7 @@ impl Records {
             match &current {
                 None => set.arg("NX"),
                 Some(current) => {
-                    let written = decode(key, current.clone())?.token;
+                    let (written, _) = stored_token(current).ok_or_else(|| not_a_record(key))?;
                     if written > *token {
                         return Ok(Fenced::Refused { stored: written });
                     }
@@ -300,19 +284,23 @@ fn encode(token: u64, value: &[u8]) -> Vec<u8> {
 
 /// A stored value read back; [`LockError::UnexpectedReply`] if it is not one.
 fn decode(key: &str, mut stored: Vec<u8>) -> Result<StoredRecord, LockError> {
-    let not_a_record = || LockError::UnexpectedReply(format!("{key} does not hold a record"));
-    let colon = stored
-        .iter()
-        .take(21)
-        .position(|&b| b == b':')
-        .ok_or_else(not_a_record)?;
+    let (token, colon) = stored_token(&stored).ok_or_else(|| not_a_record(key))?;
+    let value = stored.split_off(colon + 1);
+    Ok(StoredRecord { token, value })
+}
+
+/// The token of a stored value (`<token>:<bytes>`) and where its colon is, if it is one.
+fn stored_token(stored: &[u8]) -> Option<(u64, usize)> {
+    let colon = stored.iter().take(21).position(|&b| b == b':')?;
     let token = std::str::from_utf8(&stored[..colon])
         .ok()
         .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|digits| digits.parse().ok())
-        .ok_or_else(not_a_record)?;
-    let value = stored.split_off(colon + 1);
-    Ok(StoredRecord { token, value })
+        .and_then(|digits| digits.parse().ok())?;
+    Some((token, colon))
+}
+
+fn not_a_record(key: &str) -> LockError {
+    LockError::UnexpectedReply(format!("{key} does not hold a record"))
 }
 
 #[cfg(test)]

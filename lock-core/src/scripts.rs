@@ -54,6 +54,8 @@ macro_rules! ops {
                     "semaphore"
                 } else if name.starts_with("multi") {
                     "multi-lock"
+                } else if name.starts_with("record") {
+                    "records"
                 } else {
                     "mutex"
                 }
@@ -94,6 +96,7 @@ ops!(
     SemRenew => "sem_renew",
     SemInspect => "sem_inspect",
     SemForceUnlock => "sem_force_unlock",
+    RecordPut => "record_put",
 );
 
 /// How calls reach the Lua code on a deployment.

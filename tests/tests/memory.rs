@@ -696,3 +696,30 @@ async fn the_tower_layer_locks_on_the_memory_backend() {
     })
     .await;
 }
+
+/// Records (`LockClient::records`, what lock-tower's `RedisStore` keeps) on the in-memory
+/// backend: written, read back by another instance, a write of an older token refused, a
+/// repeat written again, and gone after their time to live.
+#[tokio::test(start_paused = true)]
+async fn records_are_written_fenced_and_expire() {
+    let (_server, a, b) = two_instances().await;
+    let (ra, rb) = (a.records(), b.records());
+    let ttl = Duration::from_secs(60);
+    assert_eq!(
+        ra.put("order:1", b"paid", 7, ttl).await.unwrap(),
+        lock_core::fenced::Fenced::Written
+    );
+    let read = rb.get("order:1").await.unwrap().expect("the record");
+    assert_eq!((read.token(), read.value()), (7, &b"paid"[..]));
+    assert_eq!(
+        rb.put("order:1", b"late", 6, ttl).await.unwrap(),
+        lock_core::fenced::Fenced::Refused { stored: 7 }
+    );
+    assert_eq!(
+        ra.put("order:1", b"paid", 7, ttl).await.unwrap(),
+        lock_core::fenced::Fenced::Written
+    );
+    assert_eq!(rb.get("order:1").await.unwrap().unwrap().value(), b"paid");
+    tokio::time::sleep(ttl + SECOND).await;
+    assert_eq!(rb.get("order:1").await.unwrap(), None);
+}

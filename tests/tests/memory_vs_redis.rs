@@ -178,7 +178,8 @@ impl Draw {
                 args.extend([self.count(0), self.count(0)]);
                 script("multi_acquire", vec![a, b], args)
             }
-            28..=31 => self.batch(owner),
+            28..=30 => self.batch(owner),
+            31 => self.record_put(),
             32..=61 => self.fair_or_rw(owner),
             62..=93 => self.semaphore_or_rw(owner),
             94 => {
@@ -254,6 +255,24 @@ impl Draw {
                     args,
                 }
             }
+        }
+    }
+
+    /// A record put (`record_put.lua`): mostly on a record's key, now and then on a lock
+    /// string (refused as not a record, or written over a free key).
+    fn record_put(&mut self) -> Step {
+        let k = self.name();
+        let key = if self.rng.random_bool(0.85) {
+            format!("{}:record", k.mutex)
+        } else {
+            k.mutex
+        };
+        let token = self.rng.random_range(1..5u32);
+        let value = format!("{token}:v{}", self.rng.random_range(0..3));
+        Step::Script {
+            op: "record_put",
+            keys: vec![key],
+            args: vec![lit(value), lit(token), lit(60_000)],
         }
     }
 

@@ -20,6 +20,7 @@ mod fuzz;
 mod keyspace;
 mod mutex;
 mod prelude;
+mod record;
 mod rwlock;
 mod script;
 mod semaphore;

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::keyspace::WrongType;
 use super::server::Ctx;
-use super::{fair, mutex, rwlock, semaphore};
+use super::{fair, mutex, record, rwlock, semaphore};
 use crate::scripts::{Call, Op};
 
 /// A call that fails: the error line Redis would answer (`WRONGTYPE …`, `ERR …`).
@@ -150,6 +150,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, call: &Call) -> Value {
         Op::SemRenew => semaphore::renew(ctx, &a),
         Op::SemInspect => semaphore::inspect(ctx, &a),
         Op::SemForceUnlock => semaphore::force_unlock(ctx, &a),
+        Op::RecordPut => record::put(ctx, &a),
     };
     reply.unwrap_or_else(|Fail(line)| error_value(&line))
 }
