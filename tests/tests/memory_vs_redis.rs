@@ -7,7 +7,8 @@
 //! token that side last granted). After every call the replies, the channels published on and
 //! every key (type, value, time to live) must agree. The two clocks differ, so what they read
 //! is left out of the comparison: numbers of 10 digits or more (tokens, server times) read as
-//! `T`, and times to live or waits of a second or more as `ms`; every lease and time to live
+//! `T` (and sorted-set members scored by a time are compared as a set, not in the order their
+//! times put them in), and times to live or waits of a second or more as `ms`; every lease and time to live
 //! in the sequences is at least 30 s, longer than a sequence runs.
 
 use std::collections::{BTreeSet, HashMap};
@@ -615,8 +616,23 @@ end
 return out
 ";
 
+/// One key as compared. A sorted set's members are listed by their score as compared, then by
+/// name: scores that are times read `T`, and so does the order among them, which the two clocks
+/// set (two calls a millisecond apart on one side can fall in the same millisecond on the
+/// other, and Redis orders equal scores by name).
 fn entry(key: &str, kind: &str, parts: &[Vec<u8>], pttl: i64) -> String {
-    let parts: Vec<String> = parts.iter().map(|p| text(p)).collect();
+    let mut parts: Vec<String> = parts.iter().map(|p| text(p)).collect();
+    if kind == "zset" {
+        let mut members: Vec<(String, String)> = parts
+            .chunks(2)
+            .map(|pair| (pair[1..].concat(), pair[0].clone()))
+            .collect();
+        members.sort();
+        parts = members
+            .into_iter()
+            .flat_map(|(score, member)| [member, score])
+            .collect();
+    }
     format!("{key} {kind} [{}] pttl {}", parts.join(" "), number(pttl))
 }
 
