@@ -18,7 +18,9 @@
 //! - **fenced register**, per key of the fenced store (`fence:mutex:m:0` ...): every write
 //!   with its token and answer (refused ones with the token that refused them); the store
 //!   accepts an equal token only from the section that stored it. A write the check server
-//!   did not answer may or may not have happened.
+//!   did not answer may or may not have happened, and so may one in flight when its section
+//!   was cut off (a handler the layer cancelled) and any write of a section whose worker was
+//!   killed before the section ended (its writes are reported with its end).
 //!
 //! A key the judge finds not linearizable is a violation (kind `linearizability`), unless
 //! the checks of `check.rs` found an anomaly within a failover window on the same name
@@ -111,6 +113,12 @@ pub(crate) fn histories(h: &History, ctx: &Ctx) -> (Vec<MutexHistory>, Vec<Regis
                 history.release(owner, sent, answered, answer);
             }
         }
+        let mut register = |key: String, token: u64, invoked: i64, answer| {
+            registers
+                .entry(key.clone())
+                .or_insert_with(|| RegisterHistory::new(key, EqualToken::SameWriter))
+                .write(owner, token, invoked, answer);
+        };
         for w in &sec.writes {
             let key = sec
                 .parts
@@ -122,10 +130,18 @@ pub(crate) fn histories(h: &History, ctx: &Ctx) -> (Vec<MutexHistory>, Vec<Regis
                 Some(false) => Some((w.t1, RegisterAnswer::Refused { stored: w.max })),
                 None => None,
             };
-            registers
-                .entry(key.clone())
-                .or_insert_with(|| RegisterHistory::new(key, EqualToken::SameWriter))
-                .write(owner, w.token, w.t0, answer);
+            register(key, w.token, w.t0, answer);
+        }
+        // A section that never ended (its worker was killed) reported none of its writes,
+        // which go with its end: each part with a token may have been written from the
+        // section's start on (one write of unknown outcome says all it can have done: its
+        // second write stores nothing the first did not).
+        if sec.end.is_none() {
+            for part in &sec.parts {
+                if let Some(token) = part.token {
+                    register(Fence::key(&part.family, &part.name), token, sec.start, None);
+                }
+            }
         }
     }
     (
@@ -379,6 +395,44 @@ mod tests {
         let (ours, judge) = both(&h);
         assert_eq!(ours, ["fencing", "fencing"]);
         assert_eq!(judge, ["lease mutex NOT LINEARIZABLE"]);
+    }
+
+    #[test]
+    fn a_write_of_a_section_cut_off_before_its_end_may_have_been_stored() {
+        // A stalled holder (token 5) writes late and is refused by token 6, whose section
+        // never reported its write: its worker was killed before the section ended (writes go
+        // with the end), or the layer cancelled its handler with the write in flight.
+        let verdicts = |h: &History| -> Vec<bool> {
+            let (_, registers) = histories(h, &ctx());
+            registers
+                .iter()
+                .map(|r| r.check(DEFAULT_BUDGET).ok())
+                .collect()
+        };
+        let mut h = History::default();
+        sec(&mut h, (0, 10), (11, 200, 20), 5, "not-held");
+        sec(&mut h, (25, 30), (31, 40, 900), 6, "held");
+        write(&mut h, 0, 5, 12, true, 5);
+        write(&mut h, 0, 5, 150, false, 6);
+        // Killed: no end, no release, no writes reported.
+        h.secs[1].end = None;
+        h.secs[1].rel = None;
+        assert_eq!(verdicts(&h), [true]);
+        // Cut off by the layer: ended, its write reported as in flight (no answer).
+        h.secs[1].end = Some(40 * MS);
+        h.secs[1].writes.push(Write {
+            name: "m:0".to_owned(),
+            token: 6,
+            t0: 32 * MS,
+            t1: 32 * MS,
+            accepted: None,
+            max: 0,
+            by: "no answer".to_owned(),
+        });
+        assert_eq!(verdicts(&h), [true]);
+        // Without either, the refusal names a token nobody wrote: not linearizable.
+        h.secs[1].writes.clear();
+        assert_eq!(verdicts(&h), [false]);
     }
 
     #[test]

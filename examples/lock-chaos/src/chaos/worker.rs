@@ -651,6 +651,10 @@ struct Section {
     /// When `lost()` fired.
     lost: Option<i64>,
     writes: Vec<Write>,
+    /// A write sent and not answered yet: if the section is cut off here (the layer cancels
+    /// a handler whose lock was lost), the store may have applied it, so it is recorded as a
+    /// write of unknown outcome.
+    in_flight: Option<Write>,
     ended: bool,
 }
 
@@ -689,6 +693,7 @@ impl Section {
             valid,
             lost: None,
             writes: Vec::new(),
+            in_flight: None,
             ended: false,
         }
     }
@@ -706,11 +711,23 @@ impl Section {
     async fn write_all(&mut self) {
         for part in &self.parts {
             if let Some(token) = part.token {
+                let sent = now_us();
+                self.in_flight = Some(Write {
+                    name: part.name.clone(),
+                    token,
+                    t0: sent,
+                    t1: sent,
+                    accepted: None,
+                    max: 0,
+                    by: "no answer: the section was cut off while the write was in flight"
+                        .to_owned(),
+                });
                 let w = self
                     .ctx
                     .fence
                     .write(part.family, &part.name, token, &self.id)
                     .await;
+                self.in_flight = None;
                 self.writes.push(w);
             }
         }
@@ -739,7 +756,12 @@ impl Section {
             return;
         }
         self.ended = true;
-        let writes: Vec<Value> = self.writes.iter().map(Write::to_json).collect();
+        let writes: Vec<Value> = self
+            .writes
+            .iter()
+            .chain(&self.in_flight)
+            .map(Write::to_json)
+            .collect();
         emit(&json!({
             "ev": "end", "sec": self.id, "t": now_us(), "valid": self.valid,
             "lost": self.lost, "writes": writes,
