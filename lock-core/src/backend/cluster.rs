@@ -78,6 +78,9 @@ async fn open(client: &ClusterClient, timeout: Duration) -> Result<ClusterConnec
 /// How many times the cluster connection re-sends a command after a redirect or a failure.
 const RETRIES: u32 = 3;
 
+/// How many times a native call's transaction goes again after a moved or migrating slot.
+const MOVED_RETRIES: u32 = 5;
+
 impl Cluster {
     /// The client for commands (RESP2) built from the seed nodes.
     pub(crate) fn client(
@@ -143,10 +146,14 @@ impl Cluster {
 impl Topology for Cluster {
     /// A native call's `MULTI`/`EXEC` that meets a moved slot is aborted whole, and the redis
     /// crate follows `MOVED` for commands, not for a transaction: a plain read of the key
-    /// then teaches it where the slot went, and the transaction (aborted, so not applied)
-    /// goes again. One that meets a slot being migrated (`TRYAGAIN`: its two keys, the lock
-    /// and its slot's fencing counter, may be split for a moment) goes again a moment later.
-    /// Up to three times each.
+    /// then teaches it where the slot went (it refreshes its slot map in the background), and
+    /// after a pause the transaction (aborted, so not applied) goes again. One that meets a
+    /// slot being migrated (`TRYAGAIN`: its two keys, the lock and its slot's fencing counter,
+    /// may be split for a moment) goes again the same way. Up to `MOVED_RETRIES` (5) times,
+    /// pausing 40 ms, then twice as long each time (1.24 s in all). Right after a failover
+    /// the connection can go on sending a transaction to a node that no longer owns the slot
+    /// for a while (the Cluster failover tests on Valkey 9 met it); if every try meets it,
+    /// the call fails with that error, nothing applied.
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
         let mut connection = self.connection.clone();
         let mut tries = 0;
@@ -159,18 +166,16 @@ impl Topology for Cluster {
             let text = e.to_string();
             let moved = text.contains("Transaction aborted") && text.contains("Moved");
             let again = text.contains("TryAgain");
-            if tries == 3 || !(moved || again) {
+            if tries == MOVED_RETRIES || !(moved || again) {
                 return result;
             }
             tries += 1;
-            if again {
-                tokio::time::sleep(Duration::from_millis(20 * tries)).await;
-            }
             let mut read = redis::cmd("PTTL");
             read.arg(native.key());
             let _ = self
                 .bounded(read.query_async::<Value>(&mut connection))
                 .await;
+            tokio::time::sleep(Duration::from_millis(20 << tries)).await;
         }
     }
 
