@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::{LockClient, LockError, LockGuard};
 use lock_tests::fixtures::{
     blocking, command_calls, eventually, is_lock_of, lock_replicated, lua_calls, native, recovered,
-    renewed, woken,
+    renewed, try_lock_until_answered, woken,
 };
 use lock_tests::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
@@ -399,7 +399,7 @@ async fn a_lease_that_runs_out_during_a_failover_is_known_lost() {
         .await
         .expect("the holder learns it lost the lock");
     assert!(!held.is_held());
-    let g = try_lock_after_failover(&b, &name)
+    let g = try_lock_until_answered(&b, &name)
         .await
         .expect("free again");
     assert!(
@@ -411,26 +411,6 @@ async fn a_lease_that_runs_out_during_a_failover_is_known_lost() {
         held.unlock().await,
         Ok(false) | Err(LockError::Lost { .. })
     ));
-}
-
-/// `c.try_lock(name)` until it answers. Right after a failover, a native acquisition (a
-/// `MULTI`/`EXEC`, which the redis crate does not redirect) can still be sent to a node that no
-/// longer owns its slot and fail with `MOVED` after lock-core's own retries (DESIGN.md,
-/// "Deployments"); a script call is redirected. Panics after 15 s of errors.
-async fn try_lock_after_failover(c: &LockClient, name: &str) -> Option<LockGuard> {
-    let started = Instant::now();
-    loop {
-        match c.try_lock(name.to_owned()).await {
-            Ok(answer) => return answer,
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(15),
-                    "still failing: {e:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,7 +436,7 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     // renews it there: its expiry moves later. (Not "its TTL grows": every renewal sets the
     // TTL to the full lease, so when `before` is read just after one, no TTL read after the
     // next renewal is larger unless it comes even sooner after it.)
-    assert!(try_lock_after_failover(&b, &name).await.is_none());
+    assert!(try_lock_until_answered(&b, &name).await.is_none());
     renewed(&b, &name, lease).await;
     assert!(held.is_held());
     assert!(held.unlock().await.unwrap());

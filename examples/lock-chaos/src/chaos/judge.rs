@@ -420,15 +420,13 @@ mod tests {
         assert_eq!(verdicts(&h), [true]);
         // Cut off by the layer: ended, its write reported as in flight (no answer).
         h.secs[1].end = Some(40 * MS);
-        h.secs[1].writes.push(Write {
-            name: "m:0".to_owned(),
-            token: 6,
-            t0: 32 * MS,
-            t1: 32 * MS,
-            accepted: None,
-            max: 0,
-            by: "no answer".to_owned(),
-        });
+        h.secs[1].writes.push(Write::unanswered(
+            "m:0",
+            6,
+            32 * MS,
+            32 * MS,
+            "no answer".to_owned(),
+        ));
         assert_eq!(verdicts(&h), [true]);
         // Without either, the refusal names a token nobody wrote: not linearizable.
         h.secs[1].writes.clear();

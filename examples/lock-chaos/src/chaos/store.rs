@@ -41,6 +41,19 @@ pub(crate) struct Write {
 }
 
 impl Write {
+    /// A write with no answer (its effect unknown), sent at `t0`, given up at `t1`: `why`.
+    pub(crate) fn unanswered(name: &str, token: u64, t0: i64, t1: i64, why: String) -> Write {
+        Write {
+            name: name.to_owned(),
+            token,
+            t0,
+            t1,
+            accepted: None,
+            max: 0,
+            by: why,
+        }
+    }
+
     pub(crate) fn to_json(&self) -> Value {
         json!([
             self.name,
@@ -124,15 +137,7 @@ impl Fence {
                 max: max.parse().unwrap_or_default(),
                 by,
             },
-            Err(e) => Write {
-                name: name.to_owned(),
-                token,
-                t0,
-                t1,
-                accepted: None,
-                max: 0,
-                by: e,
-            },
+            Err(e) => Write::unanswered(name, token, t0, t1, e),
         }
     }
 }

@@ -712,16 +712,13 @@ impl Section {
         for part in &self.parts {
             if let Some(token) = part.token {
                 let sent = now_us();
-                self.in_flight = Some(Write {
-                    name: part.name.clone(),
+                self.in_flight = Some(Write::unanswered(
+                    &part.name,
                     token,
-                    t0: sent,
-                    t1: sent,
-                    accepted: None,
-                    max: 0,
-                    by: "no answer: the section was cut off while the write was in flight"
-                        .to_owned(),
-                });
+                    sent,
+                    sent,
+                    "no answer: the section was cut off while the write was in flight".to_owned(),
+                ));
                 let w = self
                     .ctx
                     .fence
