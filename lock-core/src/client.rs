@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connection::Connection;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
@@ -188,6 +189,14 @@ impl LockClient {
     /// ```
     pub async fn owner_description(&self, owner: &str) -> Result<Option<String>, LockError> {
         crate::description::look_up(&self.engine, owner).await
+    }
+
+    /// A connection for the application's own commands on this client's deployment (its
+    /// [fenced](crate::fenced) writes, say), through this client's connections: it works
+    /// again by itself after a server restart or a failover, and on
+    /// [`in_memory`](Self::in_memory) it talks to the in-memory server. See [`Connection`].
+    pub fn connection(&self) -> Connection {
+        Connection::new(self.engine.clone())
     }
 }
 

@@ -280,6 +280,26 @@ impl LockError {
     }
 }
 
+impl LockError {
+    /// The error as the redis crate would say it, for [`Connection`](crate::Connection):
+    /// the redis error inside where there is one (a refused connection's cause, a server's
+    /// reply), else an I/O error of the same meaning (a timeout, an unreachable server).
+    pub(crate) fn into_redis(self) -> redis::RedisError {
+        use std::io::{Error, ErrorKind};
+        match self {
+            LockError::Redis(e)
+            | LockError::Unavailable {
+                source: Some(e), ..
+            }
+            | LockError::Tls { source: e, .. } => e,
+            LockError::ResponseTimeout(_) | LockError::Timeout { .. } => {
+                Error::new(ErrorKind::TimedOut, self.to_string()).into()
+            }
+            other => Error::new(ErrorKind::NotConnected, other.to_string()).into(),
+        }
+    }
+}
+
 impl From<redis::RedisError> for LockError {
     fn from(e: redis::RedisError) -> Self {
         LockError::Redis(e)

@@ -5,8 +5,11 @@
 //! holder that stalled past its lease (a GC pause, a frozen VM) wakes up still believing it
 //! holds the lock and writes; a resource that remembers the highest token it accepted refuses
 //! that write, because the next holder's token is greater. [`set`] is that check for a value
-//! kept in Redis (on any connection: the lock server or another one); for SQL, see the crate
-//! docs' section *Fencing at the resource*.
+//! kept in Redis (on any connection: the lock client's own,
+//! [`LockClient::connection`](crate::LockClient::connection), which heals after a restart and
+//! runs on the in-memory backend, or another server's); for SQL, see the crate docs' section
+//! *Fencing at the resource*. Both [`set`] and [`get`] are safe to repeat and send once more
+//! when their connection failed under them.
 //!
 //! The value lives in a hash at `key` with two fields, `value` and `fence`; [`get`] reads
 //! both. The rule: a write whose token is **lower** than the stored fence is refused; an equal
@@ -18,8 +21,9 @@
 //! # async fn f(client: lock_core::LockClient) -> Result<(), Box<dyn std::error::Error>> {
 //! use lock_core::fenced::{self, Fenced};
 //!
-//! let redis = lock_core::redis::Client::open("redis://127.0.0.1/")?;
-//! let mut conn = redis.get_multiplexed_async_connection().await?;
+//! // The client's own connections: healed after a restart or a failover, and served by the
+//! // in-memory server on `LockClient::in_memory()`. Any other redis connection works too.
+//! let mut conn = client.connection();
 //! let guard = client.lock("report:daily").await?;
 //! match fenced::set(&mut conn, "report:daily:result", "42 rows", guard.fencing_token()).await? {
 //!     Fenced::Written => {}
@@ -55,6 +59,22 @@ pub enum Fenced {
     },
 }
 
+/// Sends (evaluates `send`), and once more when the connection failed under it: [`set`] and
+/// [`get`] are safe to repeat (a repeated write writes the same value with the same token),
+/// and a connection that heals ([`Connection`](crate::Connection), the redis crate's
+/// `ConnectionManager`) then takes the second try.
+macro_rules! once_more {
+    ($send:expr) => {
+        match $send {
+            Err(e) if crate::error::is_connection_error(&e) => {
+                tracing::debug!(error = %e, "a fenced command's connection failed; sending it once more");
+                $send
+            }
+            reply => reply,
+        }
+    };
+}
+
 static SET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -68,6 +88,11 @@ return 0
     )
 });
 
+/// The SHA1 of [`set`]'s script, by which the in-memory server knows it.
+pub(crate) fn set_script_hash() -> &'static str {
+    SET.get_hash()
+}
+
 /// Writes `value` to `key` with the fencing token `token`, unless `key` holds a value written
 /// with a greater token: then nothing is written and [`Fenced::Refused`] says which token
 /// holds it. An equal token is accepted (see the module docs).
@@ -80,12 +105,9 @@ where
     V: ToRedisArgs + Send + Sync,
 {
     check(token)?;
-    let reply: Value = SET
-        .key(key)
-        .arg(value)
-        .arg(token)
-        .invoke_async(conn)
-        .await?;
+    let mut invocation = SET.key(key);
+    invocation.arg(value).arg(token);
+    let reply: Value = once_more!(invocation.invoke_async(conn).await)?;
     match reply {
         Value::Int(0) => Ok(Fenced::Written),
         other => {
@@ -105,12 +127,9 @@ where
     C: ConnectionLike + Send,
     V: FromRedisValue,
 {
-    let (value, fence): (Option<Value>, Option<u64>) = redis::cmd("HMGET")
-        .arg(key)
-        .arg("value")
-        .arg("fence")
-        .query_async(conn)
-        .await?;
+    let mut hmget = redis::cmd("HMGET");
+    hmget.arg(key).arg("value").arg("fence");
+    let (value, fence): (Option<Value>, Option<u64>) = once_more!(hmget.query_async(conn).await)?;
     match (value, fence) {
         (None, None) => Ok(None),
         (Some(value), Some(fence)) => {

@@ -6,6 +6,7 @@ use std::fmt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use crate::backend::Request;
 use crate::backend::primaries::{Found, Keyed, Timeouts};
 
 /// Each primary of a deployment, reached with plain connections, for operators and tools such
@@ -145,13 +146,18 @@ impl fmt::Debug for Primary {
 /// A connection that sends each command to the primary of its keys (see
 /// [`Primaries::keyed_connection`]). Use it as any redis connection:
 /// `cmd.query_async(&mut connection)`.
+///
+/// It works again by itself after a fault: a command whose connection fails under it (a
+/// server restart, a reset) is answered with that error and never sent twice, and the next
+/// one connects anew (on a Cluster, the cluster connection reconnects and follows the slot
+/// map by itself).
 #[derive(Clone)]
 pub struct KeyedConnection(Keyed);
 
 impl ConnectionLike for KeyedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.0 {
-            Keyed::Node(c) => c.req_packed_command(cmd),
+            Keyed::Node(c) => Box::pin(c.send(Request::User(cmd))),
             Keyed::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -163,14 +169,22 @@ impl ConnectionLike for KeyedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.0 {
-            Keyed::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Keyed::Node(c) => Box::pin(async move {
+                match c
+                    .send(Request::UserPipeline(pipeline, offset, count))
+                    .await?
+                {
+                    Value::Array(replies) => Ok(replies),
+                    other => Ok(vec![other]),
+                }
+            }),
             Keyed::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match &self.0 {
-            Keyed::Node(c) => c.get_db(),
+            Keyed::Node(c) => c.db(),
             Keyed::Cluster(c) => c.get_db(),
         }
     }

@@ -542,6 +542,14 @@ async fn redis_down_is_503_unless_the_layer_fails_open() {
     );
     assert_eq!(status_of(http().post(closed.url("/charges"))).await, 201);
     assert_eq!(probe.runs(), 2);
+    // Restarted on the same port, the closed layer answers the next key at once, though
+    // nothing else on its client (no lock layer, no lock call) repaired its connections.
+    tokio::task::block_in_place(|| server.restart());
+    assert_eq!(
+        send(closed.url("/charges"), "k-back", "x").await.status(),
+        201
+    );
+    assert_eq!(probe.runs(), 3);
 }
 
 /// The rule of a record's put, on `name`: refused from an older token, accepted from an equal

@@ -723,3 +723,49 @@ async fn records_are_written_fenced_and_expire() {
     tokio::time::sleep(ttl + SECOND).await;
     assert_eq!(rb.get("order:1").await.unwrap(), None);
 }
+
+/// The README's fenced write helper, unchanged, on the in-memory backend: the client's own
+/// connection is served by the in-memory server, the stale holder's write is refused, and the
+/// plain commands a test reads with are there too.
+#[tokio::test(start_paused = true)]
+async fn fenced_writes_run_on_the_clients_connection() {
+    use lock_core::fenced::{self, Fenced};
+    let server = MemoryServer::new();
+    let (a, b) = (
+        server.client().await.unwrap(),
+        server.client().await.unwrap(),
+    );
+    let mut conn = a.connection();
+    let stale = a.lock("report").await.unwrap();
+    let old = stale.fencing_token();
+    assert!(stale.unlock().await.unwrap());
+    let fresh = b.lock("report").await.unwrap();
+    let new = fresh.fencing_token();
+    assert!(new > old);
+    let key = "report:result";
+    assert_eq!(
+        fenced::set(&mut conn, key, "fresh", new).await.unwrap(),
+        Fenced::Written
+    );
+    assert_eq!(
+        fenced::set(&mut conn, key, "stale", old).await.unwrap(),
+        Fenced::Refused { stored: new }
+    );
+    assert_eq!(
+        fenced::get::<_, String>(&mut conn, key).await.unwrap(),
+        Some(("fresh".to_owned(), new))
+    );
+    let mut hget = lock_core::redis::cmd("HGET");
+    hget.arg(key).arg("value");
+    let value: String = hget.query_async(&mut b.connection()).await.unwrap();
+    assert_eq!(value, "fresh");
+    // A command the in-memory server does not have is the server's error, not a panic.
+    let err = lock_core::redis::cmd("LPUSH")
+        .arg("l")
+        .arg("x")
+        .query_async::<i64>(&mut conn)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown command"), "{err}");
+    assert!(fresh.unlock().await.unwrap());
+}

@@ -95,8 +95,8 @@ pub async fn run(options: DrawOptions) -> Result<DrawSummary, BoxError> {
         .into());
     }
     let client = LockClient::connect(&options.url).await?;
-    let redis = lock_core::redis::Client::open(options.url.as_str())?;
-    let mut conn = redis.get_multiplexed_async_connection().await?;
+    // The client's own connections: they work again by themselves after a Redis restart.
+    let mut conn = client.connection();
     emit("READY", &[("instance", options.instance.clone())]);
 
     let mut summary = DrawSummary::default();
@@ -155,7 +155,7 @@ pub async fn run(options: DrawOptions) -> Result<DrawSummary, BoxError> {
 /// The winner's job: draw, check the lock, (stall), write fenced, release (the lock stays
 /// taken until its minimum hold is over).
 async fn job(
-    conn: &mut lock_core::redis::aio::MultiplexedConnection,
+    conn: &mut lock_core::Connection,
     guard: LockGuard,
     base: &[(&str, String); 3],
     stall: Option<Stall>,

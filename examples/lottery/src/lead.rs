@@ -45,8 +45,8 @@ pub async fn run(options: LeadOptions) -> Result<(), BoxError> {
         .watchdog_lease(options.lease)
         .build()
         .await?;
-    let redis = lock_core::redis::Client::open(options.url.as_str())?;
-    let mut conn = redis.get_multiplexed_async_connection().await?;
+    // The client's own connections: they work again by themselves after a Redis restart.
+    let mut conn = client.connection();
     let leader = client.leader(LEADER);
     let me = || ("instance", options.instance.clone());
     emit("READY", &[me()]);

@@ -18,7 +18,8 @@ use redis::cluster_routing::{
 
 use super::tls::{self, TlsOptions};
 use super::{
-    Invocation, PubSubSource, Topology, acks, connect_error, load_code, map_error, wait_cmd,
+    Invocation, PubSubSource, Request, Topology, acks, connect_error, load_code, map_error,
+    wait_cmd,
 };
 use crate::command::Wire;
 use crate::error::LockError;
@@ -243,6 +244,16 @@ impl Topology for Cluster {
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
         let mut connection = self.connection.clone();
         self.bounded(cmd.query_async(&mut connection)).await
+    }
+
+    /// The cluster connection routes it by its keys and reconnects by itself; bounded as
+    /// every command is.
+    async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.limit(), request.send(&mut connection)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(LockError::ResponseTimeout(self.limit()).into_redis()),
+        }
     }
 
     fn slot(&self, key: &str) -> Option<Slot> {

@@ -28,12 +28,14 @@ mod cluster;
 pub(crate) mod memory;
 pub(crate) mod primaries;
 mod probe;
+mod request;
 mod sentinel;
 mod standalone;
 pub(crate) mod tls;
 
 pub(crate) use cluster::{Cluster, Seeds};
 pub(crate) use memory::Memory;
+pub(crate) use request::Request;
 pub(crate) use sentinel::{Discovery, Sentinel, Settings as SentinelSettings};
 pub(crate) use standalone::Standalone;
 
@@ -70,12 +72,18 @@ trait Topology: Send + Sync {
     /// The primary's `maxmemory-policy` (`CONFIG GET`; on a Cluster, one primary's).
     fn max_memory_policy(&self) -> impl Future<Output = Result<Value, LockError>> + Send;
 
-    /// Runs one plain single-key command (no script) where that key lives: the server, the
-    /// current primary, or on a Cluster the primary of the key's slot. Sent once.
+    /// Runs one of the crate's plain single-key commands (no script) where that key lives: the
+    /// server, the current primary, or on a Cluster the primary of the key's slot. Safe to
+    /// repeat: after a connection failure it goes once more on a healed connection.
     fn command(&self, cmd: &redis::Cmd) -> impl Future<Output = Result<Value, LockError>> + Send;
 
+    /// Sends an application's command or pipeline ([`Request::User`],
+    /// [`Request::UserPipeline`]) where its keys live, never twice; a connection that failed
+    /// under it is healed for the next one. Errors are the redis crate's.
+    fn user(&self, request: Request<'_>) -> impl Future<Output = RedisResult<Value>> + Send;
+
     /// Runs one keyless command on every primary (the server, the current primary, each
-    /// primary of a Cluster), one reply each. Sent once.
+    /// primary of a Cluster), one reply each. Healed and sent once more after a connection failure, as `command`.
     fn each_primary(
         &self,
         cmd: &redis::Cmd,
@@ -160,18 +168,35 @@ impl Backend {
             .ok_or_else(|| LockError::UnexpectedReply("CONFIG GET maxmemory-policy: empty".into()))
     }
 
-    /// Runs one plain single-key command (no script) where its key lives; sent once.
+    /// Runs one of the crate's plain single-key commands (no script) where its key lives;
+    /// sent once more after a connection failure (see [`Request::Command`]).
     pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
         let boxed: BoxFuture<'_, _> =
             Box::pin(async move { each!(self, b => b.command(cmd).await) });
         boxed.await
     }
 
-    /// Runs one keyless command on every primary, one reply each; sent once.
+    /// Sends an application's command or pipeline where its keys live; never twice.
+    pub(crate) async fn user(&self, request: Request<'_>) -> RedisResult<Value> {
+        let boxed: BoxFuture<'_, _> =
+            Box::pin(async move { each!(self, b => b.user(request).await) });
+        boxed.await
+    }
+
+    /// Runs one keyless command on every primary, one reply each; healed and sent once more after a connection failure.
     pub(crate) async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
         let boxed: BoxFuture<'_, _> =
             Box::pin(async move { each!(self, b => b.each_primary(cmd).await) });
         boxed.await
+    }
+
+    /// The database commands go to: the one the URL names on a standalone server, 0
+    /// elsewhere (a Sentinel primary's URL may name another; see [`Request::User`]).
+    pub(crate) fn db(&self) -> i64 {
+        match self {
+            Backend::Standalone(b) => b.redis_client().get_connection_info().redis_settings().db(),
+            _ => 0,
+        }
     }
 
     /// The slot of a key on a Cluster; None where all keys live together.

@@ -12,13 +12,13 @@ use tokio::time::Instant;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
 use super::cluster::{Cluster, Seeds};
 use super::sentinel::Discovery;
 use super::tls::TlsOptions;
-use super::{connect_error, convert, map_error};
-use crate::error::LockError;
+use super::{Request, connect_error, convert, map_error};
+use crate::error::{LockError, is_connection_error};
 
 /// The primaries found, and a connection that sends a command to the primary of its key.
 pub(crate) struct Found {
@@ -30,8 +30,8 @@ pub(crate) struct Found {
 /// A connection for commands on one lock's keys (one slot).
 #[derive(Clone)]
 pub(crate) enum Keyed {
-    /// The only primary.
-    Node(MultiplexedConnection),
+    /// The only primary, connected to again after its connection broke.
+    Node(Arc<Reconnecting>),
     /// A Cluster connection: it follows the slot map.
     Cluster(ClusterConnection),
 }
@@ -83,7 +83,11 @@ pub(crate) async fn standalone(
     client: redis::Client,
     timeouts: Timeouts,
 ) -> Result<Found, LockError> {
-    let keyed = Keyed::Node(connect(&client, timeouts).await?);
+    let keyed = Keyed::Node(Arc::new(Reconnecting {
+        current: tokio::sync::Mutex::new((0, Some(connect(&client, timeouts).await?))),
+        client: client.clone(),
+        timeouts,
+    }));
     let label = address(client.get_connection_info());
     Ok(Found {
         primaries: vec![(label, client)],
@@ -159,6 +163,47 @@ pub(crate) async fn cluster(
         primaries,
         keyed: Keyed::Cluster(connection),
     })
+}
+
+/// A connection to one node that is opened again after it broke: a request whose connection
+/// fails under it is answered with that failure (never sent twice: it may have been applied),
+/// and the next one connects anew.
+pub(crate) struct Reconnecting {
+    client: redis::Client,
+    timeouts: Timeouts,
+    /// The connection, numbered, so a failure on an old one does not drop a newer one.
+    current: tokio::sync::Mutex<(u64, Option<MultiplexedConnection>)>,
+}
+
+impl Reconnecting {
+    /// Sends `request` on the current connection (connecting first if there is none).
+    pub(crate) async fn send(&self, request: Request<'_>) -> RedisResult<Value> {
+        let (number, mut conn) = {
+            let mut current = self.current.lock().await;
+            if current.1.is_none() {
+                let fresh = connect(&self.client, self.timeouts).await;
+                current.1 = Some(fresh.map_err(LockError::into_redis)?);
+                current.0 += 1;
+            }
+            (current.0, current.1.clone())
+        };
+        let Some(conn) = conn.as_mut() else {
+            return Err(LockError::NoClient.into_redis());
+        };
+        let reply = request.send(conn).await;
+        if reply.as_ref().is_err_and(is_connection_error) {
+            let mut current = self.current.lock().await;
+            if current.0 == number {
+                current.1 = None;
+            }
+        }
+        reply
+    }
+
+    /// The database its connections use.
+    pub(crate) fn db(&self) -> i64 {
+        self.client.get_connection_info().redis_settings().db()
+    }
 }
 
 /// `info` with its host and port replaced, keeping its scheme, login and database.

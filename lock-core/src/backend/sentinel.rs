@@ -17,7 +17,7 @@ use redis::cluster_routing::Slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::watch;
 
-use super::{Invocation, PubSubNode, PubSubSource, Standalone, Topology, refusal};
+use super::{Invocation, PubSubNode, PubSubSource, Request, Standalone, Topology, refusal};
 use crate::error::{LockError, is_connection_error};
 use crate::scripts::{Mode, Scripts};
 
@@ -393,6 +393,39 @@ impl Topology for Sentinel {
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
         self.on_primary(|node| async move { node.command(cmd).await })
             .await
+    }
+
+    /// On the current primary. A request no connection could be had for, or one the node
+    /// refused because it is no longer the primary (`READONLY`, `MASTERDOWN`: not applied), goes
+    /// to the node the sentinels name now; one whose connection failed under it only makes
+    /// them be asked again (it may have been applied), for the next request.
+    async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
+        let (generation, node) = self
+            .discovery
+            .current()
+            .await
+            .map_err(LockError::into_redis)?;
+        let reply = node.send(request).await;
+        let refused = |e: &redis::RedisError| matches!(e.code(), Some("READONLY" | "MASTERDOWN"));
+        let again = match &reply {
+            Err(_) => true,
+            Ok(Err(e)) if refused(e) => true,
+            Ok(Err(e)) if is_connection_error(e) => {
+                let _ = self.discovery.refresh(generation).await;
+                false
+            }
+            Ok(_) => false,
+        };
+        if !again {
+            return reply.unwrap_or_else(|e| Err(e.into_redis()));
+        }
+        match self.discovery.refresh(generation).await {
+            Ok((now, node)) if now != generation => node
+                .send(request)
+                .await
+                .unwrap_or_else(|e| Err(e.into_redis())),
+            _ => reply.unwrap_or_else(|e| Err(e.into_redis())),
+        }
     }
 
     async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {

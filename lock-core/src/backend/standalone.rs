@@ -12,8 +12,8 @@ use redis::{Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
 use super::{
-    Invocation, PubSubNode, PubSubSource, Topology, acks, connect_error, load_code, map_error,
-    refusal, wait_cmd,
+    Invocation, PubSubNode, PubSubSource, Request, Topology, acks, connect_error, load_code,
+    map_error, refusal, wait_cmd,
 };
 use crate::error::{LockError, is_connection_error};
 use crate::scripts::{Mode, Scripts};
@@ -192,25 +192,71 @@ impl Standalone {
         self.heals.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// After `e`, a connection error on a pooled connection: heals the pool and sends the
-    /// call once more.
+    /// Sends `request` on a pooled connection. When the connection fails mid-request (a
+    /// server restart, a reset, a timeout), the pool's broken connections are replaced and a
+    /// [repeatable](Request::repeatable) request is sent once more; any other is answered with
+    /// the failure (it may have been applied), and the next request finds a healed pool.
+    ///
+    /// The outer error: no connection could be had, nothing was sent. The inner result: the
+    /// server's answer, or the failure of the (last) send.
+    pub(crate) async fn send(
+        &self,
+        request: Request<'_>,
+    ) -> Result<redis::RedisResult<Value>, LockError> {
+        let heals = self.heals.load(Ordering::Acquire);
+        let mut conn = self.connection().await?;
+        match request.send(&mut conn).await {
+            // Boxed: the common path's future then holds a pointer, not the retry's state.
+            Err(e) if is_connection_error(&e) => {
+                Ok(Box::pin(self.heal_and_resend(heals, request, e)).await)
+            }
+            reply => Ok(reply),
+        }
+    }
+
+    /// [`Standalone::send`] for the crate's own requests, its errors said as the crate says
+    /// them.
+    async fn send_own(&self, request: Request<'_>) -> Result<Value, LockError> {
+        self.send(request).await?.map_err(|e| self.map_error(e))
+    }
+
+    /// After `e`, a connection error on a pooled connection: heals the pool and, if `request`
+    /// is repeatable, sends it once more.
     async fn heal_and_resend(
         &self,
         heals: u64,
-        invocation: &Invocation<'_>,
+        request: Request<'_>,
         e: redis::RedisError,
-    ) -> Result<Value, LockError> {
-        tracing::debug!(error = %e, "Redis connection failed; reconnecting and retrying once");
+    ) -> redis::RedisResult<Value> {
+        tracing::debug!(error = %e, repeat = request.repeatable(), "Redis connection failed; healing the pool");
         self.heal(heals).await;
+        if !request.repeatable() {
+            return Err(e);
+        }
         // If no connection can be had, report the first failure: the command may have been
         // applied, which `Unavailable` would deny.
         let Ok(mut conn) = self.connection().await else {
-            return Err(self.map_error(e));
+            return Err(e);
         };
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.map_error(e))
+        request.send(&mut conn).await
+    }
+
+    /// One try of [`Topology::invoke_acked`]: the script's reply and `WAIT`'s.
+    async fn acked_once(
+        &self,
+        invocation: &Invocation<'_>,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<redis::RedisResult<(Value, Value)>, LockError> {
+        let pooled = self.slot_exclusively().await?;
+        let mut conn = (*pooled).clone();
+        conn.set_response_timeout(self.response_timeout + timeout);
+        Ok(async {
+            let value = invocation.invoke_async(&mut conn).await?;
+            let acked = wait_cmd(replicas, timeout).query_async(&mut conn).await?;
+            Ok((value, acked))
+        }
+        .await)
     }
 
     fn map_error(&self, e: redis::RedisError) -> LockError {
@@ -225,20 +271,13 @@ impl Topology for Standalone {
     /// are replaced and the script is sent once more. Every script of this crate is written to
     /// be safe to repeat: a repeat of an applied command is recognised and not applied twice.
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        let heals = self.heals.load(Ordering::Acquire);
-        let mut conn = self.connection().await?;
-        match invocation.invoke_async(&mut conn).await {
-            Ok(value) => Ok(value),
-            // Boxed: the common path's future then holds a pointer, not the retry's state.
-            Err(e) if is_connection_error(&e) => {
-                Box::pin(self.heal_and_resend(heals, invocation, e)).await
-            }
-            Err(e) => Err(self.map_error(e)),
-        }
+        self.send_own(Request::Call(invocation)).await
     }
 
     /// Runs the script and `WAIT` on one pooled connection that no other task is handed
-    /// meanwhile, so `WAIT` (which blocks its connection) delays nobody else's commands.
+    /// meanwhile, so `WAIT` (which blocks its connection) delays nobody else's commands. When
+    /// the connection fails, the pool is healed and both go once more (the script is safe to
+    /// repeat).
     async fn invoke_acked(
         &self,
         invocation: &Invocation<'_>,
@@ -246,18 +285,16 @@ impl Topology for Standalone {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
-        let pooled = self.slot_exclusively().await?;
-        let mut conn = (*pooled).clone();
-        conn.set_response_timeout(self.response_timeout + timeout);
-        let value = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.map_error(e))?;
-        let acked = wait_cmd(replicas, timeout)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.map_error(e))?;
-        drop(pooled);
+        let heals = self.heals.load(Ordering::Acquire);
+        let (value, acked) = match self.acked_once(invocation, replicas, timeout).await? {
+            Err(e) if is_connection_error(&e) => {
+                tracing::debug!(error = %e, "Redis connection failed; healing the pool");
+                self.heal(heals).await;
+                self.acked_once(invocation, replicas, timeout).await?
+            }
+            reply => reply,
+        }
+        .map_err(|e| self.map_error(e))?;
         Ok((value, acks(acked)?))
     }
 
@@ -271,11 +308,7 @@ impl Topology for Standalone {
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
-        let mut conn = self.connection().await?;
-        super::policy_cmd()
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.map_error(e))
+        self.send_own(Request::Command(&super::policy_cmd())).await
     }
 
     async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
@@ -283,10 +316,13 @@ impl Topology for Standalone {
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        let mut conn = self.connection().await?;
-        cmd.query_async(&mut conn)
+        self.send_own(Request::Command(cmd)).await
+    }
+
+    async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
+        self.send(request)
             .await
-            .map_err(|e| self.map_error(e))
+            .unwrap_or_else(|e| Err(e.into_redis()))
     }
 
     fn slot(&self, _key: &str) -> Option<Slot> {

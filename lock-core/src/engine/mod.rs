@@ -177,7 +177,7 @@ impl Engine {
         self.backend.connect_timeout()
     }
 
-    /// Runs one plain single-key command (no script) where its key lives; sent once.
+    /// Runs one plain single-key command (no script) where its key lives; sent once more after a connection failure.
     pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<redis::Value, LockError> {
         self.backend.command(cmd).await
     }

@@ -1,11 +1,13 @@
 //! The plain commands the client sends besides the scripts, as the in-memory server answers
 //! them: the native mutex protocol's (`SET` with `NX`/`XX`/`IFEQ`/`GET`/`PX`/`EX`/`KEEPTTL`,
 //! `INCR`, `PTTL`, `GET`, `DEL`, `DELIFEQ`, `PUBLISH`/`SPUBLISH`), the owner description's
-//! (`SET … PX`, `GET`), and what is asked at connect (`INFO server`, `COMMAND INFO`, `TIME`,
+//! (`SET … PX`, `GET`), an application's fenced writes (`fenced`: `EVALSHA` of its script,
+//! `HGET`, `HMGET`, `HSET`), and what is asked at connect (`INFO server`, `COMMAND INFO`, `TIME`,
 //! `CONFIG GET maxmemory-policy`, `PING`). Anything else is an unknown command.
 
 use redis::Value;
 
+use super::fenced;
 use super::keyspace::Ttl;
 use super::prelude::px;
 use super::script::{Fail, Res, bulk, bulk_or_nil, error_value, int};
@@ -18,8 +20,12 @@ const KNOWN: &[&str] = &[
     "CONFIG",
     "DEL",
     "DELIFEQ",
+    "EVALSHA",
     "EXISTS",
     "GET",
+    "HGET",
+    "HMGET",
+    "HSET",
     "INCR",
     "INFO",
     "PEXPIRE",
@@ -92,6 +98,9 @@ fn run(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
             let equal = ctx.ks.get(&key)?.is_some_and(|v| v == *value);
             int(i64::from(equal && ctx.ks.del(&key)))
         }
+        "EVALSHA" => return fenced::evalsha(ctx, rest),
+        "HGET" | "HMGET" => return fenced::hget(ctx, name == "HMGET", rest),
+        "HSET" => return fenced::hset(ctx, rest),
         "PUBLISH" | "SPUBLISH" => {
             let channel = rest.first().ok_or_else(|| wrong_arity(&name))?;
             int(i64::try_from(ctx.publish(channel)).unwrap_or(i64::MAX))

@@ -15,6 +15,7 @@
 
 mod commands;
 mod fair;
+mod fenced;
 #[cfg(test)]
 mod fuzz;
 mod keyspace;
@@ -34,7 +35,7 @@ use redis::Value;
 use redis::cluster_routing::Slot;
 
 pub(crate) use self::server::{Changes, Link, Server, Subscription};
-use super::{Invocation, PubSubSource, Topology};
+use super::{Invocation, PubSubSource, Request, Topology};
 use crate::command::Wire;
 use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
@@ -82,8 +83,23 @@ impl Memory {
     }
 
     /// Runs `call` on the server, as the faults allow: not at all while unreachable, and
-    /// answered after the reply delay.
+    /// answered after the reply delay. An error reply (alone, or in a pipeline) fails the call,
+    /// as the redis crate reads a reply.
     async fn call(
+        &self,
+        call: impl FnOnce(&mut server::Ctx<'_>) -> Value,
+    ) -> Result<Value, LockError> {
+        match self.reply(call).await? {
+            Value::Array(replies) => Value::Array(replies)
+                .extract_error()
+                .map_err(LockError::Redis),
+            Value::ServerError(error) => Err(LockError::Redis(error.into())),
+            reply => Ok(reply),
+        }
+    }
+
+    /// [`Memory::call`]'s reply as the server gave it, error replies included.
+    async fn reply(
         &self,
         call: impl FnOnce(&mut server::Ctx<'_>) -> Value,
     ) -> Result<Value, LockError> {
@@ -106,14 +122,23 @@ impl Memory {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        // As the redis crate reads a reply: an error (alone, or in a pipeline) fails the call.
-        match reply {
-            Value::Array(replies) => Value::Array(replies)
-                .extract_error()
-                .map_err(LockError::Redis),
-            Value::ServerError(error) => Err(LockError::Redis(error.into())),
-            reply => Ok(reply),
-        }
+        Ok(reply)
+    }
+}
+
+/// What the server answers to `request`: a pipeline's replies one per command (a
+/// transaction's as `EXEC`'s one array), each error in its place.
+fn run(ctx: &mut server::Ctx<'_>, request: Request<'_>) -> Value {
+    match request {
+        Request::User(cmd) | Request::Command(cmd) => commands::command(ctx, cmd),
+        Request::UserPipeline(pipe, offset, _) => match commands::pipeline(ctx, pipe) {
+            exec if offset > 0 => Value::Array(vec![exec]),
+            replies => replies,
+        },
+        Request::Call(invocation) => match invocation.command {
+            Wire::Script(call) => script::run(ctx, call),
+            Wire::Native(native) => commands::pipeline(ctx, native.pipeline()),
+        },
     }
 }
 
@@ -122,10 +147,7 @@ impl Topology for Memory {
         self.call(|ctx| {
             // Counted once it reaches the server, as a connection's send is.
             invocation.sends.fetch_add(1, Ordering::Relaxed);
-            match invocation.command {
-                Wire::Script(call) => script::run(ctx, call),
-                Wire::Native(native) => commands::pipeline(ctx, native.pipeline()),
-            }
+            run(ctx, Request::Call(invocation))
         })
         .await
     }
@@ -155,6 +177,16 @@ impl Topology for Memory {
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
         self.call(|ctx| commands::command(ctx, cmd)).await
+    }
+
+    /// As [`run`] answers it, errors in a pipeline's replies left in their places, as a
+    /// connection gives them.
+    async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
+        let reply = self.reply(|ctx| run(ctx, request));
+        match reply.await.map_err(LockError::into_redis)? {
+            Value::ServerError(error) => Err(error.into()),
+            reply => Ok(reply),
+        }
     }
 
     async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
