@@ -483,6 +483,7 @@ impl LockClientBuilder {
             Config {
                 prefix: self.prefix,
                 watchdog_lease: self.watchdog_lease,
+                response_timeout: self.response_timeout,
                 fence_ttl: self.fence_ttl,
                 min_replicas: self.min_replicas,
                 metric_label: self.metric_label,

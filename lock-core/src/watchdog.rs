@@ -161,7 +161,7 @@ async fn renew(
     let call = renew_call(engine, kind, batch, lease);
     metrics::renewal_batch(batch.len());
     let sent_at = Instant::now();
-    let reply = tokio::time::timeout(limit, engine.invoke::<Vec<i64>>(&call)).await;
+    let reply = tokio::time::timeout(limit, answer(engine, &call, batch)).await;
     let error = match reply {
         Ok(Ok(replies)) if replies.len() == batch.len() => {
             renewed(batch, &replies, sent_at, lease);
@@ -193,6 +193,29 @@ async fn renew(
         hold.renewal_failed(*generation, &error);
     }
     false
+}
+
+/// The answer to the renewal `call` of `batch`. An answer that has not come within the
+/// response timeout puts every hold of the batch at risk at once (a frozen or unreachable
+/// server can hold a call for longer: the connection is healed and the call sent again), and
+/// the answer is still awaited: if it confirms the renewal, they are held again.
+async fn answer(
+    engine: &Engine,
+    call: &Command,
+    batch: &Batch,
+) -> Result<Vec<i64>, crate::error::LockError> {
+    let invoke = engine.invoke::<Vec<i64>>(call);
+    tokio::pin!(invoke);
+    let patience = engine.config().response_timeout;
+    tokio::select! {
+        reply = &mut invoke => return reply,
+        () = tokio::time::sleep(patience) => {}
+    }
+    let unanswered = format!("no answer within {patience:?}");
+    for (hold, generation) in batch {
+        hold.renewal_failed(*generation, &unanswered);
+    }
+    invoke.await
 }
 
 /// Applies a renewal's answer, one per hold of `batch`: renewed (on time or late), or gone.

@@ -783,3 +783,45 @@ async fn waiters_of_every_primitive_ride_out_a_restart() {
         assert!(outcome.is_ok(), "{what}: {outcome:?}");
     }
 }
+
+/// A renewal that gets no answer within the response timeout puts the hold at risk at once,
+/// while the server is still frozen (the lease still runs: it is held), and the answer that
+/// comes after the server resumes makes it held again. Measured from the acquisition: the
+/// first renewal goes out a third of the lease later (5 s), so at risk comes about 5.5 s in;
+/// before the response timeout had its say it came only when the healed and resent renewal
+/// gave up (7.5 s in, measured).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_renewal_is_at_risk_then_held_again() {
+    let mut server = RedisServer::start();
+    let c = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_secs(15))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("frozen").await.unwrap();
+    let taken = Instant::now();
+    blocking(|| server.pause());
+    tokio::time::timeout(Duration::from_secs(20), g.at_risk())
+        .await
+        .expect("at risk while the server is frozen");
+    let after = taken.elapsed();
+    assert_eq!(g.lease_state(), LeaseState::AtRisk);
+    assert!(g.is_held(), "at risk is still held");
+    assert!(
+        after < Duration::from_millis(7_000),
+        "at risk {after:?} after the acquisition: the renewal (due at 5 s) went unanswered \
+         for longer than the response timeout (0.5 s)"
+    );
+    blocking(|| server.resume());
+    let mut watch = g.watch_lease();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while watch.state() != LeaseState::Held {
+            watch.changed().await;
+        }
+    })
+    .await
+    .expect("held again once a renewal is answered");
+    assert!(g.unlock().await.unwrap());
+    assert_clean(&server).await;
+}

@@ -73,6 +73,8 @@ impl redis::ToRedisArgs for Owner<'_> {
 pub(crate) struct Config {
     pub(crate) prefix: String,
     pub(crate) watchdog_lease: Duration,
+    /// How long an answer may take before a command counts as unanswered.
+    pub(crate) response_timeout: Duration,
     pub(crate) fence_ttl: Duration,
     /// Replicas that must confirm an acquisition, and how long to wait for them.
     pub(crate) min_replicas: Option<(u32, Duration)>,
