@@ -4,14 +4,16 @@
 //! it. The crate's own paths (records, owner descriptions, the fenced helpers, which are safe
 //! to repeat) work on the first call; an application's own command through
 //! `LockClient::connection()` or `Primaries::keyed_connection()`, which is never sent twice,
-//! may fail once with the broken connection's error and works on the next call.
+//! may fail once with the broken connection's error and works on the next call. Under
+//! Sentinel and on a Cluster the same paths follow a failover (the primary killed, its replica
+//! promoted) on the first call after the deployment agrees on the new primary.
 
 use std::time::Duration;
 
 use lock_core::fenced::{self, Fenced};
 use lock_core::{LockClient, redis};
-use lock_tests::RedisServer;
-use lock_tests::fixtures::client;
+use lock_tests::fixtures::{blocking, client};
+use lock_tests::{RedisCluster, RedisServer, SentinelGroup};
 
 fn restart(server: &mut RedisServer) {
     tokio::task::block_in_place(|| server.restart());
@@ -159,4 +161,60 @@ async fn the_keyed_connection_of_primaries_works_again_after_a_restart() {
         0,
         "the connection was replaced once"
     );
+}
+
+/// The paths of one client after a failover, each used once: records, owner descriptions,
+/// and a fenced write on the client's connection (which sends once more itself).
+async fn every_path_answers(c: &LockClient, name: &str, owner: &str) {
+    c.records()
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("records().get after the failover: {e}"));
+    c.owner_description(owner)
+        .await
+        .unwrap_or_else(|e| panic!("owner_description after the failover: {e}"));
+    let mut conn = c.connection();
+    let key = format!("{{{name}}}:result");
+    assert_eq!(
+        fenced::set(&mut conn, &key, "after", 9).await.unwrap(),
+        Fenced::Written
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_sentinel_every_path_follows_a_failover() {
+    let mut group = blocking(SentinelGroup::start);
+    let c = LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
+        .owner_description("billing-7")
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let owner = format!("{}:1", c.client_id());
+    // Each path used once before, so each has a connection to the old primary.
+    every_path_answers(&c, "order:1", &owner).await;
+    blocking(|| group.kill_primary_and_wait_failover());
+    every_path_answers(&c, "order:1", &owner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_every_path_follows_a_promoted_replica() {
+    let mut cluster = blocking(RedisCluster::start);
+    let c = LockClient::builder_cluster(cluster.primary_urls())
+        .owner_description("billing-7")
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let owner = format!("{}:1", c.client_id());
+    // A name whose slot the first primary owns: the one the failover moves.
+    let name = (0..100_000)
+        .map(|i| format!("order:{i}"))
+        .find(|n| cluster.node_for_key(&format!("lock:{{{n}}}")) == 0)
+        .expect("some name hashes to every primary");
+    every_path_answers(&c, &name, &owner).await;
+    blocking(|| cluster.failover(0));
+    every_path_answers(&c, &name, &owner).await;
 }
