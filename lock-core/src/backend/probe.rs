@@ -3,10 +3,12 @@
 //! server's clock. Capabilities are known by what the server has, never by its version
 //! string (Valkey says `redis_version:7.2.4` whatever its own version is).
 
+use std::time::Duration;
+
 use redis::Value;
 use tokio::time::Instant;
 
-use super::Backend;
+use super::{Backend, map_error};
 use crate::error::{LockError, is_connection_error};
 
 /// What every primary of a deployment has.
@@ -79,7 +81,7 @@ impl Backend {
         name: &'static str,
         refused: &mut Refused,
     ) -> Result<Option<Vec<Value>>, LockError> {
-        match self.each_primary(cmd).await {
+        match self.each_primary(cmd).await.and_then(node_errors) {
             Ok(replies) => Ok(Some(replies)),
             Err(error) if goes_on(&error, name == "INFO") => {
                 refused.0.push((name, error));
@@ -108,6 +110,19 @@ impl Backend {
         };
         Ok(times.iter().filter_map(micros).max())
     }
+}
+
+/// The replies, or the first that is an error: on a Cluster each primary's reply comes as
+/// it is, a refusal among them too.
+fn node_errors(replies: Vec<Value>) -> Result<Vec<Value>, LockError> {
+    replies
+        .into_iter()
+        .map(|reply| match reply {
+            // Never a timeout, which is all the duration is for.
+            Value::ServerError(e) => Err(map_error(e.into(), Duration::ZERO)),
+            reply => Ok(reply),
+        })
+        .collect()
 }
 
 /// Whether the probe goes on without a command that failed with `error`: a refusal by the
