@@ -9,8 +9,9 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use lock_core::{LockClient, MutexProtocol};
-use lock_tests::RedisServer;
+use lock_tests::fixtures::blocking;
 use lock_tests::logs::Captured;
+use lock_tests::{RedisCluster, RedisServer};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
@@ -127,12 +128,25 @@ async fn build(url: &str) -> LockClient {
 async fn lock_as(url: &str, name: &str) -> LockClient {
     let a = build(url).await;
     let b = build(url).await;
+    take_in_turn(&a, &b, name).await;
+    a
+}
+
+/// `a` takes `name`, `b` is refused it while it is held and gets it once released.
+async fn take_in_turn(a: &LockClient, b: &LockClient, name: &str) {
     let held = a.try_lock(name).await.unwrap().expect("a free lock");
     assert!(b.try_lock(name).await.unwrap().is_none(), "held by a");
     assert!(held.unlock().await.unwrap());
     let again = b.try_lock(name).await.unwrap().expect("released by a");
     assert!(again.unlock().await.unwrap());
-    a
+}
+
+/// The usual application user's line.
+fn application_user() -> Vec<String> {
+    "ACL SETUSER locks reset on >CHANGE-ME ~lock:* &* +@all -@dangerous"
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The usual application user: every command but the `@dangerous` ones (`INFO`, `CONFIG`,
@@ -140,9 +154,7 @@ async fn lock_as(url: &str, name: &str) -> LockClient {
 #[tokio::test]
 async fn an_application_user_without_dangerous_commands_connects_and_locks() {
     let server = RedisServer::start();
-    let line = "ACL SETUSER locks reset on >CHANGE-ME ~lock:* &* +@all -@dangerous";
-    let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-    let url = create_user(&server, &args, "app");
+    let url = create_user(&server, &application_user(), "app");
     capture();
     let client = lock_as(&url, "app").await;
     let caps = client.server_capabilities();
@@ -224,4 +236,47 @@ async fn the_previous_releases_documented_line_still_works() {
     let caps = client.server_capabilities();
     assert_eq!(caps.mutex_protocol, MutexProtocol::Scripted, "{caps}");
     assert!(caps.scripting && caps.functions, "{caps}");
+}
+
+/// On a Cluster (every primary refuses `INFO`): the application user, and the documented
+/// line with the Cluster's additions but without `+info` and `+command|info` (sharded pub/sub
+/// then assumed present, as the Cluster needs it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restricted_users_on_a_cluster_connect_and_lock() {
+    let cluster = blocking(|| RedisCluster::start_with(3, 0));
+    let mut minimal: Vec<String> = documented()
+        .into_iter()
+        .filter(|a| a != "+info" && a != "+command|info")
+        .collect();
+    minimal.extend(
+        [
+            "+spublish",
+            "+ssubscribe",
+            "+sunsubscribe",
+            "+cluster|slots",
+        ]
+        .map(str::to_owned),
+    );
+    for (user, line) in [("app", application_user()), ("minimal", minimal)] {
+        let urls: Vec<String> = cluster
+            .nodes()
+            .iter()
+            .map(|node| create_user(node, &line, user))
+            .collect();
+        let build = || {
+            LockClient::builder_cluster(urls.clone())
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+        };
+        let (a, b) = (build().await.unwrap(), build().await.unwrap());
+        take_in_turn(&a, &b, user).await;
+        let caps = a.server_capabilities();
+        assert!(
+            caps.server.starts_with("unknown") && caps.sharded_pubsub,
+            "{caps}"
+        );
+        // COMMAND INFO finds the native protocol where the user may ask (Valkey 9).
+        let native = user == "app" && native_server(cluster.node(0));
+        assert_eq!(caps.native_compare, native, "{caps}");
+    }
 }
