@@ -103,7 +103,7 @@ fn create_user(server: &RedisServer, line: &[String], user: &str) -> String {
     let args: Vec<&str> = line
         .iter()
         .map(|a| match a.as_str() {
-            "locks" => user,
+            "locks" | "app" => user,
             ">CHANGE-ME" => password.as_str(),
             other => other,
         })
@@ -141,12 +141,19 @@ async fn take_in_turn(a: &LockClient, b: &LockClient, name: &str) {
     assert!(again.unlock().await.unwrap());
 }
 
-/// The usual application user's line.
+/// The usual application user's line, as lock-core's docs and the README show it.
 fn application_user() -> Vec<String> {
-    "ACL SETUSER locks reset on >CHANGE-ME ~lock:* &* +@all -@dangerous"
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
+    let line = DOCS
+        .lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .find(|l| l.starts_with("ACL SETUSER app on"))
+        .expect("lock-core's docs show the application user's line");
+    assert!(
+        include_str!("../../README.md").contains(line),
+        "the README differs"
+    );
+    assert!(line.ends_with("+@all -@dangerous"), "{line}");
+    line.split_whitespace().map(str::to_owned).collect()
 }
 
 /// The usual application user: every command but the `@dangerous` ones (`INFO`, `CONFIG`,
