@@ -120,10 +120,30 @@
 //! `+command|info` the client keeps to the scripts). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
-//! (sharded pub/sub, the slot map, the version check at connect). Optionally `+config|get`:
+//! (sharded pub/sub, the slot map, the server's version). Optionally `+config|get`:
 //! `build()` reads `maxmemory-policy` once to warn when the server can evict lock keys
 //! ([`LockClient::eviction_risk`]); without it the risk is reported as unknown, nothing
-//! fails, and the server's `ACL LOG` shows that one refusal per client built. On the sentinels, when they require a login (the sentinel URLs carry it):
+//! fails, and the server's `ACL LOG` shows that one refusal per client built.
+//!
+//! What the permissions used at connect buy (`+info`, `+command|info` and `+config|get` are
+//! not needed to connect and lock): `+info` the server's name and version in the capability
+//! report (without it: `unknown (INFO refused)`); `+command|info` finding the native protocol
+//! on Valkey 9 (without it the mutex keeps to the scripts; `WAIT` and sharded pub/sub are
+//! then judged by the version `INFO` gives, or assumed present); `+config|get` the eviction
+//! check. `+time` is needed: the scripts read the server's clock for a new lock's fencing
+//! token, and the native protocol reads it at connect. A refused `INFO`, `COMMAND INFO` or
+//! `TIME` at connect is said once, at `info` (what was refused and what it costs); a
+//! connection error or a timeout still fails [`build`](LockClientBuilder::build). So the
+//! usual application user works too:
+//!
+//! ```text
+//! ACL SETUSER app on >CHANGE-ME ~lock:* &* +@all -@dangerous
+//! ```
+//!
+//! (`INFO`, `CONFIG` and `ROLE` are `@dangerous`: the server is reported as unknown, the
+//! eviction risk too, and behind Sentinel the user needs `+role` as well.)
+//!
+//! On the sentinels, when they require a login (the sentinel URLs carry it):
 //!
 //! ```text
 //! ACL SETUSER locks reset on >CHANGE-ME &+switch-master +sentinel|get-master-addr-by-name +subscribe
@@ -143,9 +163,10 @@
 //! **Managed services and other Redis-compatible servers.** The library sends only the
 //! commands above: functions (`FUNCTION LOAD`, `FCALL`) or scripts (`SCRIPT LOAD`,
 //! `EVALSHA`), `PING`,
-//! (sharded) pub/sub, `WAIT`, `ROLE` and `SENTINEL GET-MASTER-ADDR-BY-NAME`, `INFO server` and
-//! `CLUSTER SLOTS`, and one `CONFIG GET maxmemory-policy` at connect, whose refusal (a
-//! managed service that forbids or renames `CONFIG`) is not an error. It never sends `DEBUG`,
+//! (sharded) pub/sub, `WAIT`, `ROLE` and `SENTINEL GET-MASTER-ADDR-BY-NAME`, `CLUSTER SLOTS`,
+//! and at connect `INFO server`, `COMMAND INFO`, `TIME` and one `CONFIG GET
+//! maxmemory-policy`, whose refusal (a managed service that forbids or renames `CONFIG` or
+//! `INFO`) is not an error. It never sends `DEBUG`,
 //! `CONFIG SET`, `KEYS`, `FLUSHALL` or `MONITOR`, which managed services often forbid; only
 //! the test harness (`tests/`, its own throwaway `redis-server`s) uses `DEBUG` and
 //! `CONFIG SET`. A Cluster must run Redis 7.0 or later (sharded

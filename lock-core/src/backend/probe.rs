@@ -3,11 +3,13 @@
 //! server's clock. Capabilities are known by what the server has, never by its version
 //! string (Valkey says `redis_version:7.2.4` whatever its own version is).
 
+use std::time::Duration;
+
 use redis::Value;
 use tokio::time::Instant;
 
-use super::Backend;
-use crate::error::LockError;
+use super::{Backend, map_error};
+use crate::error::{LockError, is_connection_error};
 
 /// What every primary of a deployment has.
 #[derive(Debug, Clone)]
@@ -26,45 +28,75 @@ pub(crate) struct Probe {
 /// The commands looked up, in order.
 const COMMANDS: [&str; 3] = ["DELIFEQ", "SSUBSCRIBE", "WAIT"];
 
+/// What [`Probe::server`] says when `INFO` was refused.
+const UNKNOWN: &str = "unknown (INFO refused)";
+
 impl Backend {
-    /// Reads what every primary can do (three keyless commands on each).
+    /// Reads what every primary can do (three keyless commands on each). An ACL user may be
+    /// refused any of them (`INFO` is `@dangerous`): the probe goes on without it and says
+    /// once what that costs. A connection error or a timeout fails it.
     pub(crate) async fn probe(&self) -> Result<Probe, LockError> {
+        let mut refused = Refused::default();
         let mut info = redis::cmd("INFO");
         info.arg("server");
-        let infos = self.each_primary(&info).await?;
-        let servers: Vec<Server> = infos.iter().map(Server::read).collect();
+        let servers: Vec<Server> = match self.ask(&info, "INFO", &mut refused).await? {
+            Some(infos) => infos.iter().map(Server::read).collect(),
+            None => Vec::new(),
+        };
         let mut lookup = redis::cmd("COMMAND");
         lookup.arg("INFO").arg(&COMMANDS[..]);
-        // An ACL user without `+command|info` learns nothing here: no native protocol, and
-        // the rest is judged by the version.
-        let found: Option<Vec<[bool; 3]>> = match self.each_primary(&lookup).await {
-            Ok(replies) => replies.iter().map(known).collect(),
-            Err(error) => {
-                tracing::info!(%error, "COMMAND INFO refused: capabilities judged by version");
-                None
-            }
-        };
-        let clock = self.latest_clock().await.map(|us| (us, Instant::now()));
+        // Without it (refused, or a reply not understood) nothing says the native protocol
+        // is there, and the rest is judged by the version.
+        let found: Option<Vec<[bool; 3]>> = self
+            .ask(&lookup, "COMMAND INFO", &mut refused)
+            .await?
+            .and_then(|replies| replies.iter().map(known).collect());
+        let clock = self.latest_clock(&mut refused).await?;
+        refused.say();
+        // No server said (INFO refused, or a proxy): what it lacks shows at first use.
         let all = |i: usize, by_version: fn(&Server) -> bool| match &found {
             Some(found) => found.iter().all(|known| known[i]),
             None => servers.iter().all(by_version),
         };
         Ok(Probe {
-            server: servers.first().map(Server::describe).unwrap_or_default(),
-            native_compare: all(0, |_| false),
+            server: match servers.first() {
+                Some(server) => server.describe(),
+                None if refused.has("INFO") => UNKNOWN.to_owned(),
+                None => String::new(),
+            },
+            // Only COMMAND INFO says so (`all` of no server is true).
+            native_compare: found.is_some() && all(0, |_| false),
             // A version not said (a proxy, say) is given the benefit of the doubt.
             sharded_pubsub: all(1, |s| s.valkey || s.major >= 7 || s.major == 0),
             wait: all(2, |_| true),
-            clock,
+            clock: clock.map(|us| (us, Instant::now())),
         })
     }
 
+    /// `cmd`'s replies from every primary, or None when it failed in a way the probe goes on
+    /// without (see [`goes_on`]; noted in `refused`).
+    async fn ask(
+        &self,
+        cmd: &redis::Cmd,
+        name: &'static str,
+        refused: &mut Refused,
+    ) -> Result<Option<Vec<Value>>, LockError> {
+        match self.each_primary(cmd).await.and_then(node_errors) {
+            Ok(replies) => Ok(Some(replies)),
+            Err(error) if goes_on(&error, name == "INFO") => {
+                refused.0.push((name, error));
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     /// The latest of the primaries' `TIME`, in microseconds.
-    async fn latest_clock(&self) -> Option<u64> {
-        let times = self
-            .each_primary(&redis::cmd("TIME"))
-            .await
-            .unwrap_or_default();
+    async fn latest_clock(&self, refused: &mut Refused) -> Result<Option<u64>, LockError> {
+        let time = redis::cmd("TIME");
+        let Some(times) = self.ask(&time, "TIME", refused).await? else {
+            return Ok(None);
+        };
         let micros = |time: &Value| -> Option<u64> {
             let Value::Array(parts) = time else {
                 return None;
@@ -76,7 +108,75 @@ impl Backend {
             };
             Some(number(parts.first())? * 1_000_000 + number(parts.get(1))?)
         };
-        times.iter().filter_map(micros).max()
+        Ok(times.iter().filter_map(micros).max())
+    }
+}
+
+/// The replies, or the first that is an error: on a Cluster each primary's reply comes as
+/// it is, a refusal among them too.
+fn node_errors(replies: Vec<Value>) -> Result<Vec<Value>, LockError> {
+    replies
+        .into_iter()
+        .map(|reply| match reply {
+            // Never a timeout, which is all the duration is for.
+            Value::ServerError(e) => Err(map_error(e.into(), Duration::ZERO)),
+            reply => Ok(reply),
+        })
+        .collect()
+}
+
+/// Whether the probe goes on without a command that failed with `error`: a refusal by the
+/// ACL, and for `COMMAND INFO` and `TIME` (not `acl_only`) any error the server answered
+/// with (a proxy that does not pass them on). A connection error or a timeout fails it.
+fn goes_on(error: &LockError, acl_only: bool) -> bool {
+    match error {
+        LockError::NoPermission { .. } => true,
+        LockError::Redis(e) => !acl_only && !is_connection_error(e),
+        _ => false,
+    }
+}
+
+/// The probe's commands that were refused, with their errors.
+#[derive(Default)]
+struct Refused(Vec<(&'static str, LockError)>);
+
+impl Refused {
+    fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(refused, _)| *refused == name)
+    }
+
+    /// Says in one `info` line what was refused and what it costs, if anything was.
+    fn say(&self) {
+        let Some(line) = self.line() else {
+            return;
+        };
+        let errors: Vec<String> = self.0.iter().map(|(_, e)| e.to_string()).collect();
+        tracing::info!(errors = %errors.join(" / "), "{line}");
+    }
+
+    fn line(&self) -> Option<String> {
+        let (info, lookup) = (self.has("INFO"), self.has("COMMAND INFO"));
+        let mut parts = Vec::new();
+        if info {
+            parts.push("INFO refused by the ACL: server reported as unknown");
+        }
+        parts.push(match (info, lookup) {
+            (true, false) => "capabilities read from COMMAND INFO",
+            (true, true) => {
+                "COMMAND INFO refused too: the native protocol is off, scripts are used; \
+                 WAIT and sharded pub/sub assumed present"
+            }
+            (false, true) => {
+                "COMMAND INFO refused: the native protocol is off, scripts are used; WAIT \
+                 and sharded pub/sub judged by the server's version"
+            }
+            (false, false) => "",
+        });
+        if self.has("TIME") {
+            parts.push("TIME refused: no server clock, so no native protocol");
+        }
+        parts.retain(|part| !part.is_empty());
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 }
 
@@ -170,5 +270,60 @@ mod tests {
         assert_eq!(known(&reply), Some([false, true, true]));
         assert_eq!(known(&Value::Nil), None);
         assert_eq!(known(&Value::Array(vec![Value::Nil])), None);
+    }
+
+    fn refused(names: &[&'static str]) -> Refused {
+        let error = || LockError::NoPermission {
+            missing: "+info".into(),
+            detail: String::new(),
+        };
+        Refused(names.iter().map(|name| (*name, error())).collect())
+    }
+
+    #[test]
+    fn one_line_says_what_was_refused_and_what_it_costs() {
+        assert_eq!(refused(&[]).line(), None);
+        assert_eq!(
+            refused(&["INFO"]).line().unwrap(),
+            "INFO refused by the ACL: server reported as unknown; capabilities read from \
+             COMMAND INFO"
+        );
+        let both = refused(&["INFO", "COMMAND INFO"]).line().unwrap();
+        assert!(both.contains(
+            "; COMMAND INFO refused too: the native protocol is off, \
+             scripts are used; WAIT and sharded pub/sub assumed present"
+        ));
+        let lookup = refused(&["COMMAND INFO", "TIME"]).line().unwrap();
+        assert!(lookup.starts_with("COMMAND INFO refused: "), "{lookup}");
+        assert!(lookup.ends_with("; TIME refused: no server clock, so no native protocol"));
+    }
+
+    #[test]
+    fn only_refusals_are_gone_without_and_outages_fail_the_probe() {
+        let denied = LockError::NoPermission {
+            missing: "+info".into(),
+            detail: String::new(),
+        };
+        assert!(goes_on(&denied, true) && goes_on(&denied, false));
+        let unknown = LockError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "unknown command",
+        )));
+        assert!(!goes_on(&unknown, true) && goes_on(&unknown, false));
+        let reset = LockError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection reset",
+        )));
+        let timeout = LockError::ResponseTimeout(std::time::Duration::from_secs(1));
+        let down = LockError::Unavailable {
+            waited: std::time::Duration::from_secs(1),
+            source: None,
+        };
+        for outage in [reset, timeout, down] {
+            assert!(
+                !goes_on(&outage, true) && !goes_on(&outage, false),
+                "{outage:?}"
+            );
+        }
     }
 }
