@@ -230,6 +230,20 @@ async fn without_info_and_command_info_the_scripts_are_used() {
     assert!(lines[0].contains("scripts are used"), "{lines:?}");
 }
 
+/// Without `+ping`: the `PING` that checks a server is reachable at connect is refused, which
+/// says the server is there (a refused connection or password would say otherwise); the
+/// client connects and locks.
+#[tokio::test]
+async fn without_ping_the_client_connects_and_locks() {
+    let server = RedisServer::start();
+    let mut line: Vec<String> = documented().into_iter().filter(|a| a != "+ping").collect();
+    if native_server(&server) {
+        line.extend(native_additions());
+    }
+    let url = create_user(&server, &line, "noping");
+    lock_as(&url, "noping").await;
+}
+
 /// The previous release's documented line connects and locks as it did then.
 #[tokio::test]
 async fn the_previous_releases_documented_line_still_works() {

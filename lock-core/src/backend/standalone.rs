@@ -115,7 +115,12 @@ impl Standalone {
         };
         match tokio::time::timeout(connect_timeout, ping).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if is_connection_error(&e) || refusal(&e).is_some() => {
+            // A refused `PING` (an ACL without `+ping`) is not a refused connection.
+            Ok(Err(e))
+                if is_connection_error(&e)
+                    || refusal(&e)
+                        .is_some_and(|r| !matches!(r, LockError::NoPermission { .. })) =>
+            {
                 Err(connect_error(started, Some(e)))
             }
             Ok(Err(_)) => Ok(()),
