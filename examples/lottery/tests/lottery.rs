@@ -465,3 +465,39 @@ fn stop_all(instances: &mut Instances) {
     }
     assert!(instances.wait_all_closed(SOON));
 }
+
+/// Redis restarts (killed, started again on the same port, nothing kept) under two `lead`
+/// instances: the leader's lock is gone, so its term ends, a leader of a later term is elected
+/// (fencing tokens keep growing: they are seeded from the server's clock), and its units are
+/// written on the lock client's own connection, which healed by itself: the job goes on.
+#[test]
+fn after_a_redis_restart_a_new_term_leads_and_its_work_is_written() {
+    let mut server = RedisServer::start();
+    let mut instances = Instances::new();
+    for name in ["a", "b"] {
+        let command = lottery(&[
+            "lead",
+            "--url",
+            &server.url(),
+            "--instance",
+            name,
+            "--units",
+            "100000",
+            "--unit-ms",
+            "100",
+            "--lease-ms",
+            &LEASE_MS.to_string(),
+        ]);
+        instances.spawn(name, command).unwrap();
+    }
+    let (_, term, _) = elected(&mut instances, usize::MAX, 0);
+    units(&mut instances, term, 3);
+    server.restart();
+    let (_, next_term, _) = elected(&mut instances, usize::MAX, term);
+    units(&mut instances, next_term, 3);
+    assert_eq!(
+        server.cmd(&["HGET", WORK_KEY, "fence"]),
+        next_term.to_string()
+    );
+    stop_all(&mut instances);
+}
