@@ -7,7 +7,7 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::backend::Request;
+use crate::backend::{Request, replies};
 use crate::engine::Engine;
 
 /// A connection for the application's own commands (its [fenced](crate::fenced) writes, say)
@@ -66,12 +66,7 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let request = Request::UserPipeline(pipeline, offset, count);
-        Box::pin(async move {
-            match self.engine.backend().user(request).await? {
-                Value::Array(replies) => Ok(replies),
-                other => Ok(vec![other]),
-            }
-        })
+        Box::pin(async move { self.engine.backend().user(request).await.map(replies) })
     }
 
     /// The database the client's URL names (0 on a Cluster and in memory).

@@ -6,8 +6,8 @@ use std::fmt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::backend::Request;
 use crate::backend::primaries::{Found, Keyed, Timeouts};
+use crate::backend::{Request, replies};
 
 /// Each primary of a deployment, reached with plain connections, for operators and tools such
 /// as `lockctl`: what they send that a lock client does not (`SCAN`, `EXISTS`, `CONFIG GET`,
@@ -170,13 +170,8 @@ impl ConnectionLike for KeyedConnection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.0 {
             Keyed::Node(c) => Box::pin(async move {
-                match c
-                    .send(Request::UserPipeline(pipeline, offset, count))
-                    .await?
-                {
-                    Value::Array(replies) => Ok(replies),
-                    other => Ok(vec![other]),
-                }
+                let request = Request::UserPipeline(pipeline, offset, count);
+                c.send(request).await.map(replies)
             }),
             Keyed::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }

@@ -45,6 +45,22 @@ pub fn is_lock_of(value: &str, c: &LockClient, token: u64) -> bool {
     }
 }
 
+/// Whether the test server has the native protocol's commands (Valkey 9).
+pub fn native_server(server: &RedisServer) -> bool {
+    let reply = server.cmd(&["COMMAND", "INFO", "DELIFEQ"]);
+    !reply.is_empty() && reply != "(nil)"
+}
+
+/// The mutex protocol a client that may use the native commands speaks: native where the
+/// server has them.
+pub fn expected_protocol(native: bool) -> lock_core::MutexProtocol {
+    if native {
+        lock_core::MutexProtocol::Native
+    } else {
+        lock_core::MutexProtocol::Scripted
+    }
+}
+
 /// Whether `c` keeps its mutexes with the server's native commands.
 pub fn native(c: &LockClient) -> bool {
     c.server_capabilities().mutex_protocol == lock_core::MutexProtocol::Native

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use lock_core::{LockClient, MutexProtocol};
-use lock_tests::fixtures::blocking;
+use lock_tests::fixtures::{blocking, expected_protocol, native_server};
 use lock_tests::logs::Captured;
 use lock_tests::{RedisCluster, RedisServer};
 use tracing::{Event, Level, Subscriber};
@@ -90,12 +90,6 @@ fn native_additions() -> Vec<String> {
     rules.split_whitespace().map(str::to_owned).collect()
 }
 
-/// Whether the test server has the native protocol's commands (Valkey 9).
-fn native_server(server: &RedisServer) -> bool {
-    let reply = server.cmd(&["COMMAND", "INFO", "DELIFEQ"]);
-    !reply.is_empty() && reply != "(nil)"
-}
-
 /// Creates `user` (password `secret-<user>`) from an `ACL SETUSER locks …` line, and
 /// returns the URL that logs in as it.
 fn create_user(server: &RedisServer, line: &[String], user: &str) -> String {
@@ -166,12 +160,11 @@ async fn an_application_user_without_dangerous_commands_connects_and_locks() {
     let client = lock_as(&url, "app").await;
     let caps = client.server_capabilities();
     assert!(caps.server.starts_with("unknown"), "{caps}");
-    let expected = if native_server(&server) {
-        MutexProtocol::Native
-    } else {
-        MutexProtocol::Scripted
-    };
-    assert_eq!(caps.mutex_protocol, expected, "{caps}");
+    assert_eq!(
+        caps.mutex_protocol,
+        expected_protocol(native_server(&server)),
+        "{caps}"
+    );
     assert!(caps.wait && caps.sharded_pubsub, "{caps}");
     let lines = probe_lines();
     // Two clients built: one line each.
@@ -196,12 +189,7 @@ async fn without_info_the_native_protocol_is_found_by_command_info() {
     let caps = client.server_capabilities();
     assert!(caps.server.starts_with("unknown"), "{caps}");
     assert_eq!(caps.native_compare, native, "{caps}");
-    let expected = if native {
-        MutexProtocol::Native
-    } else {
-        MutexProtocol::Scripted
-    };
-    assert_eq!(caps.mutex_protocol, expected, "{caps}");
+    assert_eq!(caps.mutex_protocol, expected_protocol(native), "{caps}");
 }
 
 /// The documented line without `+info` and `+command|info` (with the native commands where

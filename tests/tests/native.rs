@@ -10,13 +10,9 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockError, MutexProtocol};
 use lock_tests::RedisServer;
-use lock_tests::fixtures::{assert_clean, client, client_with_lease};
-
-/// Whether the test server has the native protocol's commands.
-fn native_server(server: &RedisServer) -> bool {
-    server.cmd(&["COMMAND", "INFO", "DELIFEQ"]) != "(nil)"
-        && !server.cmd(&["COMMAND", "INFO", "DELIFEQ"]).is_empty()
-}
+use lock_tests::fixtures::{
+    assert_clean, client, client_with_lease, expected_protocol, native_server,
+};
 
 /// True (and says so) when the test server cannot run a native test.
 fn skip_without_native(server: &RedisServer, test: &str) -> bool {
@@ -39,12 +35,7 @@ async fn the_protocol_follows_what_the_server_has() {
     let caps = auto.server_capabilities().clone();
     let native = native_server(&server);
     assert_eq!(caps.native_compare, native, "{caps}");
-    let expected = if native {
-        MutexProtocol::Native
-    } else {
-        MutexProtocol::Scripted
-    };
-    assert_eq!(caps.mutex_protocol, expected, "{caps}");
+    assert_eq!(caps.mutex_protocol, expected_protocol(native), "{caps}");
     assert!(caps.scripting && caps.wait && caps.sharded_pubsub, "{caps}");
     // Asked for explicitly: scripts always work where there is Lua; native only where the
     // commands are.

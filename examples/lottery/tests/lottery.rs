@@ -319,6 +319,28 @@ fn a_winner_frozen_past_its_lease_is_refused_by_the_fence() {
 
 const LEASE_MS: u64 = 1500;
 
+/// Starts a `lead` instance per name (a unit every 100 ms, a lease of [`LEASE_MS`]).
+fn spawn_leaders(server: &RedisServer, names: &[&str]) -> Instances {
+    let mut instances = Instances::new();
+    for name in names {
+        let command = lottery(&[
+            "lead",
+            "--url",
+            &server.url(),
+            "--instance",
+            name,
+            "--units",
+            "100000",
+            "--unit-ms",
+            "100",
+            "--lease-ms",
+            &LEASE_MS.to_string(),
+        ]);
+        instances.spawn(name, command).unwrap();
+    }
+    instances
+}
+
 /// Waits for `units` more accepted units of work of `term`.
 fn units(instances: &mut Instances, term: u64, units: usize) {
     for n in 0..units {
@@ -354,23 +376,7 @@ fn elected(instances: &mut Instances, not: usize, after_term: u64) -> (usize, u6
 #[test]
 fn leaders_frozen_or_killed_are_replaced_and_never_overlap() {
     let server = RedisServer::start();
-    let mut instances = Instances::new();
-    for name in ["a", "b", "c"] {
-        let command = lottery(&[
-            "lead",
-            "--url",
-            &server.url(),
-            "--instance",
-            name,
-            "--units",
-            "100000",
-            "--unit-ms",
-            "100",
-            "--lease-ms",
-            &LEASE_MS.to_string(),
-        ]);
-        instances.spawn(name, command).unwrap();
-    }
+    let mut instances = spawn_leaders(&server, &["a", "b", "c"]);
 
     // The first leader works, then freezes.
     let (first, first_term, _) = elected(&mut instances, usize::MAX, 0);
@@ -473,23 +479,7 @@ fn stop_all(instances: &mut Instances) {
 #[test]
 fn after_a_redis_restart_a_new_term_leads_and_its_work_is_written() {
     let mut server = RedisServer::start();
-    let mut instances = Instances::new();
-    for name in ["a", "b"] {
-        let command = lottery(&[
-            "lead",
-            "--url",
-            &server.url(),
-            "--instance",
-            name,
-            "--units",
-            "100000",
-            "--unit-ms",
-            "100",
-            "--lease-ms",
-            &LEASE_MS.to_string(),
-        ]);
-        instances.spawn(name, command).unwrap();
-    }
+    let mut instances = spawn_leaders(&server, &["a", "b"]);
     let (_, term, _) = elected(&mut instances, usize::MAX, 0);
     units(&mut instances, term, 3);
     server.restart();

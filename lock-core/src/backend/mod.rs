@@ -35,7 +35,7 @@ pub(crate) mod tls;
 
 pub(crate) use cluster::{Cluster, Seeds};
 pub(crate) use memory::Memory;
-pub(crate) use request::Request;
+pub(crate) use request::{Request, replies};
 pub(crate) use sentinel::{Discovery, Sentinel, Settings as SentinelSettings};
 pub(crate) use standalone::Standalone;
 

@@ -45,3 +45,12 @@ impl Request<'_> {
         }
     }
 }
+
+/// A pipeline's replies, from what [`Request::send`] answers for a
+/// [`Request::UserPipeline`] (one array; anything else is taken as the only reply).
+pub(crate) fn replies(value: Value) -> Vec<Value> {
+    match value {
+        Value::Array(replies) => replies,
+        other => vec![other],
+    }
+}
