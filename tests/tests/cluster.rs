@@ -443,6 +443,52 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     assert!(!b.mutex(&name).info().await.unwrap().held);
 }
 
+/// `MOVED` replies `node` sent since its last `CONFIG RESETSTAT` (`INFO errorstats`).
+fn moved_replies(node: &RedisServer) -> u64 {
+    let info = node.cmd(&["INFO", "errorstats"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix("errorstat_MOVED:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_coordinated_failover_the_first_acquisition_goes_where_moved_says() {
+    let cluster = blocking(RedisCluster::start);
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    let name = name_on(&cluster, 0, "moved");
+    // The client learns that node 0 owns the slot, and sends nothing more.
+    let g = b.lock(name.clone()).await.unwrap();
+    let token = g.fencing_token();
+    assert!(g.unlock().await.unwrap());
+
+    // A coordinated failover: the replica takes over, the old primary stays up as its replica
+    // (answering MOVED for the slot), and every node agrees before it returns.
+    let replica = cluster.replica_of(0);
+    assert_eq!(blocking(|| cluster.manual_failover(replica)), 0);
+    assert_eq!(cluster.node_for_key(&key(&name)), replica);
+    cluster.node(0).cmd(&["CONFIG", "RESETSTAT"]);
+
+    // The client's slot map still names node 0: the first call meets MOVED there and is taken
+    // at the new owner all the same (a native `MULTI`/`EXEC` sent again by lock-core, a script
+    // call redirected by the redis crate), without a second call.
+    let g = b
+        .try_lock(name.clone())
+        .await
+        .unwrap_or_else(|e| panic!("the first call after the failover failed: {e:?}"))
+        .expect("nobody holds it");
+    assert!(
+        moved_replies(cluster.node(0)) >= 1,
+        "the old owner redirected"
+    );
+    assert!(g.fencing_token() > token, "tokens keep growing");
+    let stored = cluster.node(replica).cmd(&["GET", &key(&name)]);
+    assert!(is_lock_of(&stored, &b, g.fencing_token()), "{stored}");
+    assert!(g.unlock().await.unwrap());
+    let again = b.try_lock(name.clone()).await.unwrap().expect("free again");
+    assert!(again.unlock().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_pubsub_connection_is_subscribed_again_and_the_waiter_still_woken() {
     let cluster = blocking(|| RedisCluster::start_with(3, 0));
