@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::{LockClient, LockError, LockGuard};
 use lock_tests::fixtures::{
     blocking, command_calls, eventually, is_lock_of, lock_replicated, lua_calls, native, recovered,
-    renewed, try_lock_until_answered, woken,
+    renewed, woken,
 };
 use lock_tests::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
@@ -399,9 +399,7 @@ async fn a_lease_that_runs_out_during_a_failover_is_known_lost() {
         .await
         .expect("the holder learns it lost the lock");
     assert!(!held.is_held());
-    let g = try_lock_until_answered(&b, &name)
-        .await
-        .expect("free again");
+    let g = b.try_lock(name.clone()).await.unwrap().expect("free again");
     assert!(
         g.fencing_token() > token,
         "tokens keep growing after a failover"
@@ -436,7 +434,7 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     // renews it there: its expiry moves later. (Not "its TTL grows": every renewal sets the
     // TTL to the full lease, so when `before` is read just after one, no TTL read after the
     // next renewal is larger unless it comes even sooner after it.)
-    assert!(try_lock_until_answered(&b, &name).await.is_none());
+    assert!(b.try_lock(name.clone()).await.unwrap().is_none());
     renewed(&b, &name, lease).await;
     assert!(held.is_held());
     assert!(held.unlock().await.unwrap());
