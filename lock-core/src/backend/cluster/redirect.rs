@@ -123,6 +123,91 @@ impl ConnectionLike for Pinned {
 mod tests {
     use super::*;
 
+    use std::io::{BufRead, BufReader, Write};
+
+    /// One request's arguments, read off a RESP stream (None at its end).
+    fn request(reader: &mut impl BufRead) -> Option<Vec<String>> {
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let count: usize = line.trim().strip_prefix('*')?.parse().ok()?;
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            line.clear();
+            reader.read_line(&mut line).ok()?;
+            let len: usize = line.trim().strip_prefix('$')?.parse().ok()?;
+            let mut arg = vec![0; len + 2];
+            reader.read_exact(&mut arg).ok()?;
+            arg.truncate(len);
+            args.push(String::from_utf8(arg).ok()?);
+        }
+        Some(args)
+    }
+
+    /// The error the redis crate makes of a `MULTI`/`EXEC` of two commands whose queueing a
+    /// server answers with `queued` (one error line each, without the `-`), then `EXECABORT`.
+    async fn aborted(queued: [&'static str; 2]) -> RedisError {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut queue = queued.iter();
+            while let Some(args) = request(&mut reader) {
+                let reply = match args[0].to_ascii_uppercase().as_str() {
+                    "EXEC" => "-EXECABORT Transaction discarded\r\n".to_owned(),
+                    "MULTI" | "CLIENT" => "+OK\r\n".to_owned(),
+                    _ => format!("-{}\r\n", queue.next().unwrap_or(&"ERR unexpected")),
+                };
+                if writer.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        });
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("INCR")
+            .arg("c")
+            .cmd("SET")
+            .arg("k")
+            .arg(1);
+        pipe.query_async::<Value>(&mut con).await.unwrap_err()
+    }
+
+    fn to(host: &str, port: u16) -> Next {
+        Next::To(Node {
+            host: host.into(),
+            port,
+        })
+    }
+
+    #[tokio::test]
+    async fn an_abort_for_moved_goes_to_the_node_named() {
+        let e = aborted(["MOVED 5 127.0.0.1:7001", "MOVED 5 127.0.0.1:7001"]).await;
+        assert_eq!(e.kind(), ErrorKind::Server(ServerErrorKind::ExecAbort));
+        assert_eq!(next(&e), Some(to("127.0.0.1", 7001)));
+        let e = aborted(["TRYAGAIN Multiple keys", "MOVED 5 127.0.0.1:7002"]).await;
+        assert_eq!(next(&e), Some(to("127.0.0.1", 7002)));
+    }
+
+    #[tokio::test]
+    async fn an_abort_for_a_migrating_slot_or_an_unreadable_address_waits() {
+        let e = aborted(["ASK 5 127.0.0.1:7001", "TRYAGAIN Multiple keys"]).await;
+        assert_eq!(next(&e), Some(Next::Pause { moved: false }));
+        let e = aborted(["MOVED 5 nowhere", "MOVED 5 nowhere"]).await;
+        assert_eq!(next(&e), Some(Next::Pause { moved: true }));
+    }
+
+    #[tokio::test]
+    async fn an_abort_for_anything_else_is_not_sent_again() {
+        let e = aborted(["MOVED 5 127.0.0.1:7001", "WRONGTYPE Operation"]).await;
+        assert_eq!(next(&e), None);
+        let e = aborted(["OOM command not allowed", "OOM command not allowed"]).await;
+        assert_eq!(next(&e), None);
+    }
+
     #[test]
     fn other_errors_are_not_redirects() {
         let moved = redis::make_extension_error("MOVED".into(), Some("1 127.0.0.1:7000".into()));
