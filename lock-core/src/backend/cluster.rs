@@ -23,7 +23,7 @@ use super::{
 use crate::command::Wire;
 use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
-use redirect::{Next, Pinned};
+use redirect::{Next, Node, Pinned};
 
 mod redirect;
 
@@ -151,12 +151,15 @@ impl Cluster {
     /// was not applied, so a reply never answers a repeat ([`Invocation::resent`] stays false
     /// for them). An error that is not such an abort (an I/O error or a timeout after `EXEC`,
     /// which may have been applied) ends the call with that error.
+    ///
+    /// Answers the reply and the node a `MOVED` sent the last try to (None: the slot map's).
     async fn native(
         &self,
         invocation: &Invocation<'_>,
         native: &crate::native::Call,
-    ) -> Result<Value, redis::RedisError> {
-        let mut connection = self.connection.clone();
+        connection: &ClusterConnection,
+    ) -> Result<(Value, Option<Node>), redis::RedisError> {
+        let mut connection = connection.clone();
         let mut result = invocation.invoke_async(&mut connection).await;
         let mut target = None;
         let mut refreshing = false;
@@ -166,7 +169,7 @@ impl Cluster {
             };
             if !refreshing && matches!(next, Next::To(_) | Next::Pause { moved: true }) {
                 refreshing = true;
-                self.refresh(native.key());
+                self.refresh(&connection, native.key());
             }
             match next {
                 Next::To(node) => target = Some(node),
@@ -186,17 +189,40 @@ impl Cluster {
                 None => pipeline.query_async(&mut connection).await,
             };
         }
-        result
+        result.map(|value| (value, target))
     }
 
-    /// Reads `key` through the slot map in the background (bounded by [`Cluster::limit`]),
+    /// Sends `invocation` on `connection`: a native call through [`Cluster::native`], anything
+    /// else as it is (the redis crate redirects it); answers the reply and the node a `MOVED`
+    /// sent a native call to.
+    async fn send(
+        &self,
+        invocation: &Invocation<'_>,
+        connection: &ClusterConnection,
+    ) -> Result<(Value, Option<Node>), LockError> {
+        match invocation.command {
+            Wire::Native(native) => {
+                self.bounded(self.native(invocation, native, connection))
+                    .await
+            }
+            Wire::Script(_) => {
+                let mut connection = connection.clone();
+                let value = self
+                    .bounded(invocation.invoke_async(&mut connection))
+                    .await?;
+                Ok((value, None))
+            }
+        }
+    }
+
+    /// Reads `key` through `connection`'s slot map in the background (bounded by [`Cluster::limit`]),
     /// for its `MOVED`: the redis crate follows it and learns the slot map again. Nothing
     /// without a Tokio runtime.
-    fn refresh(&self, key: &str) {
+    fn refresh(&self, connection: &ClusterConnection, key: &str) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut connection = self.connection.clone();
+        let mut connection = connection.clone();
         let mut read = redis::cmd("PTTL");
         read.arg(key);
         let limit = self.limit();
@@ -222,17 +248,15 @@ impl Topology for Cluster {
     /// `TRYAGAIN`) for a transaction: lock-core does (see [`Cluster::native`]). Other commands,
     /// script calls and plain pipelines included, the redis crate redirects itself.
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        let Wire::Native(native) = invocation.command else {
-            let mut connection = self.connection.clone();
-            return self.bounded(invocation.invoke_async(&mut connection)).await;
-        };
-        self.bounded(self.native(invocation, native)).await
+        Ok(self.send(invocation, &self.connection).await?.0)
     }
 
     /// The script and `WAIT` go to the primary of the script's slot on the acknowledgement
-    /// connection, so `WAIT` covers the script's write. It blocks that node connection for up
-    /// to `timeout`: other acknowledged acquisitions to the same node queue behind it (and may
-    /// time out), renewals and releases (on the other connection) do not.
+    /// connection, so `WAIT` covers the script's write (a native call's transaction that a
+    /// `MOVED` sent to another node ([`Cluster::native`]) has its `WAIT` sent there too). It
+    /// blocks that node connection for up to `timeout`: other acknowledged acquisitions to the
+    /// same node queue behind it (and may time out), renewals and releases (on the other
+    /// connection) do not.
     async fn invoke_acked(
         &self,
         invocation: &Invocation<'_>,
@@ -241,13 +265,14 @@ impl Topology for Cluster {
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
         let mut connection = self.acks.as_ref().unwrap_or(&self.connection).clone();
-        let value = self
-            .bounded(invocation.invoke_async(&mut connection))
-            .await?;
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-            Slot::for_key(key),
-            SlotAddr::Master,
-        )));
+        let (value, node) = self.send(invocation, &connection).await?;
+        let route = RoutingInfo::SingleNode(match node {
+            Some(node) => node.route(),
+            None => SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+                Slot::for_key(key),
+                SlotAddr::Master,
+            )),
+        });
         let acked = match tokio::time::timeout(
             self.limit() + timeout,
             connection.route_command(wait_cmd(replicas, timeout), route),

@@ -19,6 +19,16 @@ pub(super) struct Node {
     port: u16,
 }
 
+impl Node {
+    /// The route to this node, by its address.
+    pub(super) fn route(&self) -> SingleNodeRoutingInfo {
+        SingleNodeRoutingInfo::ByAddress {
+            host: self.host.clone(),
+            port: self.port,
+        }
+    }
+}
+
 /// What to do with a transaction a node aborted for its slot's sake (nothing of it applied).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Next {
@@ -104,10 +114,7 @@ impl ConnectionLike for Pinned {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let route = SingleNodeRoutingInfo::ByAddress {
-            host: self.node.host.clone(),
-            port: self.node.port,
-        };
+        let route = self.node.route();
         Box::pin(
             self.connection
                 .route_pipeline(pipeline.clone(), offset, count, route),
