@@ -454,11 +454,25 @@ fn moved_replies(node: &RedisServer) -> u64 {
 async fn after_a_coordinated_failover_the_first_acquisition_goes_where_moved_says() {
     let cluster = blocking(RedisCluster::start);
     let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    // Acquisitions acknowledged by a replica (`WAIT`) go on a connection of their own.
+    let acked = LockClient::builder_cluster(cluster.primary_urls())
+        .min_replicas(1, Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
     let name = name_on(&cluster, 0, "moved");
-    // The client learns that node 0 owns the slot, and sends nothing more.
+    let other = name_in_slot_of(&name, "moved-acked");
+    // The clients learn that node 0 owns the slot, and send nothing more.
     let g = b.lock(name.clone()).await.unwrap();
     let token = g.fencing_token();
     assert!(g.unlock().await.unwrap());
+    assert!(
+        lock_replicated(&acked, &other)
+            .await
+            .unlock()
+            .await
+            .unwrap()
+    );
 
     // A coordinated failover: the replica takes over, the old primary stays up as its replica
     // (answering MOVED for the slot), and every node agrees before it returns.
@@ -485,6 +499,16 @@ async fn after_a_coordinated_failover_the_first_acquisition_goes_where_moved_say
     assert!(g.unlock().await.unwrap());
     let again = b.try_lock(name.clone()).await.unwrap().expect("free again");
     assert!(again.unlock().await.unwrap());
+
+    // So is an acknowledged one, and its `WAIT` goes where the lock was written.
+    let g = acked
+        .try_lock(other.clone())
+        .await
+        .unwrap_or_else(|e| panic!("the first acknowledged call failed: {e:?}"))
+        .expect("nobody holds it");
+    let stored = cluster.node(replica).cmd(&["GET", &key(&other)]);
+    assert!(is_lock_of(&stored, &acked, g.fencing_token()), "{stored}");
+    assert!(g.unlock().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
