@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::{LockClient, LockError, LockGuard};
 use lock_tests::fixtures::{
     blocking, command_calls, eventually, is_lock_of, lock_replicated, lua_calls, native, recovered,
-    renewed, try_lock_until_answered, woken,
+    renewed, woken,
 };
 use lock_tests::{RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
@@ -399,9 +399,7 @@ async fn a_lease_that_runs_out_during_a_failover_is_known_lost() {
         .await
         .expect("the holder learns it lost the lock");
     assert!(!held.is_held());
-    let g = try_lock_until_answered(&b, &name)
-        .await
-        .expect("free again");
+    let g = b.try_lock(name.clone()).await.unwrap().expect("free again");
     assert!(
         g.fencing_token() > token,
         "tokens keep growing after a failover"
@@ -436,11 +434,81 @@ async fn a_replica_acknowledged_lock_survives_a_primary_failover() {
     // renews it there: its expiry moves later. (Not "its TTL grows": every renewal sets the
     // TTL to the full lease, so when `before` is read just after one, no TTL read after the
     // next renewal is larger unless it comes even sooner after it.)
-    assert!(try_lock_until_answered(&b, &name).await.is_none());
+    assert!(b.try_lock(name.clone()).await.unwrap().is_none());
     renewed(&b, &name, lease).await;
     assert!(held.is_held());
     assert!(held.unlock().await.unwrap());
     assert!(!b.mutex(&name).info().await.unwrap().held);
+}
+
+/// `MOVED` replies `node` sent since its last `CONFIG RESETSTAT` (`INFO errorstats`).
+fn moved_replies(node: &RedisServer) -> u64 {
+    let info = node.cmd(&["INFO", "errorstats"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix("errorstat_MOVED:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_coordinated_failover_the_first_acquisition_goes_where_moved_says() {
+    let cluster = blocking(RedisCluster::start);
+    let b = cluster_client(&cluster, Duration::from_secs(5)).await;
+    // Acquisitions acknowledged by a replica (`WAIT`) go on a connection of their own.
+    let acked = LockClient::builder_cluster(cluster.primary_urls())
+        .min_replicas(1, Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let name = name_on(&cluster, 0, "moved");
+    let other = name_in_slot_of(&name, "moved-acked");
+    // The clients learn that node 0 owns the slot, and send nothing more.
+    let g = b.lock(name.clone()).await.unwrap();
+    let token = g.fencing_token();
+    assert!(g.unlock().await.unwrap());
+    assert!(
+        lock_replicated(&acked, &other)
+            .await
+            .unlock()
+            .await
+            .unwrap()
+    );
+
+    // A coordinated failover: the replica takes over, the old primary stays up as its replica
+    // (answering MOVED for the slot), and every node agrees before it returns.
+    let replica = cluster.replica_of(0);
+    assert_eq!(blocking(|| cluster.manual_failover(replica)), 0);
+    assert_eq!(cluster.node_for_key(&key(&name)), replica);
+    cluster.node(0).cmd(&["CONFIG", "RESETSTAT"]);
+
+    // The client's slot map still names node 0: the first call meets MOVED there and is taken
+    // at the new owner all the same (a native `MULTI`/`EXEC` sent again by lock-core, a script
+    // call redirected by the redis crate), without a second call.
+    let g = b
+        .try_lock(name.clone())
+        .await
+        .unwrap_or_else(|e| panic!("the first call after the failover failed: {e:?}"))
+        .expect("nobody holds it");
+    assert!(
+        moved_replies(cluster.node(0)) >= 1,
+        "the old owner redirected"
+    );
+    assert!(g.fencing_token() > token, "tokens keep growing");
+    let stored = cluster.node(replica).cmd(&["GET", &key(&name)]);
+    assert!(is_lock_of(&stored, &b, g.fencing_token()), "{stored}");
+    assert!(g.unlock().await.unwrap());
+    let again = b.try_lock(name.clone()).await.unwrap().expect("free again");
+    assert!(again.unlock().await.unwrap());
+
+    // So is an acknowledged one, and its `WAIT` goes where the lock was written.
+    let g = acked
+        .try_lock(other.clone())
+        .await
+        .unwrap_or_else(|e| panic!("the first acknowledged call failed: {e:?}"))
+        .expect("nobody holds it");
+    let stored = cluster.node(replica).cmd(&["GET", &key(&other)]);
+    assert!(is_lock_of(&stored, &acked, g.fencing_token()), "{stored}");
+    assert!(g.unlock().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

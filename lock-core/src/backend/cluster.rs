@@ -24,6 +24,9 @@ use super::{
 use crate::command::Wire;
 use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
+use redirect::{Next, Node, Pinned};
+
+mod redirect;
 
 /// How to reach a Cluster: its seed nodes and the client's TLS options, for the command
 /// connections and the pub/sub connection alike.
@@ -80,7 +83,7 @@ async fn open(client: &ClusterClient, timeout: Duration) -> Result<ClusterConnec
 const RETRIES: u32 = 3;
 
 /// How many times a native call's transaction goes again after a moved or migrating slot.
-const MOVED_RETRIES: u32 = 5;
+const REDIRECTS: u32 = 5;
 
 impl Cluster {
     /// The client for commands (RESP2) built from the seed nodes.
@@ -133,6 +136,102 @@ impl Cluster {
         (self.response_timeout + Duration::from_millis(200)) * (RETRIES + 1)
     }
 
+    /// Sends a native call; a transaction a node aborts because the slot is elsewhere
+    /// ([`redirect::next`]: nothing of it was applied) goes again, up to [`REDIRECTS`] times,
+    /// within the one bound of the call ([`Cluster::bounded`]):
+    ///
+    /// - to the node a `MOVED` names, at once (by its address: the connection's slot map may
+    ///   still name the old owner, a failover's demoted primary say), and a read of the key
+    ///   through the slot map (in the background) meets the `MOVED` too, which has the redis
+    ///   crate learn the slot map again;
+    /// - after a pause (40 ms, doubling: 1.24 s over 5 tries) when the slot is being migrated
+    ///   (`ASK`, `TRYAGAIN`), to the same node, or when the node a `MOVED` names cannot be
+    ///   read, through the slot map once it is learnt again.
+    ///
+    /// The first send counts as the invocation's one send; the others repeat a transaction that
+    /// was not applied, so a reply never answers a repeat ([`Invocation::resent`] stays false
+    /// for them). An error that is not such an abort (an I/O error or a timeout after `EXEC`,
+    /// which may have been applied) ends the call with that error.
+    ///
+    /// Answers the reply and the node a `MOVED` sent the last try to (None: the slot map's).
+    async fn native(
+        &self,
+        invocation: &Invocation<'_>,
+        native: &crate::native::Call,
+        connection: &ClusterConnection,
+    ) -> Result<(Value, Option<Node>), redis::RedisError> {
+        let mut connection = connection.clone();
+        let mut result = invocation.invoke_async(&mut connection).await;
+        let mut target = None;
+        let mut refreshing = false;
+        for tries in 1..=REDIRECTS {
+            let Some(next) = result.as_ref().err().and_then(redirect::next) else {
+                break;
+            };
+            if !refreshing && matches!(next, Next::To(_) | Next::Pause { moved: true }) {
+                refreshing = true;
+                self.refresh(&connection, native.key());
+            }
+            match next {
+                Next::To(node) => target = Some(node),
+                Next::Pause { moved } => {
+                    if moved {
+                        target = None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20 << tries)).await;
+                }
+            }
+            let pipeline = native.pipeline();
+            result = match &target {
+                Some(node) => {
+                    let mut pinned = Pinned::new(connection.clone(), node.clone());
+                    pipeline.query_async(&mut pinned).await
+                }
+                None => pipeline.query_async(&mut connection).await,
+            };
+        }
+        result.map(|value| (value, target))
+    }
+
+    /// Sends `invocation` on `connection`: a native call through [`Cluster::native`], anything
+    /// else as it is (the redis crate redirects it); answers the reply and the node a `MOVED`
+    /// sent a native call to.
+    async fn send(
+        &self,
+        invocation: &Invocation<'_>,
+        connection: &ClusterConnection,
+    ) -> Result<(Value, Option<Node>), LockError> {
+        match invocation.command {
+            Wire::Native(native) => {
+                self.bounded(self.native(invocation, native, connection))
+                    .await
+            }
+            Wire::Script(_) => {
+                let mut connection = connection.clone();
+                let value = self
+                    .bounded(invocation.invoke_async(&mut connection))
+                    .await?;
+                Ok((value, None))
+            }
+        }
+    }
+
+    /// Reads `key` through `connection`'s slot map in the background (bounded by [`Cluster::limit`]),
+    /// for its `MOVED`: the redis crate follows it and learns the slot map again. Nothing
+    /// without a Tokio runtime.
+    fn refresh(&self, connection: &ClusterConnection, key: &str) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut connection = connection.clone();
+        let mut read = redis::cmd("PTTL");
+        read.arg(key);
+        let limit = self.limit();
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(limit, read.query_async::<Value>(&mut connection)).await;
+        });
+    }
+
     async fn bounded<T>(
         &self,
         request: impl Future<Output = Result<T, redis::RedisError>>,
@@ -145,45 +244,20 @@ impl Cluster {
 }
 
 impl Topology for Cluster {
-    /// A native call's `MULTI`/`EXEC` that meets a moved slot is aborted whole, and the redis
-    /// crate follows `MOVED` for commands, not for a transaction: a plain read of the key
-    /// then teaches it where the slot went (it refreshes its slot map in the background), and
-    /// after a pause the transaction (aborted, so not applied) goes again. One that meets a
-    /// slot being migrated (`TRYAGAIN`: its two keys, the lock and its slot's fencing counter,
-    /// may be split for a moment) goes again the same way. Up to `MOVED_RETRIES` (5) times,
-    /// pausing 40 ms, then twice as long each time (1.24 s in all). Right after a failover
-    /// the connection can go on sending a transaction to a node that no longer owns the slot
-    /// for a while (the Cluster failover tests on Valkey 9 met it); if every try meets it,
-    /// the call fails with that error, nothing applied.
+    /// A native call's `MULTI`/`EXEC` that meets a moved or migrating slot is aborted whole,
+    /// nothing applied, and the redis crate does not follow `MOVED` (or wait out `ASK` and
+    /// `TRYAGAIN`) for a transaction: lock-core does (see [`Cluster::native`]). Other commands,
+    /// script calls and plain pipelines included, the redis crate redirects itself.
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        let mut connection = self.connection.clone();
-        let mut tries = 0;
-        loop {
-            let result = self.bounded(invocation.invoke_async(&mut connection)).await;
-            let (Err(LockError::Redis(e)), Wire::Native(native)) = (&result, invocation.command)
-            else {
-                return result;
-            };
-            let text = e.to_string();
-            let moved = text.contains("Transaction aborted") && text.contains("Moved");
-            let again = text.contains("TryAgain");
-            if tries == MOVED_RETRIES || !(moved || again) {
-                return result;
-            }
-            tries += 1;
-            let mut read = redis::cmd("PTTL");
-            read.arg(native.key());
-            let _ = self
-                .bounded(read.query_async::<Value>(&mut connection))
-                .await;
-            tokio::time::sleep(Duration::from_millis(20 << tries)).await;
-        }
+        Ok(self.send(invocation, &self.connection).await?.0)
     }
 
     /// The script and `WAIT` go to the primary of the script's slot on the acknowledgement
-    /// connection, so `WAIT` covers the script's write. It blocks that node connection for up
-    /// to `timeout`: other acknowledged acquisitions to the same node queue behind it (and may
-    /// time out), renewals and releases (on the other connection) do not.
+    /// connection, so `WAIT` covers the script's write (a native call's transaction that a
+    /// `MOVED` sent to another node ([`Cluster::native`]) has its `WAIT` sent there too). It
+    /// blocks that node connection for up to `timeout`: other acknowledged acquisitions to the
+    /// same node queue behind it (and may time out), renewals and releases (on the other
+    /// connection) do not.
     async fn invoke_acked(
         &self,
         invocation: &Invocation<'_>,
@@ -192,13 +266,14 @@ impl Topology for Cluster {
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
         let mut connection = self.acks.as_ref().unwrap_or(&self.connection).clone();
-        let value = self
-            .bounded(invocation.invoke_async(&mut connection))
-            .await?;
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
-            Slot::for_key(key),
-            SlotAddr::Master,
-        )));
+        let (value, node) = self.send(invocation, &connection).await?;
+        let route = RoutingInfo::SingleNode(match node {
+            Some(node) => node.route(),
+            None => SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+                Slot::for_key(key),
+                SlotAddr::Master,
+            )),
+        });
         let acked = match tokio::time::timeout(
             self.limit() + timeout,
             connection.route_command(wait_cmd(replicas, timeout), route),
