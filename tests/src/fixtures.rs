@@ -153,8 +153,9 @@ pub async fn recovered(c: &LockClient, name: &str) -> Duration {
 }
 
 /// `c.try_lock(name)` until it answers (taken or busy), looking again every 100 ms while it
-/// fails, after a failover say (right after a Cluster failover a native acquisition can
-/// still meet the slot's old owner: DESIGN.md, "Deployments"); panics after 15 s of errors.
+/// fails: after a failover that killed the primary, until the deployment has promoted its
+/// replica (a coordinated failover needs no such loop: the first call goes through);
+/// panics after 15 s of errors.
 pub async fn try_lock_until_answered(c: &LockClient, name: &str) -> Option<LockGuard> {
     let started = tokio::time::Instant::now();
     loop {
