@@ -1,11 +1,14 @@
 //! The CI form of the randomized fault soak (`examples/lock-chaos`): 30 s of three worker
-//! processes taking every kind of lock (and the tower layer over HTTP) on a few shared names
-//! while the nemesis stops, kills and restarts them, pauses the server, delays, cuts and
+//! processes taking every kind of lock (and the tower layer over HTTP) on a few shared names,
+//! each critical section writing fenced at the check server and, through the lock client, at
+//! the lock server (`fenced::set` on the client's connection, the lock's record), while the
+//! nemesis stops, kills and restarts them, pauses and restarts the server, delays, cuts and
 //! black-holes their connections, flushes the script cache and kills pub/sub connections.
 //! Then every checker must pass: exclusion, fencing, semaphore size, locks of killed
 //! workers expiring, liveness, nothing left behind; and the outside judge (stateright's
 //! linearizability tester, `lock_tests::linearizability`) must find every mutex, fair and
-//! write lock's history a lease mutex and every fenced-store key's a fenced register.
+//! write lock's history a lease mutex and every fenced-store key's a fenced register; after
+//! every server restart the stores on the lock server answer again within 5 s.
 //!
 //! It compiles the example's runner itself (`#[path]` below) and runs it in-process; the
 //! worker processes are this test binary again, started with `--exact chaos_worker_process`

@@ -28,7 +28,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::history::{History, Sec};
-use super::store::Write;
+use super::nemesis::FaultKind;
+use super::store::{ClientStore, Write};
 use super::worker::UNLOCK_BOUND;
 
 /// Something that should not have happened, with the part of the history that shows it.
@@ -79,6 +80,9 @@ pub(crate) struct Ctx {
     /// Whether acquisitions waited for replicas (then a token cannot go back across a
     /// failover).
     pub(crate) min_replicas: u32,
+    /// Whether sections also wrote to the stores on the lock server (`store::ClientStore`):
+    /// on the standalone server.
+    pub(crate) client_stores: bool,
 }
 
 impl Ctx {
@@ -196,6 +200,7 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
     }
     check_liveness(h, ctx, &mut f);
     check_kills(h, ctx, &mut f);
+    check_restarts(h, ctx, &mut f);
     for life in &h.lives {
         for note in &life.notes {
             if note.starts_with("panic") || note.starts_with("fatal") {
@@ -337,6 +342,50 @@ fn check_tokens(h: &History, ctx: &Ctx, name: &str, ivs: &[Iv], f: &mut Findings
         }
         if best.is_none_or(|b| iv.token > b.token) {
             best = Some(iv);
+        }
+    }
+}
+
+/// How soon after a server restart each store on the lock server must answer a write again.
+const HEALED_WITHIN: i64 = 5_000_000;
+
+/// After each server restart, each store on the lock server ([`ClientStore`]) answers one of
+/// the writes sent within [`HEALED_WITHIN`] of it: the paths around the lock heal by
+/// themselves. A store that was sent writes there and answered none did not (a connection
+/// that never reconnects, say).
+fn check_restarts(h: &History, ctx: &Ctx, f: &mut Findings) {
+    if !ctx.client_stores {
+        return;
+    }
+    let restarts = h
+        .faults
+        .iter()
+        .filter(|x| x.kind == FaultKind::ServerRestart && x.done);
+    for restart in restarts {
+        let until = restart.t1 + HEALED_WITHIN;
+        for store in ClientStore::ALL {
+            let sent: Vec<&Write> = h
+                .secs
+                .iter()
+                .flat_map(|s| &s.writes)
+                .filter(|w| w.name.starts_with(store.prefix()))
+                .filter(|w| (restart.t1..until).contains(&w.t0))
+                .collect();
+            if sent.is_empty() || sent.iter().any(|w| w.accepted.is_some()) {
+                continue;
+            }
+            f.violations.push(Violation {
+                kind: "liveness",
+                name: None,
+                summary: format!(
+                    "{} writes to {}* sent within {} s of the server restart at {}: none answered",
+                    sent.len(),
+                    store.prefix(),
+                    HEALED_WITHIN / 1_000_000,
+                    ctx.rel(restart.t1)
+                ),
+                excerpt: sent.iter().take(5).map(|w| write_line(w)).collect(),
+            });
         }
     }
 }
@@ -774,6 +823,7 @@ pub(crate) mod tests {
             sem_size: 2,
             failovers: Vec::new(),
             min_replicas: 0,
+            client_stores: false,
         }
     }
 
@@ -815,6 +865,45 @@ pub(crate) mod tests {
             rel: Some((end * MS, end * MS + 1, rel.to_owned())),
         });
         h.secs.len() - 1
+    }
+
+    /// After a server restart, a store on the lock server that answers none of the writes
+    /// sent to it within 5 s is a liveness violation; one answered write is enough, and
+    /// writes sent later are not its concern.
+    #[test]
+    fn a_store_that_does_not_heal_after_a_restart_is_a_violation() {
+        let mut h = History::default();
+        let s = sec(
+            &mut h,
+            0,
+            "mutex",
+            "excl",
+            "m:0",
+            (10, 50, 1000),
+            Some(1),
+            "held",
+        );
+        h.faults.push(super::super::history::Fault {
+            kind: FaultKind::ServerRestart,
+            target: None,
+            t0: 100 * MS,
+            t1: 200 * MS,
+            done: true,
+            detail: String::new(),
+        });
+        let key = ClientStore::Connection.key("mutex", "m:0");
+        let unanswered =
+            |at: i64| Write::unanswered(&key, 1, at * MS, at * MS + 1, "broken pipe".into());
+        h.secs[s].writes = vec![unanswered(300), unanswered(4_000), unanswered(9_000)];
+        let ctx = Ctx {
+            client_stores: true,
+            ..ctx()
+        };
+        let f = check(&h, &ctx);
+        assert_eq!(kinds(&f), ["liveness"], "{:?}", f.violations);
+        // One answer within the 5 s is enough.
+        h.secs[s].writes[1].accepted = Some(true);
+        assert!(check(&h, &ctx).violations.is_empty());
     }
 
     fn kinds(f: &Findings) -> Vec<&'static str> {

@@ -246,6 +246,7 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
         sem_size: SEM_SIZE,
         failovers,
         min_replicas: cfg.min_replicas,
+        client_stores: cfg.topology == TopologyKind::Standalone,
     };
     let mut findings = check::check(&hist, &ctx);
     let judged = judge::judge(&hist, &ctx, &mut findings);
@@ -775,6 +776,16 @@ impl Coord {
                     }
                 },
             },
+            FaultKind::ServerRestart => {
+                let topo = self.topo.clone();
+                match blocking(move || topo.restart_standalone()).await {
+                    Ok(Ok(pid)) => (
+                        true,
+                        format!("redis-server killed and restarted (pid {pid})"),
+                    ),
+                    Ok(Err(e)) | Err(e) => (false, e),
+                }
+            }
             FaultKind::ProxyDelay
             | FaultKind::ProxyBlackhole
             | FaultKind::ProxyReset

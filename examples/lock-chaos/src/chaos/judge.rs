@@ -37,7 +37,7 @@ use lock_tests::linearizability::{
 
 use super::check::{self, Ctx, Findings, Violation};
 use super::history::{History, Sec};
-use super::store::Fence;
+use super::store::{ClientStore, Fence};
 
 /// What the judge found.
 #[derive(Debug, Default)]
@@ -72,8 +72,11 @@ impl Judged {
 }
 
 /// The lock name a judged key is about (`fence:mutex:m:0` → `m:0`).
+/// The lock name in a store's key (`<store>:<family>:<name>`), or the key itself (a lock).
 fn lock_name(key: &str) -> &str {
-    key.strip_prefix("fence:")
+    std::iter::once("fence:")
+        .chain(ClientStore::ALL.map(ClientStore::prefix))
+        .find_map(|store| key.strip_prefix(store))
         .and_then(|rest| rest.split_once(':'))
         .map_or(key, |(_, name)| name)
 }
@@ -114,9 +117,15 @@ pub(crate) fn histories(h: &History, ctx: &Ctx) -> (Vec<MutexHistory>, Vec<Regis
             }
         }
         let mut register = |key: String, token: u64, invoked: i64, answer| {
+            // The check server's store also checks the writer; the lock server's stores
+            // (`fenced::set`, records) take an equal token from anyone.
+            let equal = match ClientStore::is_key(&key) {
+                true => EqualToken::Accepted,
+                false => EqualToken::SameWriter,
+            };
             registers
                 .entry(key.clone())
-                .or_insert_with(|| RegisterHistory::new(key, EqualToken::SameWriter))
+                .or_insert_with(|| RegisterHistory::new(key, equal))
                 .write(owner, token, invoked, answer);
         };
         for w in &sec.writes {
@@ -140,6 +149,9 @@ pub(crate) fn histories(h: &History, ctx: &Ctx) -> (Vec<MutexHistory>, Vec<Regis
             for part in &sec.parts {
                 if let Some(token) = part.token {
                     register(Fence::key(&part.family, &part.name), token, sec.start, None);
+                    for store in ClientStore::ALL.into_iter().filter(|_| ctx.client_stores) {
+                        register(store.key(&part.family, &part.name), token, sec.start, None);
+                    }
                 }
             }
         }

@@ -24,6 +24,9 @@ pub(crate) enum FaultKind {
     ClientPause,
     /// `SIGSTOP` the redis-server process, then `SIGCONT`.
     ServerStop,
+    /// `SIGKILL` the redis-server process and start it again on the same port, from its
+    /// append-only file: every connection breaks, nothing written is lost.
+    ServerRestart,
     /// The worker's proxy delays every chunk.
     ProxyDelay,
     /// The worker's proxy forwards nothing.
@@ -53,13 +56,14 @@ pub(crate) enum FaultKind {
 }
 
 impl FaultKind {
-    pub(crate) const ALL: [FaultKind; 17] = [
+    pub(crate) const ALL: [FaultKind; 18] = [
         FaultKind::ClientStop,
         FaultKind::ClientStopPastLease,
         FaultKind::ClientKill,
         FaultKind::DebugSleep,
         FaultKind::ClientPause,
         FaultKind::ServerStop,
+        FaultKind::ServerRestart,
         FaultKind::ProxyDelay,
         FaultKind::ProxyBlackhole,
         FaultKind::ProxyReset,
@@ -81,6 +85,7 @@ impl FaultKind {
             FaultKind::DebugSleep => "debug-sleep",
             FaultKind::ClientPause => "client-pause",
             FaultKind::ServerStop => "server-stop",
+            FaultKind::ServerRestart => "server-restart",
             FaultKind::ProxyDelay => "proxy-delay",
             FaultKind::ProxyBlackhole => "proxy-blackhole",
             FaultKind::ProxyReset => "proxy-reset",
@@ -106,9 +111,8 @@ impl FaultKind {
         match self {
             ClientStop | ClientStopPastLease | ClientKill | DebugSleep | ClientPause
             | ScriptFlush | PubsubKill => true,
-            ServerStop | ProxyDelay | ProxyBlackhole | ProxyReset | ProxyLoseReply => {
-                topology == TopologyKind::Standalone
-            }
+            ServerStop | ServerRestart | ProxyDelay | ProxyBlackhole | ProxyReset
+            | ProxyLoseReply => topology == TopologyKind::Standalone,
             SentinelFailover | SentinelCrash => topology == TopologyKind::Sentinel,
             PrimaryChanged => false,
             ClusterFailover | ClusterManualFailover | SlotMigration => {
@@ -152,6 +156,7 @@ impl FaultKind {
             FaultKind::DebugSleep => 4,
             FaultKind::ClientPause => 5,
             FaultKind::ServerStop => 3,
+            FaultKind::ServerRestart => 2,
             FaultKind::ProxyDelay => 8,
             FaultKind::ProxyBlackhole => 6,
             FaultKind::ProxyReset => 6,
@@ -260,6 +265,13 @@ pub(crate) fn plan(cfg: &RunConfig) -> Vec<Planned> {
                 proxy_busy[w] = at + planned.duration + Duration::from_millis(100);
             }
             ProxyReset | ScriptFlush | PubsubKill | PrimaryChanged => {}
+            ServerRestart => {
+                if server_busy > at {
+                    continue;
+                }
+                // A restart takes a moment, its reconnections a few more.
+                server_busy = at + Duration::from_secs(1);
+            }
             DebugSleep | ClientPause | ServerStop => {
                 if server_busy > at {
                     continue;

@@ -7,6 +7,10 @@
 //! answers with the token and section that fenced the write out. This is what a database
 //! does with a `WHERE token < $1` condition.
 
+use std::time::Duration;
+
+use lock_core::LockClient;
+use lock_core::fenced::{self, Fenced};
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 
@@ -138,6 +142,85 @@ impl Fence {
                 by,
             },
             Err(e) => Write::unanswered(name, token, t0, t1, e),
+        }
+    }
+}
+
+/// A fenced store on the lock server, reached through the lock client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientStore {
+    /// `fenced::set` on `LockClient::connection()`, at `chaos-conn:<family>:<name>`.
+    Connection,
+    /// The lock's record, `records().put(name, …)`.
+    Record,
+}
+
+/// How long a record written by a section is kept.
+const RECORD_TTL: Duration = Duration::from_secs(60);
+
+impl ClientStore {
+    pub(crate) const ALL: [ClientStore; 2] = [ClientStore::Connection, ClientStore::Record];
+
+    /// What its keys start with.
+    pub(crate) fn prefix(self) -> &'static str {
+        match self {
+            ClientStore::Connection => "chaos-conn:",
+            ClientStore::Record => "record:",
+        }
+    }
+
+    /// The history's key of the store's value for lock `name` of family `family` (the
+    /// connection's store: its Redis key too).
+    pub(crate) fn key(self, family: &str, name: &str) -> String {
+        format!("{}{family}:{name}", self.prefix())
+    }
+
+    /// Whether `key` is one of [`ClientStore::key`]'s.
+    pub(crate) fn is_key(key: &str) -> bool {
+        ClientStore::ALL.iter().any(|s| key.starts_with(s.prefix()))
+    }
+
+    /// Writes the section id `section` with `token`, through `client`.
+    pub(crate) async fn write(
+        self,
+        client: &LockClient,
+        family: &str,
+        name: &str,
+        token: u64,
+        section: &str,
+    ) -> Write {
+        let key = self.key(family, name);
+        let t0 = now_us();
+        let put = async {
+            match self {
+                ClientStore::Connection => {
+                    fenced::set(&mut client.connection(), &key, section, token).await
+                }
+                ClientStore::Record => {
+                    let value = section.as_bytes();
+                    client.records().put(name, value, token, RECORD_TTL).await
+                }
+            }
+        };
+        let reply = tokio::time::timeout(Duration::from_secs(5), put).await;
+        let t1 = now_us();
+        let (accepted, max, by) = match reply {
+            Ok(Ok(Fenced::Written)) => (true, token, section.to_owned()),
+            Ok(Ok(Fenced::Refused { stored })) => (false, stored, String::new()),
+            Ok(Err(e)) => return Write::unanswered(&key, token, t0, t1, e.to_string()),
+            Err(_) => {
+                let why = "the lock server did not answer in 5 s".to_owned();
+                return Write::unanswered(&key, token, t0, t1, why);
+            }
+        };
+        Write {
+            name: key,
+            token,
+            t0,
+            t1,
+            accepted: Some(accepted),
+            max,
+            by,
         }
     }
 }

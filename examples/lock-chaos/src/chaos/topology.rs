@@ -19,7 +19,10 @@ use super::{ALL_NAMES, KEY_PREFIX};
 
 /// The lock servers of a run.
 pub(crate) enum Topo {
-    Standalone(RedisServer),
+    /// Kept on disk (`appendonly yes`, written before every reply; `appendfsync no`, since a
+    /// killed process loses nothing the kernel holds), so a restart keeps every lock, record
+    /// and fenced value the clients were told about.
+    Standalone(StdMutex<RedisServer>),
     Sentinel(StdMutex<SentinelGroup>),
     Cluster(StdMutex<RedisCluster>),
 }
@@ -41,7 +44,14 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 impl Topo {
     pub(crate) fn start(kind: TopologyKind) -> Topo {
         match kind {
-            TopologyKind::Standalone => Topo::Standalone(RedisServer::start()),
+            TopologyKind::Standalone => {
+                Topo::Standalone(StdMutex::new(RedisServer::start_with(&[
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "no",
+                ])))
+            }
             TopologyKind::Sentinel => Topo::Sentinel(StdMutex::new(SentinelGroup::start())),
             TopologyKind::Cluster => Topo::Cluster(StdMutex::new(RedisCluster::start())),
         }
@@ -50,7 +60,9 @@ impl Topo {
     /// What a worker's client connects to (`proxy`: the standalone server's proxy URL).
     pub(crate) fn deploy(&self, proxy: Option<String>) -> Deploy {
         match self {
-            Topo::Standalone(server) => Deploy::Standalone(proxy.unwrap_or_else(|| server.url())),
+            Topo::Standalone(server) => {
+                Deploy::Standalone(proxy.unwrap_or_else(|| locked(server).url()))
+            }
             Topo::Sentinel(group) => Deploy::Sentinel {
                 service: lock_tests::sentinel::MASTER_NAME.to_owned(),
                 urls: locked(group).sentinel_urls(),
@@ -62,7 +74,7 @@ impl Topo {
     /// The address of the standalone server.
     pub(crate) fn standalone_addr(&self) -> Option<SocketAddr> {
         match self {
-            Topo::Standalone(server) => Some(server.addr()),
+            Topo::Standalone(server) => Some(locked(server).addr()),
             _ => None,
         }
     }
@@ -70,8 +82,21 @@ impl Topo {
     /// The pid of the standalone server.
     pub(crate) fn standalone_pid(&self) -> Option<u32> {
         match self {
-            Topo::Standalone(server) => Some(server.pid()),
+            Topo::Standalone(server) => Some(locked(server).pid()),
             _ => None,
+        }
+    }
+
+    /// Kills the standalone server and starts it again on the same port, from its
+    /// append-only file.
+    pub(crate) fn restart_standalone(&self) -> Result<u32, String> {
+        match self {
+            Topo::Standalone(server) => guarded(|| {
+                let mut server = locked(server);
+                server.restart();
+                server.pid()
+            }),
+            _ => Err("no standalone server".to_owned()),
         }
     }
 
@@ -79,7 +104,7 @@ impl Topo {
     /// primaries.
     pub(crate) fn primaries(&self) -> Vec<SocketAddr> {
         match self {
-            Topo::Standalone(server) => vec![server.addr()],
+            Topo::Standalone(server) => vec![locked(server).addr()],
             Topo::Sentinel(group) => {
                 let group = locked(group);
                 let asked = guarded(|| group.current_primary_addr());
@@ -270,9 +295,11 @@ pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> 
         let keys = strings(query(addr, &["KEYS", &format!("{KEY_PREFIX}*")], timeout)?);
         scan.keys += keys.len();
         for key in keys {
-            // The native protocol's fencing counters (one per slot) never expire, by design.
+            // The native protocol's fencing counters (one per slot) never expire, by design;
+            // a lock's record (`{P}{name}:record`, written by the sections) is no lock.
             if key == format!("{KEY_PREFIX}fence")
                 || key.starts_with(&format!("{KEY_PREFIX}fence:{{"))
+                || key.ends_with(":record")
             {
                 continue;
             }

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::cli::{Deploy, WorkerArgs};
 use super::event::{emit, now_us};
 use super::rng::Rng;
-use super::store::{Fence, Write};
+use super::store::{ClientStore, Fence, Write};
 use super::{FAIR_NAMES, MUTEX_NAMES, RW_NAMES, SEM_NAMES, SEM_SIZE};
 
 /// How long an HTTP request waits for a busy lock (the layer's `wait`).
@@ -63,6 +63,9 @@ struct Ctx {
     args: WorkerArgs,
     client: LockClient,
     fence: Fence,
+    /// Whether sections also write to the stores on the lock server ([`ClientStore`]): on
+    /// the standalone server only.
+    client_stores: bool,
     http: reqwest::Client,
     /// Other workers' HTTP ports (and this one's): `(worker id, port)`.
     peers: StdMutex<Vec<(usize, u16)>>,
@@ -195,6 +198,7 @@ async fn run(args: WorkerArgs) -> i32 {
         }
     };
     let ctx = Arc::new(Ctx {
+        client_stores: matches!(args.deploy, Deploy::Standalone(_)),
         args: args.clone(),
         client,
         fence,
@@ -726,6 +730,21 @@ impl Section {
                     .await;
                 self.in_flight = None;
                 self.writes.push(w);
+                if !self.ctx.client_stores {
+                    continue;
+                }
+                for store in ClientStore::ALL {
+                    let key = store.key(part.family, &part.name);
+                    let sent = now_us();
+                    let why = "no answer: the section was cut off while the write was in flight";
+                    self.in_flight = Some(Write::unanswered(&key, token, sent, sent, why.into()));
+                    let client = &self.ctx.client;
+                    let w = store
+                        .write(client, part.family, &part.name, token, &self.id)
+                        .await;
+                    self.in_flight = None;
+                    self.writes.push(w);
+                }
             }
         }
     }
