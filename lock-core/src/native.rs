@@ -21,7 +21,9 @@
 //! client's). **Release**: the last hold `DELIFEQ lock owner` and a publish on the release
 //! channel (always: it costs less than a flag kept for it), an earlier one only checks that
 //! the lock is still the owner's (`SET … IFEQ … KEEPTTL`). **Renew**, **extend**, a release
-//! kept until `hold_at_least`: `SET lock owner IFEQ owner PX ms`.
+//! kept until `hold_at_least`: `SET lock owner IFEQ owner PX ms`. **A multi-lock** (one slot)
+//! takes its fresh names with one `MSETNX` (all or none: it never holds some of its names
+//! while another holds the rest), see [`Call::multi_acquire`].
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -255,9 +257,13 @@ impl Call {
         matches!(self.op, Op::Acquire { .. } | Op::MultiAcquire(_))
     }
 
-    /// A multi-lock's acquisition: every lock in one `MULTI`/`EXEC`, each as a fresh
-    /// acquisition (its token from `counter`, the counter of their slot) or a re-entry. All or
-    /// none: what a partial success took is given back before the answer (see [`Found`]).
+    /// A multi-lock's acquisition: every lock in one `MULTI`/`EXEC`, all or none, so it holds
+    /// none of its names until it holds all of them. `MGET` of the fresh ones (what is in
+    /// their place: nothing, a repeat of this acquisition, another holder), then `MSETNX` of
+    /// all of them to the owner (every one or none), then per lock: a re-entry's `SET … IFEQ
+    /// … PX`, or a fresh one's token (`INCR counter`, the counter of their slot), its lease
+    /// (`SET … IFEQ owner PX`: only where the owner's value now is, taken or repeated) and
+    /// `PTTL` (a busy holder's remaining lease).
     pub(crate) fn multi_acquire<O: redis::ToRedisArgs>(
         a: Acquire<'_, O>,
         locks: Vec<MultiLock>,
@@ -269,20 +275,25 @@ impl Call {
             .arg(a.counter)
             .arg(a.seed)
             .arg("NX");
+        let fresh: Vec<&str> = locks
+            .iter()
+            .filter(|l| l.reentry.is_none())
+            .map(|l| l.key.as_str())
+            .collect();
+        if !fresh.is_empty() {
+            pipe.cmd("MGET").arg(&fresh);
+            let msetnx = pipe.cmd("MSETNX");
+            for key in &fresh {
+                msetnx.arg(*key).arg(&a.owner);
+            }
+        }
         for lock in &locks {
-            match lock.reentry {
-                Some(_) => set_if_owner(&mut pipe, &lock.key, &a.owner, a.lease_ms),
-                None => {
-                    pipe.cmd("INCR").arg(a.counter);
-                    pipe.cmd("SET")
-                        .arg(&lock.key)
-                        .arg(&a.owner)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(a.lease_ms)
-                        .arg("GET");
-                    pipe.cmd("PTTL").arg(&lock.key);
-                }
+            if lock.reentry.is_none() {
+                pipe.cmd("INCR").arg(a.counter);
+            }
+            set_if_owner(&mut pipe, &lock.key, &a.owner, a.lease_ms);
+            if lock.reentry.is_none() {
+                pipe.cmd("PTTL").arg(&lock.key);
             }
         }
         let multi = Multi {
@@ -397,7 +408,20 @@ impl Multi {
         let Value::Array(replies) = reply else {
             return Err(bad("no table"));
         };
-        let mut at = 1; // after the counter's seed
+        let fresh = self.locks.iter().filter(|l| l.2.is_none()).count();
+        // After the counter's seed: the fresh names' old values and whether `MSETNX` set them.
+        let (mut olds, mut at) = (Vec::new().into_iter(), 1);
+        let mut set = false;
+        if fresh > 0 {
+            match (replies.get(1), replies.get(2)) {
+                (Some(Value::Array(values)), Some(Value::Int(n))) if values.len() == fresh => {
+                    olds = values.clone().into_iter();
+                    set = *n == 1;
+                }
+                _ => return Err(bad("no MGET and MSETNX")),
+            }
+            at = 3;
+        }
         let mut took = Vec::with_capacity(self.locks.len());
         for (_, _, reentry) in &self.locks {
             let entry = match reentry {
@@ -414,25 +438,21 @@ impl Multi {
                 }
                 None => {
                     at += 3;
-                    let (token, old, pttl) = (
-                        replies.get(at - 3),
-                        replies.get(at - 2),
-                        replies.get(at - 1),
-                    );
-                    let (Some(Value::Int(token)), Some(Value::Int(pttl))) = (token, pttl) else {
+                    let (Some(Value::Int(token)), Some(Value::Int(pttl))) =
+                        (replies.get(at - 3), replies.get(at - 1))
+                    else {
                         return Err(bad("an acquisition without its token or lease"));
                     };
-                    match old {
-                        Some(Value::Nil) => Took::Taken {
-                            token: token.unsigned_abs(),
-                            fresh: true,
-                        },
-                        Some(Value::BulkString(old)) if *old == self.owner => Took::Taken {
-                            token: token.unsigned_abs(),
-                            fresh: true,
-                        },
+                    let token = token.unsigned_abs();
+                    match olds.next() {
+                        Some(Value::Nil) if set => Took::Taken { token, fresh: true },
+                        // Free, but another name was not: nothing taken here.
+                        Some(Value::Nil) => Took::Busy { ms: 0 },
+                        Some(Value::BulkString(old)) if old == self.owner => {
+                            Took::Taken { token, fresh: true }
+                        }
                         Some(Value::BulkString(old)) if old.first() == Some(&b'|') => {
-                            Took::Scripted(old.clone())
+                            Took::Scripted(old)
                         }
                         Some(Value::BulkString(_)) => Took::Busy { ms: *pttl },
                         _ => return Err(bad("an acquisition with something else")),
@@ -441,7 +461,12 @@ impl Multi {
             };
             took.push(entry);
         }
-        let failed = took.iter().position(|t| !matches!(t, Took::Taken { .. }));
+        let not_taken = |t: &Took| !matches!(t, Took::Taken { .. });
+        let busy_elsewhere = |t: &Took| not_taken(t) && !matches!(t, Took::Busy { ms: 0 });
+        let failed = took
+            .iter()
+            .position(busy_elsewhere)
+            .or_else(|| took.iter().position(not_taken));
         let Some(failed) = failed else {
             let mut answer = vec![Value::Int(1)];
             for t in &took {

@@ -178,6 +178,54 @@ async fn a_free_lock_string_of_the_scripts_does_not_block_a_native_acquisition()
     assert_clean(&server).await;
 }
 
+/// While a name of `{m1, m2, m3}` is held by another client, a multi-lock trying for all
+/// three never takes the free ones, not even for a moment: the server's keyspace
+/// notifications report every write to a lock key, and none comes for `m1` or `m3` during
+/// twenty tries and a wait, until the busy name is released and the multi-lock takes all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_multi_lock_holds_none_of_its_names_while_one_is_busy() {
+    use futures_util::StreamExt;
+    let server = RedisServer::start();
+    let test = "a_native_multi_lock_holds_none_of_its_names_while_one_is_busy";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    server.cmd(&["CONFIG", "SET", "notify-keyspace-events", "K$g"]);
+    let watcher = lock_core::redis::Client::open(server.url()).unwrap();
+    let mut pubsub = watcher.get_async_pubsub().await.unwrap();
+    pubsub
+        .psubscribe("__keyspace@0__:lock:{m[13]}")
+        .await
+        .unwrap();
+    let mut events = pubsub.into_on_message();
+    let (a, b) = (client(&server.url()).await, client(&server.url()).await);
+    let blocker = b.lock("m2").await.unwrap();
+    let multi = a.multi_lock(["m1", "m2", "m3"]).atomic();
+    for _ in 0..20 {
+        assert!(multi.try_lock().await.unwrap().is_none());
+    }
+    let waiting = tokio::spawn({
+        let multi = multi.clone();
+        async move { multi.lock().wait(Duration::from_secs(10)).await }
+    });
+    let quiet = tokio::time::timeout(Duration::from_millis(300), events.next()).await;
+    assert!(
+        quiet.is_err(),
+        "a free name was written while another was busy: {:?}",
+        quiet
+            .ok()
+            .flatten()
+            .map(|m| (m.get_channel_name().to_owned(), m.get_payload::<String>()))
+    );
+    assert!(blocker.unlock().await.unwrap());
+    let all = waiting.await.unwrap().unwrap();
+    // Now they are taken: the notifications say so.
+    let taken = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+    assert!(matches!(taken, Ok(Some(_))), "{taken:?}");
+    assert!(all.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_multi_lock_takes_all_or_gives_back_what_it_took() {
     let server = RedisServer::start();

@@ -1,6 +1,6 @@
 //! The plain commands the client sends besides the scripts, as the in-memory server answers
 //! them: the native mutex protocol's (`SET` with `NX`/`XX`/`IFEQ`/`GET`/`PX`/`EX`/`KEEPTTL`,
-//! `INCR`, `PTTL`, `GET`, `DEL`, `DELIFEQ`, `PUBLISH`/`SPUBLISH`), the owner description's
+//! `INCR`, `PTTL`, `GET`, `MGET`, `MSETNX`, `DEL`, `DELIFEQ`, `PUBLISH`/`SPUBLISH`), the owner description's
 //! (`SET … PX`, `GET`), an application's fenced writes (`fenced`: `EVALSHA` of its script,
 //! `HGET`, `HMGET`, `HSET`), and what is asked at connect (`INFO server`, `COMMAND INFO`, `TIME`,
 //! `CONFIG GET maxmemory-policy`, `PING`). Anything else is an unknown command.
@@ -28,6 +28,8 @@ const KNOWN: &[&str] = &[
     "HSET",
     "INCR",
     "INFO",
+    "MGET",
+    "MSETNX",
     "PEXPIRE",
     "PING",
     "PTTL",
@@ -88,6 +90,25 @@ fn run(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
             int(i64::try_from(count).unwrap_or(i64::MAX))
         }
         "INCR" => return incr(ctx, &key(0)?),
+        "MGET" if !rest.is_empty() => Value::Array(
+            rest.iter()
+                .map(|k| bulk_or_nil(ctx.ks.get(&String::from_utf8_lossy(k)).unwrap_or(None)))
+                .collect(),
+        ),
+        "MSETNX" if !rest.is_empty() && rest.len() % 2 == 0 => {
+            let pairs: Vec<(String, &[u8])> = rest
+                .chunks(2)
+                .map(|p| (String::from_utf8_lossy(p[0]).into_owned(), p[1]))
+                .collect();
+            let free = pairs.iter().all(|(k, _)| !ctx.ks.exists(k));
+            if free {
+                for (k, v) in pairs {
+                    ctx.ks.set(&k, v.to_vec(), Ttl::Forever);
+                }
+            }
+            int(i64::from(free))
+        }
+        "MGET" | "MSETNX" => return Err(wrong_arity(&name)),
         "PTTL" => int(ctx.ks.pttl(&key(0)?)),
         "PEXPIRE" => {
             let ms = number(rest.get(1).copied(), &name)?;
