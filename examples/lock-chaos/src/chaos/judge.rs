@@ -371,6 +371,41 @@ mod tests {
         (ours, failed)
     }
 
+    /// A write to a store on the lock server whose first send was applied, whose reply was
+    /// lost, and whose repeat a newer holder's write then refused: a stale holder's refusal
+    /// meanwhile names its token. Read alone, the refusal makes the register's history not
+    /// linearizable; with the write of unknown outcome the worker records beside every
+    /// refusal there, it is (CI found this history, seed 622088557).
+    #[test]
+    fn a_refused_repeat_of_an_applied_write_is_judged_with_its_first_send() {
+        let key = ClientStore::Record.key("mutex", "m:0");
+        let put = |h: &mut History, sec: usize, (t0, t1): (i64, i64), accepted, max| {
+            let token = h.secs[sec].parts[0].token.unwrap_or_default();
+            h.secs[sec].writes.push(Write {
+                name: key.clone(),
+                token,
+                t0: t0 * MS,
+                t1: t1 * MS,
+                accepted: Some(accepted),
+                max,
+                by: String::new(),
+            });
+        };
+        let mut h = History::default();
+        sec(&mut h, (0, 5), (6, 200, 20), 9, "not-held");
+        sec(&mut h, (21, 25), (26, 70, 900), 10, "held");
+        sec(&mut h, (71, 75), (76, 90, 900), 11, "held");
+        put(&mut h, 1, (30, 80), false, 11);
+        put(&mut h, 0, (40, 41), false, 10);
+        put(&mut h, 2, (77, 78), true, 11);
+        let (_, judge) = both(&h);
+        assert_eq!(judge, ["fenced register NOT LINEARIZABLE"]);
+        let twin = Write::unanswered(&key, 10, 30 * MS, 80 * MS, "repeat".to_owned());
+        h.secs[1].writes.insert(0, twin);
+        let (_, judge) = both(&h);
+        assert!(judge.is_empty(), "{judge:?}");
+    }
+
     #[test]
     fn a_clean_history_passes_both() {
         let mut h = History::default();

@@ -743,6 +743,15 @@ impl Section {
                         .write(client, part.family, &part.name, token, &self.id)
                         .await;
                     self.in_flight = None;
+                    if w.accepted == Some(false) {
+                        // The client sends a write once more when its connection failed under
+                        // it; the first send may have been applied, and a newer holder's write
+                        // then refused the repeat. So a refusal may follow a write of ours.
+                        let why =
+                            "its first send may have been applied (the refusal answers a repeat)";
+                        self.writes
+                            .push(Write::unanswered(&key, token, w.t0, w.t1, why.into()));
+                    }
                     self.writes.push(w);
                 }
             }
