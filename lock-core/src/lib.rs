@@ -116,7 +116,7 @@
 //! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. `+info
 //! +command|info` let the client find out at connect what the server can do
 //! ([`LockClient::server_capabilities`]); on Valkey 9.0 or later, where the mutex then speaks
-//! the native protocol ([`MutexProtocol`]), add `+multi +exec +incr +delifeq` (without
+//! the native protocol ([`MutexProtocol`]), add `+multi +exec +incr +delifeq +mget +msetnx` (without
 //! `+command|info` the client keeps to the scripts). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster

@@ -443,20 +443,8 @@ impl Multi {
                     else {
                         return Err(bad("an acquisition without its token or lease"));
                     };
-                    let token = token.unsigned_abs();
-                    match olds.next() {
-                        Some(Value::Nil) if set => Took::Taken { token, fresh: true },
-                        // Free, but another name was not: nothing taken here.
-                        Some(Value::Nil) => Took::Busy { ms: 0 },
-                        Some(Value::BulkString(old)) if old == self.owner => {
-                            Took::Taken { token, fresh: true }
-                        }
-                        Some(Value::BulkString(old)) if old.first() == Some(&b'|') => {
-                            Took::Scripted(old)
-                        }
-                        Some(Value::BulkString(_)) => Took::Busy { ms: *pttl },
-                        _ => return Err(bad("an acquisition with something else")),
-                    }
+                    self.fresh(olds.next(), set, token.unsigned_abs(), *pttl)
+                        .ok_or_else(|| bad("an acquisition with something else"))?
                 }
             };
             took.push(entry);
@@ -485,6 +473,21 @@ impl Multi {
         Ok(Found::Partial {
             answer: Value::Array(answer),
             give_back: self.give_back(&took, route),
+        })
+    }
+
+    /// What a fresh name came to: `old`, what `MGET` found in its place, `set`, whether
+    /// `MSETNX` took every fresh name, `token` and `pttl` its token and remaining lease. None
+    /// for an `old` that is no value.
+    fn fresh(&self, old: Option<Value>, set: bool, token: u64, pttl: i64) -> Option<Took> {
+        Some(match old? {
+            Value::Nil if set => Took::Taken { token, fresh: true },
+            // Free, but another name was not: nothing taken here.
+            Value::Nil => Took::Busy { ms: 0 },
+            Value::BulkString(old) if old == self.owner => Took::Taken { token, fresh: true },
+            Value::BulkString(old) if old.first() == Some(&b'|') => Took::Scripted(old),
+            Value::BulkString(_) => Took::Busy { ms: pttl },
+            _ => return None,
         })
     }
 
