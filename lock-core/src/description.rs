@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use crate::backend::convert;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::name::client_key;
 use crate::util::{millis, shorten};
+use crate::wire::convert;
 
 /// The longest owner description accepted, in bytes.
 pub(crate) const MAX_DESCRIPTION_LEN: usize = 128;

@@ -12,8 +12,8 @@ use crate::info::{self, FairLockInfo};
 use crate::mutex::LockGuard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::scripts::{Call, Op};
 use crate::util::{check_range, millis};
+use crate::wire::script::{Call, Op};
 
 /// A lock granted in arrival order: made by
 /// [`LockClient::fair_lock`](crate::LockClient::fair_lock). Cheap to clone.

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::backend::convert;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::hold::Kind;
 use crate::name::Keys;
-use crate::scripts::{Call, Op};
+use crate::wire::convert;
+use crate::wire::script::{Call, Op};
 
 /// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
 /// the native protocol keeps neither its hold count nor its token in Redis: when this client

@@ -69,13 +69,13 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::backend::convert;
 use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::fenced::{Fenced, MAX_TOKEN};
-use crate::scripts::{Call, Op};
 use crate::util::{MAX_LEASE, check_range, millis};
+use crate::wire::convert;
+use crate::wire::script::{Call, Op};
 
 /// What follows `P{N}` in a record's key.
 pub const SUFFIX: &str = ":record";

@@ -13,8 +13,8 @@ use crate::info::{self, ReadWriteLockInfo};
 use crate::lock_string::lock_string_guard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::scripts::{Call, Op};
 use crate::util::millis;
+use crate::wire::script::{Call, Op};
 
 /// Many readers or one writer: made by
 /// [`LockClient::read_write_lock`](crate::LockClient::read_write_lock). Cheap to clone.

@@ -12,8 +12,8 @@ use crate::hold::{Hold, Kind};
 use crate::info::{self, SemaphoreInfo};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::scripts::{Call, Op};
 use crate::util::millis;
+use crate::wire::script::{Call, Op};
 
 /// At most `size` permits held at once, across every process: made by
 /// [`LockClient::semaphore`](crate::LockClient::semaphore). Cheap to clone.

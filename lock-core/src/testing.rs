@@ -262,7 +262,7 @@ pub mod __conformance {
     use redis::Value;
 
     use super::MemoryServer;
-    use crate::scripts::{Call, Op, Scripts};
+    use crate::wire::script::{Call, Op, Scripts};
 
     fn find(op: &str) -> Option<Op> {
         Op::ALL.iter().copied().find(|o| o.name() == op)

@@ -18,13 +18,13 @@ use futures_util::StreamExt;
 use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
-use crate::command::Command;
 use crate::description;
 use crate::engine::Engine;
 use crate::hold::{Hold, Kind};
 use crate::metrics::{self, LossReason, RenewalOutcome};
-use crate::scripts::{Call, Op};
 use crate::util::millis;
+use crate::wire::Command;
+use crate::wire::script::{Call, Op};
 
 /// Holds renewed per script call.
 const BATCH: usize = 256;

@@ -21,9 +21,9 @@ use super::{
     Invocation, PubSubSource, Request, Topology, acks, connect_error, load_code, map_error,
     wait_cmd,
 };
-use crate::command::Wire;
 use crate::error::LockError;
-use crate::scripts::{Mode, Scripts};
+use crate::wire::Wire;
+use crate::wire::script::{Mode, Scripts};
 use redirect::{Next, Node, Pinned};
 
 mod redirect;
@@ -157,7 +157,7 @@ impl Cluster {
     async fn native(
         &self,
         invocation: &Invocation<'_>,
-        native: &crate::native::Call,
+        native: &crate::wire::native::Call,
         connection: &ClusterConnection,
     ) -> Result<(Value, Option<Node>), redis::RedisError> {
         let mut connection = connection.clone();

@@ -20,9 +20,10 @@ use redis::{FromRedisValue, RedisResult, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::command::Wire;
 use crate::error::LockError;
-use crate::scripts::{Call, Mode, Scripts};
+use crate::wire::Wire;
+pub(crate) use crate::wire::convert;
+use crate::wire::script::{Call, Mode, Scripts};
 
 mod cluster;
 pub(crate) mod memory;
@@ -391,11 +392,6 @@ pub(crate) async fn load_code(
 
 fn is_connection_error_kind(e: &redis::RedisError) -> bool {
     crate::error::is_connection_error(e)
-}
-
-/// Converts a script's reply.
-pub(crate) fn convert<T: FromRedisValue>(value: Value) -> Result<T, LockError> {
-    T::from_redis_value(value).map_err(|e| LockError::UnexpectedReply(e.to_string()))
 }
 
 /// Maps a Redis error: a timeout is a [`LockError::ResponseTimeout`], a refused permission a

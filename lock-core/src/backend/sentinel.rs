@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::{Invocation, PubSubNode, PubSubSource, Request, Standalone, Topology, refusal};
 use crate::error::{LockError, is_connection_error};
-use crate::scripts::{Mode, Scripts};
+use crate::wire::script::{Mode, Scripts};
 
 /// The builder option that holds the primary's password.
 const PRIMARY_URL: &str = "sentinel_primary_url";

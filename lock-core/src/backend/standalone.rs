@@ -16,8 +16,8 @@ use super::{
     map_error, refusal, wait_cmd,
 };
 use crate::error::{LockError, is_connection_error};
-use crate::scripts::{Mode, Scripts};
 use crate::util::lock;
+use crate::wire::script::{Mode, Scripts};
 
 /// The last error the pool met while connecting, so that "no connection in time" can say why
 /// (connection refused, authentication, DNS) instead of only how long it tried.

@@ -8,12 +8,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Engine;
-use super::answer::{Answer, Shape, Tokens};
 use super::send::{Claim, Claims, Sent};
-use crate::command::Command;
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::metrics::LossReason;
+use crate::wire::Command;
+use crate::wire::answer::{Answer, Shape, Tokens};
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<G> {

@@ -22,11 +22,11 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use super::Engine;
-use crate::command::Command;
 use crate::error::LockError;
 use crate::metrics;
-use crate::scripts::{Call, Op};
 use crate::util::lock;
+use crate::wire::Command;
+use crate::wire::script::{Call, Op};
 
 /// Calls of the batchable operations in flight at once, per client: while one is on the
 /// wire (or in the server), the next batch fills up behind it.

@@ -11,7 +11,6 @@
 //!   call;
 //! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`).
 
-mod answer;
 mod attempt;
 mod batch;
 mod jobs;
@@ -27,21 +26,21 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::convert;
 use crate::backend::{Backend, Invocation};
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
-use crate::command::{Command, Wire};
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::hold::{Hold, Kind, Lease, Snapshot, Status};
 use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
 use crate::scope;
-use crate::scripts::{Call, Mode, Scripts};
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
+use crate::wire::convert;
+use crate::wire::script::{Call, Mode, Scripts};
+use crate::wire::{Command, Wire};
 
-pub(crate) use answer::Shape;
+pub(crate) use crate::wire::answer::Shape;
 pub(crate) use attempt::Attempt;
 pub(crate) use speech::Speech;
 

@@ -1,6 +1,6 @@
 //! The calls on a mutex's key, in the protocol this client speaks (see
 //! [`MutexProtocol`]): the one place that chooses between this crate's scripts and the
-//! server's native compare-and-set commands (`crate::native`). The fair lock and the
+//! server's native compare-and-set commands (`crate::wire::native`). The fair lock and the
 //! read-write lock's writer keep lock strings of the scripts whatever the protocol.
 
 use std::time::Duration;
@@ -10,12 +10,12 @@ use redis::cluster_routing::Slot;
 use super::Engine;
 use super::send::Claims;
 use crate::capabilities::MutexProtocol;
-use crate::command::Command;
 use crate::hold::{Hold, Kind};
 use crate::name::{Keys, RELEASED, RW_RELEASED};
-use crate::native;
-use crate::scripts::{Call, Op};
 use crate::util::millis;
+use crate::wire::Command;
+use crate::wire::native;
+use crate::wire::script::{Call, Op};
 
 impl Engine {
     /// Whether a hold of `kind` speaks the native protocol: a mutex's, when the client does.

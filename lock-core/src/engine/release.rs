@@ -8,13 +8,13 @@ use tokio::time::Instant;
 
 use super::Engine;
 use super::send::Claim;
-use crate::backend::convert;
-use crate::command::Command;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold, Kind, Released, Retry};
 use crate::metrics::{self, LossReason};
-use crate::scripts::{Call, Op};
 use crate::util::millis;
+use crate::wire::Command;
+use crate::wire::convert;
+use crate::wire::script::{Call, Op};
 
 impl Engine {
     /// Gives back one hold of `generation`. Returns whether the owner still held it (for
@@ -271,11 +271,11 @@ mod tests {
     use redis::Value;
 
     use super::*;
-    use crate::backend::convert;
     use crate::hold::Lease;
     use crate::metrics::Labels;
     use crate::name::Keys;
     use crate::util::arbitrary::{config, int, value};
+    use crate::wire::convert;
 
     fn kind() -> impl Strategy<Value = Kind> {
         prop_oneof![

@@ -18,10 +18,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Engine;
-use crate::command::Command;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold};
-use crate::native::{self, Found};
+use crate::wire::Command;
+use crate::wire::native::{self, Found};
 
 type Request = Pin<Box<dyn Future<Output = Result<(Value, Option<u32>), LockError>> + Send>>;
 

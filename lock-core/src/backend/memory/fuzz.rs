@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use redis::Value;
 
 use super::Server;
-use crate::scripts::{Call, Op};
 use crate::util::arbitrary::config;
+use crate::wire::script::{Call, Op};
 
 /// Arguments as the engine sends them, at their limits, and anything else.
 fn word() -> impl Strategy<Value = Vec<u8>> {

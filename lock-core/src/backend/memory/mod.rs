@@ -36,13 +36,13 @@ use redis::cluster_routing::Slot;
 
 pub(crate) use self::server::{Changes, Link, Server, Subscription};
 use super::{Invocation, PubSubSource, Request, Topology};
-use crate::command::Wire;
 use crate::error::LockError;
-use crate::scripts::{Mode, Scripts};
+use crate::wire::Wire;
+use crate::wire::script::{Mode, Scripts};
 
 impl Server {
     /// Runs the Lua operation of `call` as its Rust twin does (for the conformance suite).
-    pub(crate) fn run_script(&self, call: &crate::scripts::Call) -> Value {
+    pub(crate) fn run_script(&self, call: &crate::wire::script::Call) -> Value {
         self.call(|ctx| script::run(ctx, call))
     }
 

@@ -8,7 +8,7 @@ use redis::Value;
 use super::keyspace::WrongType;
 use super::server::Ctx;
 use super::{fair, mutex, record, rwlock, semaphore};
-use crate::scripts::{Call, Op};
+use crate::wire::script::{Call, Op};
 
 /// A call that fails: the error line Redis would answer (`WRONGTYPE …`, `ERR …`).
 #[derive(Debug, Clone, PartialEq, Eq)]
