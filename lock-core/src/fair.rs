@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::{Primitive, Request, Started};
-use crate::engine::{Attempt, Engine, Shape};
+use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::hold::{Hold, Kind};
 use crate::info::{self, FairLockInfo};
@@ -96,8 +96,7 @@ impl FairLock {
             .key(keys.fair_deadlines())
             .arg(keys.fair_wake())
             .arg(millis(engine.config().fence_ttl));
-        let freed: i64 = engine.invoke(&call.into()).await?;
-        Ok(freed == 1)
+        engine.free(&call.into()).await
     }
 
     fn take(&self) -> Take {
@@ -200,7 +199,7 @@ impl Started for Taking {
             Duration::ZERO
         };
         let attempt = engine
-            .attempt(hold, self.request.lease, Shape::Int, |expected| {
+            .attempt(hold, self.request.lease, |expected| {
                 let keys = &hold.keys;
                 let mut call = Call::new(Op::FairAcquire);
                 call.key(keys.fair())

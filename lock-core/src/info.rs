@@ -24,7 +24,7 @@ pub(crate) async fn lock(
     key: &str,
 ) -> Result<LockInfo, LockError> {
     let (pttl, value): (i64, Option<String>) =
-        engine.invoke(&engine.inspect_command(kind, key)).await?;
+        engine.inspect(&engine.inspect_command(kind, key)).await?;
     let mut info = LockInfo::parse(pttl, value.as_deref());
     if engine.native(kind)
         && let Some(held) = info
@@ -103,7 +103,7 @@ pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, L
         .key(keys.fair_queue())
         .key(keys.fair_deadlines())
         .arg("");
-    let (_, _, queued, _): (i64, Option<String>, u32, i64) = engine.invoke(&call.into()).await?;
+    let (_, _, queued, _): (i64, Option<String>, u32, i64) = engine.invoke(&call).await?;
     Ok(FairLockInfo { lock, queued })
 }
 
@@ -127,7 +127,7 @@ pub(crate) async fn read_write(
     call.key(keys.rw_writer())
         .key(keys.rw_readers())
         .key(keys.rw_mark());
-    let reply: Vec<Value> = engine.invoke(&call.into()).await?;
+    let reply: Vec<Value> = engine.invoke(&call).await?;
     ReadWriteLockInfo::parse(writer, reply)
 }
 
@@ -191,7 +191,7 @@ pub(crate) async fn semaphore(
 ) -> Result<SemaphoreInfo, LockError> {
     let mut call = Call::new(Op::SemInspect);
     call.key(keys.permits()).key(keys.permits_size());
-    let reply: Vec<Value> = engine.invoke(&call.into()).await?;
+    let reply: Vec<Value> = engine.invoke(&call).await?;
     SemaphoreInfo::parse(size, reply)
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Attempt, Engine, Shape};
+use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::GuardCore;
 use crate::hold::{Hold, Lease};
@@ -20,7 +20,7 @@ pub(crate) async fn attempt_lock_string(
 ) -> Result<Attempt<u64>, LockError> {
     let (_, lease_len) = engine.lease(lease);
     engine
-        .attempt(hold, lease, Shape::Int, |expected| {
+        .attempt(hold, lease, |expected| {
             engine.acquire_command(hold, expected, lease_len, will_wait)
         })
         .await

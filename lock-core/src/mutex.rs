@@ -80,8 +80,7 @@ impl Mutex {
     /// or extension finds the lock gone. The fencing counter stays.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let (engine, keys) = (&self.named.engine, self.named.keys()?);
-        let freed: i64 = engine.invoke(&engine.force_unlock_command(&keys)).await?;
-        Ok(freed == 1)
+        engine.free(&engine.force_unlock_command(&keys)).await
     }
 
     fn take(&self) -> Take {

@@ -194,7 +194,7 @@ impl Records {
             .arg(put.stored.as_slice())
             .arg(put.token)
             .arg(millis(put.ttl));
-        match self.engine.invoke::<i64>(&call.into()).await? {
+        match self.engine.invoke::<i64>(&call).await? {
             -1 => Ok(Fenced::Written),
             greater => Ok(Fenced::Refused {
                 stored: u64::try_from(greater).map_err(|_| {

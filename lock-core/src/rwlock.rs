@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::driver::{Primitive, Request, Started};
-use crate::engine::{Attempt, Engine, Shape};
+use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::{Hold, Kind};
@@ -97,8 +97,7 @@ impl ReadWriteLock {
             .key(keys.rw_readers())
             .arg(keys.rw_released())
             .arg(millis(engine.config().fence_ttl));
-        let freed: i64 = engine.invoke(&call.into()).await?;
-        Ok(freed == 1)
+        engine.free(&call.into()).await
     }
 
     fn side<G>(&self) -> Side<G> {
@@ -180,7 +179,7 @@ impl<G: SideGuard> Started for Taking<G> {
             _ => Op::RwWrite,
         };
         let attempt = engine
-            .attempt(hold, lease, Shape::Int, |expected| {
+            .attempt(hold, lease, |expected| {
                 let keys = &hold.keys;
                 let mut call = Call::new(op);
                 call.key(keys.rw_writer())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::{Primitive, Request, Started};
-use crate::engine::{Attempt, Engine, Shape};
+use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::{Hold, Kind};
@@ -99,8 +99,7 @@ impl Semaphore {
         call.key(keys.permits())
             .key(keys.permits_size())
             .arg(keys.permits_released());
-        let freed: i64 = engine.invoke(&call.into()).await?;
-        Ok(freed == 1)
+        engine.free(&call.into()).await
     }
 
     fn take(&self, n: u32) -> Take {
@@ -201,7 +200,7 @@ impl Started for Taking {
         let (engine, hold) = (&self.named.engine, &self.hold);
         let (_, lease_len) = engine.lease(self.lease);
         let attempt = engine
-            .attempt(hold, self.lease, Shape::Table, |_| {
+            .attempt(hold, self.lease, |_| {
                 let keys = &hold.keys;
                 let mut call = Call::new(Op::SemAcquire);
                 call.key(keys.permits())

@@ -203,8 +203,8 @@ async fn answer(
     engine: &Engine,
     call: &Command,
     batch: &Batch,
-) -> Result<Vec<i64>, crate::error::LockError> {
-    let invoke = engine.invoke::<Vec<i64>>(call);
+) -> Result<Vec<bool>, crate::error::LockError> {
+    let invoke = engine.renew(call);
     tokio::pin!(invoke);
     let patience = engine.config().response_timeout;
     tokio::select! {
@@ -219,10 +219,10 @@ async fn answer(
 }
 
 /// Applies a renewal's answer, one per hold of `batch`: renewed (on time or late), or gone.
-fn renewed(batch: &Batch, replies: &[i64], sent_at: Instant, lease: Duration) {
+fn renewed(batch: &Batch, replies: &[bool], sent_at: Instant, lease: Duration) {
     let (mut ok, mut late, mut failed) = (0, 0, 0);
     for ((hold, generation), held) in batch.iter().zip(replies) {
-        if *held == 1 {
+        if *held {
             if hold.renewed(*generation, sent_at, lease) {
                 late += 1;
             } else {

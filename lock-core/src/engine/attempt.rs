@@ -1,6 +1,6 @@
 //! One attempt to acquire, for every primitive: claim the owner's command turn on each hold,
 //! send the call (undone if its caller goes away), read the [`Answer`], and record the grants
-//! on the holds. A primitive says only what to send and in which [`Shape`] it is answered.
+//! on the holds. A primitive says only what to send.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::error::LockError;
 use crate::hold::Hold;
 use crate::metrics::LossReason;
 use crate::wire::Command;
-use crate::wire::answer::{Answer, Shape, Tokens};
+use crate::wire::answer::{Answer, Tokens};
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<G> {
@@ -48,12 +48,11 @@ impl Engine {
         self: &Arc<Self>,
         hold: &Arc<Hold>,
         lease: Option<Duration>,
-        shape: Shape,
         build: impl FnOnce(u32) -> Command,
     ) -> Result<Attempt<u64>, LockError> {
         let claims = Claims::one(self.claim(hold.clone()).await?);
         let call = build(claims.first.expected);
-        let attempt = self.attempt_claims(claims, call, lease, shape).await?;
+        let attempt = self.attempt_claims(claims, call, lease).await?;
         Ok(attempt.map(|(first, _)| first))
     }
 
@@ -64,7 +63,6 @@ impl Engine {
         self: &Arc<Self>,
         holds: &[Arc<Hold>],
         lease: Option<Duration>,
-        shape: Shape,
         build: impl FnOnce(&Claims) -> Command,
     ) -> Result<Attempt<Vec<u64>>, LockError> {
         let mut claimed = Vec::with_capacity(holds.len());
@@ -83,7 +81,7 @@ impl Engine {
             rest: claimed.collect(),
         };
         let call = build(&claims);
-        let attempt = self.attempt_claims(claims, call, lease, shape).await?;
+        let attempt = self.attempt_claims(claims, call, lease).await?;
         Ok(attempt.map(|(first, rest)| std::iter::once(first).chain(rest).collect()))
     }
 
@@ -93,26 +91,12 @@ impl Engine {
         claims: Claims,
         call: Command,
         lease: Option<Duration>,
-        shape: Shape,
     ) -> Result<Attempt<(u64, Vec<u64>)>, LockError> {
-        let holds = claims.len();
-        let applied = shape.applied();
         let Sent {
-            value,
+            answer,
             sent_at,
             claims,
-        } = self.send(claims, call, applied).await?;
-        let was_applied = applied(&value);
-        let answer = match Answer::read(shape, value, holds) {
-            Ok(answer) => answer,
-            Err(e) => {
-                // A grant that cannot be read is no grant: give back what it may have taken.
-                if was_applied {
-                    self.undo_in_background(claims);
-                }
-                return Err(e);
-            }
-        };
+        } = self.send(claims, call).await?;
         let name = |index: usize| claims.get(index).hold.name().to_owned();
         match answer {
             Answer::Granted(tokens) => Ok(self.grant_all(&claims, &tokens, sent_at, lease)),

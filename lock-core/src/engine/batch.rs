@@ -78,7 +78,7 @@ impl Engine {
             (Some(b), Command::Script(call)) if matches!(call.op(), Op::Acquire | Op::Release) => {
                 (b, call)
             }
-            (_, command) => return self.invoke_value(&command).await,
+            (_, command) => return self.invoke_raw(&command).await,
         };
         let answer = {
             let mut state = lock(&batcher.state);

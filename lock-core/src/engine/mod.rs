@@ -36,11 +36,11 @@ use crate::name::Keys;
 use crate::scope;
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
+use crate::wire::answer::GaveBack;
 use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
 use crate::wire::{Command, Wire};
 
-pub(crate) use crate::wire::answer::Shape;
 pub(crate) use attempt::Attempt;
 pub(crate) use speech::Speech;
 
@@ -350,33 +350,44 @@ impl Engine {
         Ok((reply, invocation.resent()))
     }
 
-    /// Runs `command` and returns its reply (a native call's read into the shape the
-    /// script of the same operation answers in).
-    pub(crate) async fn invoke_value(&self, command: &Command) -> Result<redis::Value, LockError> {
-        let (reply, _) = self.invoke_wire(command.wire()).await?;
-        read(command, reply, false)
-    }
-
-    /// As [`invoke_value`](Self::invoke_value), for a release of a hold that was still the
-    /// owner's when it was sent (`ours`): sent more than once (`again`, or by the backend
-    /// after a connection failure), a native release that finds the lock gone answers as a
+    /// Runs a call that gives one hold back and reads its reply. `ours`: the hold was still
+    /// the owner's when it was sent; sent more than once (`again`, or by the backend after a
+    /// connection failure), a native release that finds the lock gone then answers as a
     /// repeat of an applied one.
-    pub(crate) async fn invoke_release(
+    pub(crate) async fn give_back(
         &self,
         command: &Command,
         ours: bool,
         again: bool,
-    ) -> Result<redis::Value, LockError> {
+    ) -> Result<GaveBack, LockError> {
         let (reply, resent) = self.invoke_wire(command.wire()).await?;
-        read(command, reply, ours && (again || resent))
+        command.gave_back(reply, ours && (again || resent))
     }
 
-    /// Runs `command` and converts its reply.
-    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+    /// Runs a renewal and reads, per hold, whether it was still its owner's.
+    pub(crate) async fn renew(&self, command: &Command) -> Result<Vec<bool>, LockError> {
+        command.renewed(self.invoke_raw(command).await?)
+    }
+
+    /// Runs a force-unlock and reads whether there was a holder to free.
+    pub(crate) async fn free(&self, command: &Command) -> Result<bool, LockError> {
+        command.freed(self.invoke_raw(command).await?)
+    }
+
+    /// Runs a lock string's inspection: its remaining lease in ms and its value.
+    pub(crate) async fn inspect(
         &self,
         command: &Command,
+    ) -> Result<(i64, Option<String>), LockError> {
+        command.inspected(self.invoke_raw(command).await?)
+    }
+
+    /// Runs a script call and converts its reply.
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        call: &Call,
     ) -> Result<T, LockError> {
-        convert(self.invoke_value(command).await?)
+        convert(self.invoke_script(call).await?)
     }
 
     /// Runs `command` (whose first key is `key`), then `WAIT`; returns the reply as sent and
@@ -402,23 +413,11 @@ impl Engine {
     ) {
         let (engine, command) = (self.clone(), command.into());
         self.background(async move {
-            if let Err(e) = engine.invoke_value(&command).await {
+            let reply = engine.invoke_raw(&command).await;
+            // A native call's replies, one per command, may hold an error each.
+            if let Err(e) = reply.and_then(|r| r.extract_error().map_err(LockError::Redis)) {
                 tracing::warn!(error = %e, "background {what} failed");
             }
         });
-    }
-}
-
-/// A reply read as its command's (a native call's into its script's shape; `resent`: it may
-/// answer a repeat of a command the server already applied).
-pub(crate) fn read(
-    command: &Command,
-    reply: redis::Value,
-    resent: bool,
-) -> Result<redis::Value, LockError> {
-    match command {
-        Command::Native(native) if resent => native.read_repeat(reply),
-        Command::Native(native) => native.read(reply),
-        Command::Script(_) => Ok(reply),
     }
 }

@@ -12,8 +12,9 @@ use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold, Kind, Released, Retry};
 use crate::metrics::{self, LossReason};
 use crate::util::millis;
+use crate::wire;
 use crate::wire::Command;
-use crate::wire::convert;
+use crate::wire::answer::GaveBack;
 use crate::wire::script::{Call, Op};
 
 impl Engine {
@@ -43,11 +44,15 @@ impl Engine {
         let reply = match call {
             Command::Native(_) => {
                 let ours = hold.valid(generation);
-                self.invoke_release(&call, ours, false).await
+                self.give_back(&call, ours, false).await
             }
-            call => self.invoke_batched(call).await,
+            Command::Script(script) => {
+                let op = script.op();
+                let reply = self.invoke_batched(Command::Script(script)).await;
+                reply.and_then(|reply| wire::script_gave_back(op, reply))
+            }
         };
-        match reply.and_then(convert::<i64>) {
+        match reply {
             Ok(reply) => apply_release(hold, generation, reply),
             Err(e) => {
                 tracing::warn!(lock = %hold.name(), error = %e,
@@ -102,9 +107,7 @@ impl Engine {
             let call = self.give_back_call(&hold, count, token, keep_until);
             metrics::release_retry();
             let ours = hold.valid(generation);
-            let reply = self.invoke_release(&call, ours, true).await;
-            let reply = reply.and_then(convert::<i64>);
-            match reply {
+            match self.give_back(&call, ours, true).await {
                 Ok(reply) => {
                     if let Err(e) = apply_release(&hold, generation, reply) {
                         tracing::warn!(lock = %hold.name(), error = %e, "retried release");
@@ -192,7 +195,7 @@ impl Engine {
                 hold.snapshot().token
             };
             let call = self.release_call(hold, claim.expected + 1, token);
-            if let Err(e) = self.invoke::<i64>(&call).await {
+            if let Err(e) = self.give_back(&call, false, false).await {
                 tracing::warn!(lock = %hold.name(), kind = hold.kind.label(), error = %e,
                     "could not undo an interrupted acquisition; its lease will expire it");
             }
@@ -220,8 +223,7 @@ impl Engine {
         }
         let sent_at = Instant::now();
         let call = self.renew_command([hold.as_ref()], lease);
-        let reply: Vec<i64> = self.invoke(&call).await?;
-        if reply.first() == Some(&1) {
+        if self.renew(&call).await?.first() == Some(&true) {
             hold.renewed(generation, sent_at, lease);
             Ok(())
         } else {
@@ -244,25 +246,22 @@ struct Giveback {
     keep_until: Option<Instant>,
 }
 
-/// Applies a release script's answer to the hold.
-fn apply_release(hold: &Hold, generation: u64, reply: i64) -> Result<bool, LockError> {
-    if let Kind::Permits(n) = hold.kind {
-        hold.released(generation, Released::Yes);
-        return Ok(reply == i64::from(n));
-    }
-    match reply {
-        1..=3 => {
-            hold.released(generation, Released::Yes);
-            Ok(true)
+/// Applies a give-back's answer to the hold: whether the owner still held it (for permits:
+/// all of them).
+fn apply_release(hold: &Hold, generation: u64, reply: GaveBack) -> Result<bool, LockError> {
+    let (released, held) = match (hold.kind, reply) {
+        (Kind::Permits(n), GaveBack::Permits(held)) => (Released::Yes, held == n),
+        (Kind::Permits(_), _) | (_, GaveBack::Permits(_)) => {
+            return Err(LockError::UnexpectedReply(format!(
+                "a release of a {} answered {reply:?}",
+                hold.kind.label()
+            )));
         }
-        0 => {
-            hold.released(generation, Released::NotHeld);
-            Ok(false)
-        }
-        other => Err(LockError::UnexpectedReply(format!(
-            "release script returned {other}"
-        ))),
-    }
+        (_, GaveBack::Held) => (Released::Yes, true),
+        (_, GaveBack::NotHeld) => (Released::NotHeld, false),
+    };
+    hold.released(generation, released);
+    Ok(held)
 }
 
 #[cfg(test)]
@@ -275,7 +274,7 @@ mod tests {
     use crate::metrics::Labels;
     use crate::name::Keys;
     use crate::util::arbitrary::{config, int, value};
-    use crate::wire::convert;
+    use crate::wire::script::Op;
 
     fn kind() -> impl Strategy<Value = Kind> {
         prop_oneof![
@@ -287,12 +286,23 @@ mod tests {
         ]
     }
 
+    /// The script that releases a hold of `kind`.
+    fn release_op(kind: Kind) -> Op {
+        match kind {
+            Kind::Lock | Kind::Write => Op::Release,
+            Kind::Fair => Op::FairRelease,
+            Kind::Read => Op::RwReadRelease,
+            Kind::Permits(_) => Op::SemRelease,
+        }
+    }
+
     proptest! {
         #![proptest_config(config(1000))]
 
-        /// Any reply to a release, as the engine reads it (an `i64`, or a typed error before
-        /// the hold is touched): the documented outcome for 0 to 3 (permits: whether all were
-        /// still held), [`LockError::UnexpectedReply`] for anything else, never a panic.
+        /// Any reply to a release script, as the engine reads and applies it: the documented
+        /// outcome for 0 to 3 (permits: whether all were still held, for any count), a typed
+        /// [`LockError::UnexpectedReply`] before the hold is touched for anything else, never
+        /// a panic.
         #[test]
         fn any_release_reply_is_applied_or_an_unexpected_reply(
             kind in kind(),
@@ -306,32 +316,24 @@ mod tests {
             );
             let generation =
                 hold.acquired(7, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
-            let reply = match convert::<i64>(reply) {
-                Ok(reply) => reply,
+            let number = wire::convert::<i64>(reply.clone()).ok();
+            let gave_back = match wire::script_gave_back(release_op(kind), reply) {
+                Ok(gave_back) => gave_back,
                 Err(e) => {
                     prop_assert!(matches!(e, LockError::UnexpectedReply(_)), "{:?}", e);
+                    prop_assert!(hold.is_held(generation));
                     return Ok(());
                 }
             };
-            let result = apply_release(&hold, generation, reply);
-            match (kind, reply) {
-                (Kind::Permits(n), _) => {
-                    prop_assert_eq!(result.ok(), Some(reply == i64::from(n)));
-                    prop_assert!(!hold.is_held(generation));
+            let result = apply_release(&hold, generation, gave_back);
+            prop_assert!(!hold.is_held(generation));
+            match (kind, number) {
+                (Kind::Permits(n), Some(held)) => {
+                    prop_assert_eq!(result.ok(), Some(held == i64::from(n)));
                 }
-                (_, 1..=3) => {
-                    prop_assert_eq!(result.ok(), Some(true));
-                    prop_assert!(!hold.is_held(generation));
-                }
-                (_, 0) => {
-                    prop_assert_eq!(result.ok(), Some(false));
-                    prop_assert!(!hold.is_held(generation));
-                }
-                _ => prop_assert!(
-                    matches!(result, Err(LockError::UnexpectedReply(_))),
-                    "{:?}",
-                    result
-                ),
+                (_, Some(1..=3)) => prop_assert_eq!(result.ok(), Some(true)),
+                (_, Some(0)) => prop_assert_eq!(result.ok(), Some(false)),
+                _ => prop_assert!(false, "{:?} read as {:?}", number, gave_back),
             }
         }
     }

@@ -20,10 +20,12 @@ use tokio::time::Instant;
 use super::Engine;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold};
+use crate::wire;
 use crate::wire::Command;
+use crate::wire::answer::Answer;
 use crate::wire::native::{self, Found};
 
-type Request = Pin<Box<dyn Future<Output = Result<(Value, Option<u32>), LockError>> + Send>>;
+type Request = Pin<Box<dyn Future<Output = Result<(Answer, Option<u32>), LockError>> + Send>>;
 
 /// The owner's turn on one hold, and the hold count the acquisition starts from.
 pub(crate) struct Claim {
@@ -84,7 +86,7 @@ struct Ack {
 
 /// An acquisition's answer, with the owner's turns still claimed.
 pub(crate) struct Sent {
-    pub(crate) value: Value,
+    pub(crate) answer: Answer,
     /// When the request was sent: the lease runs from here.
     pub(crate) sent_at: Instant,
     pub(crate) claims: Claims,
@@ -96,7 +98,6 @@ struct InFlight {
     engine: Arc<Engine>,
     request: Request,
     claims: Option<Claims>,
-    applied: fn(&Value) -> bool,
     done: bool,
 }
 
@@ -109,20 +110,21 @@ impl Drop for InFlight {
             return;
         };
         let request = std::mem::replace(&mut self.request, Box::pin(std::future::pending()));
-        let (engine, applied) = (self.engine.clone(), self.applied);
+        let engine = self.engine.clone();
         self.engine.background(async move {
             let result = request.await;
-            if needs_undo(&result.map(|(value, _)| value), applied) {
+            if needs_undo(&result.map(|(answer, _)| answer)) {
                 engine.undo(claims).await;
             }
         });
     }
 }
 
-/// Whether an acquisition's outcome may have left something applied.
-fn needs_undo(result: &Result<Value, LockError>, applied: fn(&Value) -> bool) -> bool {
+/// Whether an acquisition's outcome may have left something applied: a grant, or an error
+/// after it may have been sent (a reply that could not be read included).
+fn needs_undo(result: &Result<Answer, LockError>) -> bool {
     match result {
-        Ok(value) => applied(value),
+        Ok(answer) => answer.is_granted(),
         Err(e) => !e.never_sent(),
     }
 }
@@ -139,8 +141,8 @@ impl Engine {
         })
     }
 
-    /// Sends an acquisition call about `claims` (all in the slot of the first one's key),
-    /// whose reply `applied` says took effect. With
+    /// Sends an acquisition call about `claims` (all in the slot of the first one's key) and
+    /// reads its answer. With
     /// [`min_replicas`](crate::LockClientBuilder::min_replicas) it is followed by `WAIT`, and
     /// an applied acquisition that too few replicas confirmed is given back before
     /// [`LockError::NotReplicated`] returns. Dropping the returned future at any point leaves
@@ -149,7 +151,6 @@ impl Engine {
         self: &Arc<Self>,
         claims: Claims,
         call: Command,
-        applied: fn(&Value) -> bool,
     ) -> Result<Sent, LockError> {
         let first = &claims.first.hold;
         // What `WAIT` needs (the key routes it): not built on the common path.
@@ -158,13 +159,12 @@ impl Engine {
             required,
             timeout,
         });
-        let engine = self.clone();
+        let (engine, holds) = (self.clone(), claims.len());
         let sent_at = Instant::now();
         let mut flight = InFlight {
             engine: self.clone(),
-            request: Box::pin(async move { engine.invoke_acquisition(call, ack).await }),
+            request: Box::pin(async move { engine.invoke_acquisition(call, holds, ack).await }),
             claims: Some(claims),
-            applied,
             done: false,
         };
         let result = (&mut flight.request).await;
@@ -172,7 +172,7 @@ impl Engine {
         let Some(claims) = flight.claims.take() else {
             unreachable!("only InFlight's Drop takes the claims, and it has not run");
         };
-        let (value, acked) = match result {
+        let (answer, acked) = match result {
             Ok(answer) => answer,
             Err(e) => {
                 if !e.never_sent() {
@@ -183,7 +183,7 @@ impl Engine {
             }
         };
         if let (Some((required, timeout)), Some(acked)) = (self.config.min_replicas, acked)
-            && applied(&value)
+            && answer.is_granted()
             && acked < required
         {
             let name = claims.first.hold.name().to_owned();
@@ -198,31 +198,40 @@ impl Engine {
             });
         }
         Ok(Sent {
-            value,
+            answer,
             sent_at,
             claims,
         })
     }
 
     /// The call (batched with others where the engine batches), then `WAIT` when replicas
-    /// must confirm (`ack`).
+    /// must confirm (`ack`); its answer, read for `holds` holds.
     async fn invoke_acquisition(
         self: &Arc<Self>,
         call: Command,
+        holds: usize,
         ack: Option<Ack>,
-    ) -> Result<(Value, Option<u32>), LockError> {
+    ) -> Result<(Answer, Option<u32>), LockError> {
         if let Command::Native(native) = &call
             && native.is_acquisition()
         {
             return self.native_acquisition(native, &call, ack.as_ref()).await;
         }
-        match ack {
-            Some(ack) => {
-                let (value, acked) = self.acked(&call, &ack).await?;
-                Ok((super::read(&call, value, false)?, Some(acked)))
-            }
-            None => Ok((self.invoke_batched(call).await?, None)),
+        if let (None, Command::Script(script)) = (&ack, &call) {
+            // Batched where the engine batches: the call goes into the batch, its reading
+            // (by its operation) stays here.
+            let op = script.op();
+            let reply = self.invoke_batched(call).await?;
+            return Ok((wire::script_answer(op, reply, holds)?, None));
         }
+        let (reply, acked) = match &ack {
+            Some(ack) => {
+                let (reply, acked) = self.acked(&call, ack).await?;
+                (reply, Some(acked))
+            }
+            None => (self.invoke_raw(&call).await?, None),
+        };
+        Ok((call.answer(reply, holds)?, acked))
     }
 
     /// The call, then `WAIT`; the reply as sent.
@@ -240,14 +249,14 @@ impl Engine {
         native: &native::Call,
         call: &Command,
         ack: Option<&Ack>,
-    ) -> Result<(Value, Option<u32>), LockError> {
+    ) -> Result<(Answer, Option<u32>), LockError> {
         for _ in 0..2 {
             let (raw, acked) = match ack {
                 Some(ack) => self.acked(call, ack).await.map(|(v, n)| (v, Some(n)))?,
                 None => (self.invoke_raw(call).await?, None),
             };
             match native.found(raw)? {
-                Found::Reply(value) => return Ok((value, acked)),
+                Found::Answer(answer) => return Ok((answer, acked)),
                 Found::Partial { answer, give_back } => {
                     if !give_back.is_empty() {
                         self.invoke_raw(&give_back.into()).await?;
@@ -260,7 +269,11 @@ impl Engine {
                 }
             }
         }
-        Ok((Value::Int(-2), None))
+        let busy = Answer::Busy {
+            index: 0,
+            retry_in: Some(Duration::ZERO),
+        };
+        Ok((busy, None))
     }
 
     /// Undoes `claims` in the background (their turns kept until it is done).

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{MultiLock, MultiLockGuard};
 use crate::driver::{Primitive, Request, Started};
-use crate::engine::{Attempt, Engine, Shape};
+use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::hold::{Hold, Kind};
 use crate::mutex::{LockGuard, Mutex};
@@ -152,7 +152,7 @@ impl Started for Taking {
         } = self.request;
         let (_, lease_len) = engine.lease(lease);
         let attempt = engine
-            .attempt_all(&self.holds, lease, Shape::Table, |claims| {
+            .attempt_all(&self.holds, lease, |claims| {
                 engine.multi_acquire_command(claims, lease_len, will_wait)
             })
             .await

@@ -1,7 +1,7 @@
 //! The native mutex protocol: a mutex kept with the server's own compare-and-set commands
 //! (Valkey 9's `SET … IFEQ` and `DELIFEQ`) instead of scripts. Pure: it builds the commands
-//! and reads their replies into the shapes the scripts answer in, so the engine above treats
-//! both protocols alike; the backend sends them.
+//! and reads their replies into the typed answers the engine uses for both protocols
+//! ([`Answer`], [`GaveBack`]); the backend sends them.
 //!
 //! **Keys.** The lock `P{N}` is a string holding exactly its owner id while held, with the
 //! lease as its time to live, and no key while free: a release deletes it. The fencing
@@ -29,30 +29,39 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use redis::cluster_routing::Slot;
+use std::time::Duration;
+
 use redis::{Pipeline, Value};
 
+use super::answer::{Answer, GaveBack, Tokens};
+use super::convert;
 use crate::error::LockError;
 
 /// What a native call does, and what its reply is read into.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    /// A fresh acquisition by the owner whose id is these bytes: read as `acquire.lua` answers.
+    /// A fresh acquisition by the owner whose id is these bytes: read into an [`Answer`].
     Acquire { owner: Vec<u8> },
-    /// A re-entry of a hold whose token is this: read as `acquire.lua` answers.
+    /// A re-entry of a hold whose token is this: read into an [`Answer`].
     Reenter { token: u64 },
-    /// The last hold's release: read as `release.lua` answers (1 released, 0 not held).
+    /// The last hold's release: read into a [`GaveBack`].
     Release,
-    /// An earlier hold's release: 2 given back, 0 not held.
+    /// An earlier hold's release: read into a [`GaveBack`].
     ReleaseOne,
-    /// The last hold kept until its minimum hold: 1 kept, 0 not held.
+    /// The last hold kept until its minimum hold: read into a [`GaveBack`].
     Keep,
-    /// Renewals, one per lock: an array of 1 renewed / 0 not held, as `renew.lua` answers.
+    /// Renewals, one per lock: renewed, or not held.
     Renew,
-    /// A force-unlock: 1 freed, 0 free.
+    /// What a multi-lock's partial acquisition took, given back (its reply is not read).
+    GiveBack,
+    /// A free lock string of the scripts deleted where it is unchanged (its reply is not
+    /// read).
+    Clear,
+    /// A force-unlock: freed, or already free.
     ForceUnlock,
-    /// The state, read as `inspect.lua` answers: `{pttl, owner}`.
+    /// The state: the lock's remaining lease and owner.
     Inspect,
-    /// Several locks at once: read as a table answer (see `engine/answer.rs`).
+    /// Several locks at once: read into an [`Answer`] and what to give back.
     MultiAcquire(Multi),
 }
 
@@ -86,11 +95,12 @@ pub(crate) struct Call {
 /// What the reply to an acquisition found in the lock's place.
 #[derive(Debug, Clone)]
 pub(crate) enum Found {
-    /// Nothing, or a repeat of this acquisition: the reply, read.
-    Reply(Value),
+    /// Nothing (taken), a repeat of this acquisition (taken), another holder (busy), or for
+    /// a re-entry the owner's hold gone (lost).
+    Answer(Answer),
     /// Not all of a multi-lock's names could be had: what was taken must go back (`give_back`)
     /// before the answer (busy, or lost) is given.
-    Partial { answer: Value, give_back: Call },
+    Partial { answer: Answer, give_back: Call },
     /// A free lock string of the scripted protocol (kept for its fencing counter): it must
     /// go before the name can be taken natively. The value, to delete it if it is unchanged.
     Scripted(Vec<u8>),
@@ -219,7 +229,7 @@ impl Call {
     pub(crate) fn delete_if(key: &str, value: Vec<u8>) -> Self {
         let mut pipe = redis::pipe();
         pipe.cmd("DELIFEQ").arg(key).arg(value);
-        Self::new(Op::ForceUnlock, pipe, key)
+        Self::new(Op::Clear, pipe, key)
     }
 
     /// Reads the lock's state.
@@ -312,80 +322,100 @@ impl Call {
         }
     }
 
-    /// Reads the reply to an acquisition: what it found in the lock's place.
+    /// Reads the reply to an acquisition (fresh, or a re-entry): what it found in the lock's
+    /// place.
     pub(crate) fn found(&self, reply: Value) -> Result<Found, LockError> {
-        let reply = reply.extract_error().map_err(LockError::Redis)?;
-        if let Op::MultiAcquire(multi) = &self.op {
-            return multi.found(reply, &self.key);
+        let replies = self.replies(reply)?;
+        match &self.op {
+            Op::MultiAcquire(multi) => multi.found(replies, &self.key),
+            Op::Acquire { owner } => {
+                let bad = || self.unexpected(&replies);
+                let (Some(Value::Int(token)), Some(Value::Int(pttl))) =
+                    (replies.get(1), replies.get(3))
+                else {
+                    return Err(bad());
+                };
+                let granted = Answer::Granted(Tokens::Each(token.unsigned_abs()));
+                Ok(Found::Answer(match replies.get(2) {
+                    Some(Value::Nil) => granted,
+                    Some(Value::BulkString(old)) if old == owner => granted,
+                    Some(Value::BulkString(old)) if old.first() == Some(&b'|') => {
+                        return Ok(Found::Scripted(old.clone()));
+                    }
+                    Some(Value::BulkString(_)) => Answer::Busy {
+                        index: 0,
+                        retry_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    },
+                    _ => return Err(bad()),
+                }))
+            }
+            Op::Reenter { token } => Ok(Found::Answer(match replies.first() {
+                Some(Value::Okay) => Answer::Granted(Tokens::Each(*token)),
+                Some(Value::Nil) => Answer::Lost { index: 0 },
+                _ => return Err(self.unexpected(&replies)),
+            })),
+            _ => Err(self.unexpected(&replies)),
         }
-        if let (Op::Acquire { .. }, Some(old)) = (&self.op, old_value(&reply))
-            && old.first() == Some(&b'|')
-        {
-            return Ok(Found::Scripted(old.to_vec()));
-        }
-        self.read(reply).map(Found::Reply)
     }
 
-    /// As [`read`](Self::read), for a reply that may answer a repeat of a call the server
-    /// already applied (sent again after a connection failure): a last release that finds
-    /// the lock gone counts as a repeat of its first sending (1, released). The lock was the
+    /// Reads the reply to a call that gives one hold back. `resent`: the call may have been
+    /// sent before, and the server may have applied it then; a last release that finds the
+    /// lock gone counts as a repeat of its first sending (held, released). The lock was the
     /// owner's when it was first sent, unless its lease had run out or it was taken away in
     /// that moment; that cannot be told apart, and it is taken as released.
-    pub(crate) fn read_repeat(&self, reply: Value) -> Result<Value, LockError> {
-        let read = self.read(reply)?;
-        Ok(match (&self.op, read) {
-            (Op::Release, Value::Int(0)) => Value::Int(1),
-            (_, read) => read,
+    pub(crate) fn gave_back(&self, reply: Value, resent: bool) -> Result<GaveBack, LockError> {
+        let replies = self.replies(reply)?;
+        let held = match (&self.op, replies.first()) {
+            (Op::Release, Some(Value::Int(deleted))) => *deleted >= 1 || resent,
+            (Op::ReleaseOne | Op::Keep, Some(first)) => *first == Value::Okay,
+            _ => return Err(self.unexpected(&replies)),
+        };
+        Ok(if held {
+            GaveBack::Held
+        } else {
+            GaveBack::NotHeld
         })
     }
 
-    /// Reads the reply into the shape the script of the same operation answers in.
-    pub(crate) fn read(&self, reply: Value) -> Result<Value, LockError> {
-        // An error in one command of the call (a key of another type) is the call's.
-        let reply = reply.extract_error().map_err(LockError::Redis)?;
-        let bad =
-            |reply: &Value| LockError::UnexpectedReply(format!("{:?} answered {reply:?}", self.op));
-        let replies = match reply {
-            Value::Array(replies) => replies,
-            other => return Err(bad(&other)),
-        };
-        let int = |i: usize| match replies.get(i) {
-            Some(Value::Int(n)) => Some(*n),
-            _ => None,
-        };
-        let ok = |i: usize| matches!(replies.get(i), Some(Value::Okay));
-        Ok(Value::Int(match &self.op {
-            Op::Acquire { owner } => {
-                let (token, pttl) = (int(1), int(3));
-                let (Some(token), Some(pttl)) = (token, pttl) else {
-                    return Err(bad(&Value::Array(replies)));
-                };
-                match replies.get(2) {
-                    Some(Value::Nil) => token,
-                    Some(Value::BulkString(old)) if old == owner => token,
-                    Some(Value::BulkString(_)) if pttl < 0 => -1,
-                    Some(Value::BulkString(_)) => -2 - pttl,
-                    _ => return Err(bad(&Value::Array(replies))),
-                }
-            }
-            Op::Reenter { token } => match replies.first() {
-                Some(Value::Okay) => i64::try_from(*token).unwrap_or(i64::MAX),
-                Some(Value::Nil) => 0,
-                _ => return Err(bad(&Value::Array(replies))),
-            },
-            Op::Release | Op::ForceUnlock => match int(0) {
-                Some(n) => n.min(1),
-                None => return Err(bad(&Value::Array(replies))),
-            },
-            Op::ReleaseOne => 2 * i64::from(ok(0)),
-            Op::Keep => i64::from(ok(0)),
-            Op::Renew => {
-                let renewed = (0..replies.len()).map(|i| Value::Int(i64::from(ok(i))));
-                return Ok(Value::Array(renewed.collect()));
-            }
-            Op::Inspect => return Ok(Value::Array(replies)),
-            Op::MultiAcquire(_) => return Err(bad(&Value::Array(replies))),
-        }))
+    /// Reads the reply to a renewal: per lock, whether it was still its owner's (renewed).
+    pub(crate) fn renewed(&self, reply: Value) -> Result<Vec<bool>, LockError> {
+        let replies = self.replies(reply)?;
+        if !matches!(self.op, Op::Renew) {
+            return Err(self.unexpected(&replies));
+        }
+        Ok(replies.iter().map(|r| *r == Value::Okay).collect())
+    }
+
+    /// Reads the reply to a force-unlock: whether there was a lock to free.
+    pub(crate) fn freed(&self, reply: Value) -> Result<bool, LockError> {
+        let replies = self.replies(reply)?;
+        match (&self.op, replies.first()) {
+            (Op::ForceUnlock, Some(Value::Int(n))) => Ok(*n >= 1),
+            _ => Err(self.unexpected(&replies)),
+        }
+    }
+
+    /// Reads the reply to an inspection: the lock's remaining lease in ms (`-2`: no key,
+    /// `-1`: no expiry) and its value (a native mutex's: its owner).
+    pub(crate) fn inspected(&self, reply: Value) -> Result<(i64, Option<String>), LockError> {
+        let replies = self.replies(reply)?;
+        if !matches!(self.op, Op::Inspect) {
+            return Err(self.unexpected(&replies));
+        }
+        convert(Value::Array(replies))
+    }
+
+    /// The replies of the call's commands; an error in one of them (a key of another type)
+    /// is the call's.
+    fn replies(&self, reply: Value) -> Result<Vec<Value>, LockError> {
+        match reply.extract_error().map_err(LockError::Redis)? {
+            Value::Array(replies) => Ok(replies),
+            other => Err(self.unexpected(std::slice::from_ref(&other))),
+        }
+    }
+
+    fn unexpected(&self, replies: &[Value]) -> LockError {
+        LockError::UnexpectedReply(format!("{:?} answered {replies:?}", self.op))
     }
 }
 
@@ -403,11 +433,8 @@ enum Took {
 
 impl Multi {
     /// Reads the `EXEC` reply: every lock taken, or what to give back and why not.
-    fn found(&self, reply: Value, route: &str) -> Result<Found, LockError> {
+    fn found(&self, replies: Vec<Value>, route: &str) -> Result<Found, LockError> {
         let bad = |what: &str| LockError::UnexpectedReply(format!("multi-lock answered {what}"));
-        let Value::Array(replies) = reply else {
-            return Err(bad("no table"));
-        };
         let fresh = self.locks.iter().filter(|l| l.2.is_none()).count();
         // After the counter's seed: the fresh names' old values and whether `MSETNX` set them.
         let (mut olds, mut at) = (Vec::new().into_iter(), 1);
@@ -456,22 +483,27 @@ impl Multi {
             .position(busy_elsewhere)
             .or_else(|| took.iter().position(not_taken));
         let Some(failed) = failed else {
-            let mut answer = vec![Value::Int(1)];
-            for t in &took {
-                if let Took::Taken { token, .. } = t {
-                    answer.push(Value::Int(i64::try_from(*token).unwrap_or(i64::MAX)));
-                }
-            }
-            return Ok(Found::Reply(Value::Array(answer)));
+            let tokens = took.iter().filter_map(|t| match t {
+                Took::Taken { token, .. } => Some(*token),
+                _ => None,
+            });
+            return Ok(Found::Answer(Answer::Granted(Tokens::List(
+                tokens.collect(),
+            ))));
         };
-        let index = Value::Int(i64::try_from(failed + 1).unwrap_or(i64::MAX));
         let answer = match &took[failed] {
-            Took::Lost => vec![Value::Int(3), index],
-            Took::Busy { ms } => vec![Value::Int(0), index, Value::Int(*ms)],
-            _ => vec![Value::Int(0), index, Value::Int(0)],
+            Took::Lost => Answer::Lost { index: failed },
+            Took::Busy { ms } => Answer::Busy {
+                index: failed,
+                retry_in: u64::try_from(*ms).ok().map(Duration::from_millis),
+            },
+            _ => Answer::Busy {
+                index: failed,
+                retry_in: Some(Duration::ZERO),
+            },
         };
         Ok(Found::Partial {
-            answer: Value::Array(answer),
+            answer,
             give_back: self.give_back(&took, route),
         })
     }
@@ -507,7 +539,7 @@ impl Multi {
                 _ => {}
             }
         }
-        Call::new(Op::Renew, pipe, route)
+        Call::new(Op::GiveBack, pipe, route)
     }
 }
 
@@ -520,17 +552,6 @@ fn set_if_owner(pipe: &mut Pipeline, key: &str, owner: &impl redis::ToRedisArgs,
         .arg(owner)
         .arg("PX")
         .arg(ms);
-}
-
-/// The value an acquisition's `SET … GET` found, if any.
-fn old_value(reply: &Value) -> Option<&[u8]> {
-    match reply {
-        Value::Array(replies) => match replies.get(2) {
-            Some(Value::BulkString(old)) => Some(old),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// The fencing counter of `slot` (None: the only counter of a server).
@@ -579,22 +600,30 @@ mod tests {
         Value::Array(vec![Value::Nil, Value::Int(42), old, Value::Int(pttl)])
     }
 
+    fn answer(found: Result<Found, LockError>) -> Answer {
+        match found {
+            Ok(Found::Answer(answer)) => answer,
+            other => panic!("not an answer: {other:?}"),
+        }
+    }
+
     #[test]
-    fn an_acquisition_reads_as_the_acquire_script_answers() {
+    fn an_acquisition_reads_into_an_answer() {
         let call = acquire();
-        let read = |old, pttl| call.read(exec(old, pttl)).unwrap();
-        assert_eq!(read(Value::Nil, 30_000), Value::Int(42));
+        let read = |old, pttl| answer(call.found(exec(old, pttl)));
+        let granted = Answer::Granted(Tokens::Each(42));
+        assert_eq!(read(Value::Nil, 30_000), granted);
         let mine = Value::BulkString(b"me:1".to_vec());
-        assert_eq!(
-            read(mine, 29_000),
-            Value::Int(42),
-            "a repeat keeps its token"
-        );
+        assert_eq!(read(mine, 29_000), granted, "a repeat keeps its token");
         let other = || Value::BulkString(b"you:7".to_vec());
-        assert_eq!(read(other(), 1_500), Value::Int(-1502));
-        assert_eq!(read(other(), -1), Value::Int(-1));
-        assert!(call.read(Value::Int(1)).is_err());
-        assert!(call.read(Value::Array(vec![])).is_err());
+        let busy = |ms: Option<u64>| Answer::Busy {
+            index: 0,
+            retry_in: ms.map(Duration::from_millis),
+        };
+        assert_eq!(read(other(), 1_500), busy(Some(1_500)));
+        assert_eq!(read(other(), -1), busy(None));
+        assert!(call.found(Value::Int(1)).is_err());
+        assert!(call.found(Value::Array(vec![])).is_err());
     }
 
     #[test]
@@ -605,29 +634,37 @@ mod tests {
     }
 
     #[test]
-    fn releases_and_renewals_read_as_their_scripts_answer() {
+    fn releases_renewals_and_reentries_read_into_typed_answers() {
         let release = Call::release("lock:{a}", "me:1", true, ("PUBLISH", "c", 42));
-        let read = |call: &Call, replies| call.read(Value::Array(replies)).unwrap();
-        assert_eq!(
-            read(&release, vec![Value::Int(1), Value::Int(0)]),
-            Value::Int(1)
-        );
-        assert_eq!(
-            read(&release, vec![Value::Int(0), Value::Int(2)]),
-            Value::Int(0)
-        );
+        let gave_back =
+            |call: &Call, replies, resent| call.gave_back(Value::Array(replies), resent).unwrap();
+        let (deleted, gone) = (vec![Value::Int(1), Value::Int(0)], vec![Value::Int(0)]);
+        assert_eq!(gave_back(&release, deleted, false), GaveBack::Held);
+        assert_eq!(gave_back(&release, gone.clone(), false), GaveBack::NotHeld);
+        assert_eq!(gave_back(&release, gone, true), GaveBack::Held, "a repeat");
         let one = Call::release("lock:{a}", "me:1", false, ("PUBLISH", "c", 42));
-        assert_eq!(read(&one, vec![Value::Okay]), Value::Int(2));
-        assert_eq!(read(&one, vec![Value::Nil]), Value::Int(0));
+        assert_eq!(gave_back(&one, vec![Value::Okay], false), GaveBack::Held);
+        assert_eq!(gave_back(&one, vec![Value::Nil], true), GaveBack::NotHeld);
         let renew = Call::renew([("lock:{a}", "me:1"), ("lock:{b}", "me:2")], 30_000);
         assert_eq!(renew.key(), "lock:{a}");
-        assert_eq!(
-            read(&renew, vec![Value::Okay, Value::Nil]),
-            Value::Array(vec![Value::Int(1), Value::Int(0)])
-        );
+        let renewed = renew.renewed(Value::Array(vec![Value::Okay, Value::Nil]));
+        assert_eq!(renewed.unwrap(), [true, false]);
+        assert!(renew.gave_back(Value::Array(vec![]), false).is_err());
         let reenter = Call::reenter("lock:{a}", "me:1", 30_000, 42);
-        assert_eq!(read(&reenter, vec![Value::Okay]), Value::Int(42));
-        assert_eq!(read(&reenter, vec![Value::Nil]), Value::Int(0));
+        let read = |replies| answer(reenter.found(Value::Array(replies)));
+        assert_eq!(read(vec![Value::Okay]), Answer::Granted(Tokens::Each(42)));
+        assert_eq!(read(vec![Value::Nil]), Answer::Lost { index: 0 });
+        let force = Call::force_unlock("lock:{a}", ("PUBLISH", "c"));
+        assert!(
+            force
+                .freed(Value::Array(vec![Value::Int(1), Value::Int(0)]))
+                .unwrap()
+        );
+        assert!(
+            !force
+                .freed(Value::Array(vec![Value::Int(0), Value::Int(0)]))
+                .unwrap()
+        );
     }
 
     #[test]

@@ -23,6 +23,8 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, RedisWrite, Script, ToRedisArgs};
 
+use super::answer::Shape;
+
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 macro_rules! ops {
@@ -58,6 +60,15 @@ macro_rules! ops {
                     "records"
                 } else {
                     "mutex"
+                }
+            }
+
+            /// How the operation's reply is laid out, for an acquisition (None: not one).
+            pub(crate) fn shape(self) -> Option<Shape> {
+                match self {
+                    Op::Acquire | Op::FairAcquire | Op::RwRead | Op::RwWrite => Some(Shape::Int),
+                    Op::MultiAcquire | Op::SemAcquire => Some(Shape::Table),
+                    _ => None,
                 }
             }
 
