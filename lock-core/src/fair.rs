@@ -12,8 +12,8 @@ use crate::info::{self, FairLockInfo};
 use crate::mutex::LockGuard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::util::{check_range, millis};
-use crate::wire::script::{Call, Op};
+use crate::util::check_range;
+use crate::wire;
 
 /// A lock granted in arrival order: made by
 /// [`LockClient::fair_lock`](crate::LockClient::fair_lock). Cheap to clone.
@@ -90,13 +90,9 @@ impl FairLock {
     /// does the queue (its waiters keep their turns).
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let (engine, keys) = (&self.named.engine, self.named.keys()?);
-        let mut call = Call::new(Op::FairForceUnlock);
-        call.key(keys.fair())
-            .key(keys.fair_queue())
-            .key(keys.fair_deadlines())
-            .arg(keys.fair_wake())
-            .arg(millis(engine.config().fence_ttl));
-        engine.free(&call.into()).await
+        engine
+            .free(&wire::fair::force_unlock(engine.protocol(), &keys))
+            .await
     }
 
     fn take(&self) -> Take {
@@ -200,16 +196,7 @@ impl Started for Taking {
         };
         let attempt = engine
             .attempt(hold, self.request.lease, |expected| {
-                let keys = &hold.keys;
-                let mut call = Call::new(Op::FairAcquire);
-                call.key(keys.fair())
-                    .key(keys.fair_queue())
-                    .key(keys.fair_deadlines())
-                    .arg(engine.owner_arg(hold.holder))
-                    .arg(millis(lease_len))
-                    .arg(expected)
-                    .arg(millis(queue_for));
-                call.into()
+                wire::fair::acquire(engine.target(hold), expected, lease_len, queue_for)
             })
             .await?;
         Ok(attempt.map(|generation| LockGuard::new(hold.clone(), engine.clone(), generation)))
@@ -218,13 +205,7 @@ impl Started for Taking {
     // Leave the queue at once, and pass the turn on if the lock is free.
     fn abandon(&mut self) {
         let (engine, hold) = (&self.named.engine, &self.hold);
-        let keys = &hold.keys;
-        let mut call = Call::new(Op::FairLeave);
-        call.key(keys.fair())
-            .key(keys.fair_queue())
-            .key(keys.fair_deadlines())
-            .arg(engine.owner_arg(hold.holder))
-            .arg(keys.fair_wake());
-        engine.call_in_background(call, "departure from a fair lock's queue");
+        let leave = wire::fair::leave(&hold.keys, engine.owner_arg(hold.holder));
+        engine.call_in_background(leave, "departure from a fair lock's queue");
     }
 }

@@ -11,7 +11,7 @@ use crate::error::LockError;
 use crate::hold::Kind;
 use crate::name::Keys;
 use crate::wire::convert;
-use crate::wire::script::{Call, Op};
+use crate::wire::{self, Dialect};
 
 /// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
 /// the native protocol keeps neither its hold count nor its token in Redis: when this client
@@ -23,10 +23,11 @@ pub(crate) async fn lock(
     keys: &Keys,
     key: &str,
 ) -> Result<LockInfo, LockError> {
-    let (pttl, value): (i64, Option<String>) =
-        engine.inspect(&engine.inspect_command(kind, key)).await?;
+    let (pttl, value): (i64, Option<String>) = engine
+        .inspect(&wire::mutex::inspect(engine.protocol(), kind, key))
+        .await?;
     let mut info = LockInfo::parse(pttl, value.as_deref());
-    if engine.native(kind)
+    if engine.protocol().dialect(kind) == Dialect::Native
         && let Some(held) = info
             .owner
             .as_deref()
@@ -98,12 +99,8 @@ impl LockInfo {
 /// What Redis knows about a fair lock and its queue.
 pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
     let lock = lock(engine, Kind::Fair, keys, &keys.fair()).await?;
-    let mut call = Call::new(Op::FairInspect);
-    call.key(keys.fair())
-        .key(keys.fair_queue())
-        .key(keys.fair_deadlines())
-        .arg("");
-    let (_, _, queued, _): (i64, Option<String>, u32, i64) = engine.invoke(&call).await?;
+    let (_, _, queued, _): (i64, Option<String>, u32, i64) =
+        engine.invoke(&wire::fair::inspect(keys)).await?;
     Ok(FairLockInfo { lock, queued })
 }
 
@@ -123,11 +120,7 @@ pub(crate) async fn read_write(
     keys: &Keys,
 ) -> Result<ReadWriteLockInfo, LockError> {
     let writer = lock(engine, Kind::Write, keys, &keys.rw_writer()).await?;
-    let mut call = Call::new(Op::RwInspect);
-    call.key(keys.rw_writer())
-        .key(keys.rw_readers())
-        .key(keys.rw_mark());
-    let reply: Vec<Value> = engine.invoke(&call).await?;
+    let reply: Vec<Value> = engine.invoke(&wire::rwlock::inspect(keys)).await?;
     ReadWriteLockInfo::parse(writer, reply)
 }
 
@@ -189,9 +182,7 @@ pub(crate) async fn semaphore(
     keys: &Keys,
     size: u32,
 ) -> Result<SemaphoreInfo, LockError> {
-    let mut call = Call::new(Op::SemInspect);
-    call.key(keys.permits()).key(keys.permits_size());
-    let reply: Vec<Value> = engine.invoke(&call).await?;
+    let reply: Vec<Value> = engine.invoke(&wire::semaphore::inspect(keys)).await?;
     SemaphoreInfo::parse(size, reply)
 }
 

@@ -9,6 +9,8 @@ use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::GuardCore;
 use crate::hold::{Hold, Lease};
+use crate::wire::mutex;
+use tokio::time::Instant;
 
 /// One attempt (or re-entry) on a lock string hold (mutex, fair lock re-entry, write lock
 /// re-entry), in the protocol the client speaks for its kind.
@@ -21,7 +23,22 @@ pub(crate) async fn attempt_lock_string(
     let (_, lease_len) = engine.lease(lease);
     engine
         .attempt(hold, lease, |expected| {
-            engine.acquire_command(hold, expected, lease_len, will_wait)
+            let held = (expected > 0).then(|| {
+                let now = hold.snapshot();
+                mutex::Held {
+                    token: now.token,
+                    left: now.valid_until.saturating_duration_since(Instant::now()),
+                }
+            });
+            let target = engine.target(hold);
+            mutex::acquire(
+                engine.protocol(),
+                target,
+                expected,
+                lease_len,
+                will_wait,
+                held,
+            )
         })
         .await
 }

@@ -11,6 +11,7 @@ use crate::lock_string::{attempt_lock_string, lock_string_guard};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
 use crate::util::MAX_LEASE;
+use crate::wire;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,7 +81,9 @@ impl Mutex {
     /// or extension finds the lock gone. The fencing counter stays.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let (engine, keys) = (&self.named.engine, self.named.keys()?);
-        engine.free(&engine.force_unlock_command(&keys)).await
+        engine
+            .free(&wire::mutex::force_unlock(engine.protocol(), &keys))
+            .await
     }
 
     fn take(&self) -> Take {

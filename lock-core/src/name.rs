@@ -163,6 +163,11 @@ impl Keys {
         self.with(RELEASED).to_string()
     }
 
+    /// The name's record (`crate::record`): `<token>:<bytes>`.
+    pub(crate) fn record(&self) -> String {
+        self.with(RECORD).to_string()
+    }
+
     /// The fair lock: a lock string.
     pub(crate) fn fair(&self) -> String {
         self.with(FAIR).to_string()
@@ -234,6 +239,7 @@ pub(crate) const RW_RELEASED: &str = ":rw:released";
 pub(crate) const PERMITS: &str = ":permits";
 pub(crate) const PERMITS_SIZE: &str = ":permits:size";
 pub(crate) const PERMITS_RELEASED: &str = ":permits:released";
+pub(crate) const RECORD: &str = ":record";
 
 /// The lock name in `key` and what follows it, if `key` is `prefix` + `{name}` + anything with
 /// a valid name: the inverse of [`Keys::new`]. A name has no braces, so the first `}` ends it.

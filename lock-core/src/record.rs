@@ -73,12 +73,12 @@ use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::fenced::{Fenced, MAX_TOKEN};
-use crate::util::{MAX_LEASE, check_range, millis};
-use crate::wire::convert;
-use crate::wire::script::{Call, Op};
+use crate::util::{MAX_LEASE, check_range};
+use crate::wire::record::{encode, stored_token};
+use crate::wire::{self, Dialect, convert};
 
 /// What follows `P{N}` in a record's key.
-pub const SUFFIX: &str = ":record";
+pub const SUFFIX: &str = crate::name::RECORD;
 
 /// The largest value a record holds: 16 MiB.
 pub const MAX_VALUE_LEN: usize = 16 * 1024 * 1024;
@@ -137,7 +137,7 @@ impl Records {
     /// The Redis key of the record of lock name `name`: `P{name}:record`.
     /// [`LockError::InvalidName`] if `name` is not a valid lock name.
     pub fn key(&self, name: &str) -> Result<String, LockError> {
-        Ok(format!("{}{SUFFIX}", self.engine.keys(name)?.lock()))
+        Ok(self.engine.keys(name)?.record())
     }
 
     /// The record of `name`, if there is one (one `GET`). A key that holds something else is
@@ -145,9 +145,8 @@ impl Records {
     /// ([`LockError::Unavailable`], [`LockError::NoPermission`], ...).
     pub async fn get(&self, name: &str) -> Result<Option<StoredRecord>, LockError> {
         let key = self.key(name)?;
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&key);
-        let value: Option<Vec<u8>> = convert(self.engine.command(&cmd).await?)?;
+        let get = wire::record::get(&key);
+        let value: Option<Vec<u8>> = convert(self.engine.command(&get).await?)?;
         value.map(|stored| decode(&key, stored)).transpose()
     }
 
@@ -173,35 +172,25 @@ impl Records {
             token,
             ttl,
         };
-        let capabilities = self.engine.capabilities();
-        if capabilities.scripting {
-            self.put_scripted(&put).await
-        } else if capabilities.native_compare {
-            self.put_native(&put).await
-        } else {
-            Err(LockError::Unsupported {
+        match self.engine.protocol().records() {
+            Some(Dialect::Scripts) => self.put_scripted(&put).await,
+            Some(Dialect::Native) => self.put_native(&put).await,
+            None => Err(LockError::Unsupported {
                 feature: "records",
                 missing: "scripting (EVAL) or SET … IFEQ (Valkey 9.0)",
                 detail: None,
-            })
+            }),
         }
     }
 
     /// The put as one call of the Lua code (`record_put.lua`).
     async fn put_scripted(&self, put: &Put) -> Result<Fenced, LockError> {
-        let mut call = Call::new(Op::RecordPut);
-        call.key(put.key.as_str())
-            .arg(put.stored.as_slice())
-            .arg(put.token)
-            .arg(millis(put.ttl));
-        match self.engine.invoke::<i64>(&call).await? {
-            -1 => Ok(Fenced::Written),
-            greater => Ok(Fenced::Refused {
-                stored: u64::try_from(greater).map_err(|_| {
-                    LockError::UnexpectedReply(format!("record put answered {greater}"))
-                })?,
-            }),
-        }
+        let call = wire::record::put(&put.key, &put.stored, put.token, put.ttl);
+        let reply = self.engine.invoke_raw(&call).await?;
+        Ok(match wire::record::put_answer(reply)? {
+            None => Fenced::Written,
+            Some(stored) => Fenced::Refused { stored },
+        })
     }
 
     /// The put as a compare-and-set, read again when another writer came in between.
@@ -213,22 +202,15 @@ impl Records {
             ttl,
         } = put;
         for _ in 0..NATIVE_ATTEMPTS {
-            let mut get = redis::cmd("GET");
-            get.arg(key);
+            let get = wire::record::get(key);
             let current: Option<Vec<u8>> = convert(self.engine.command(&get).await?)?;
-            let mut set = redis::cmd("SET");
-            set.arg(key).arg(stored);
-            match &current {
-                None => set.arg("NX"),
-                Some(current) => {
-                    let (written, _) = stored_token(current).ok_or_else(|| not_a_record(key))?;
-                    if written > *token {
-                        return Ok(Fenced::Refused { stored: written });
-                    }
-                    set.arg("IFEQ").arg(current.as_slice())
+            if let Some(current) = &current {
+                let (written, _) = stored_token(current).ok_or_else(|| not_a_record(key))?;
+                if written > *token {
+                    return Ok(Fenced::Refused { stored: written });
                 }
-            };
-            set.arg("PX").arg(millis(*ttl));
+            }
+            let set = wire::record::compare_and_set(key, stored, current.as_deref(), *ttl);
             if self.engine.command(&set).await? != Value::Nil {
                 return Ok(Fenced::Written);
             }
@@ -272,31 +254,11 @@ fn check(len: usize, token: u64, ttl: Duration) -> Result<(), LockError> {
     check_range("ttl", ttl, MIN_TTL, MAX_TTL)
 }
 
-/// The value as stored: `<token>:<bytes>`.
-fn encode(token: u64, value: &[u8]) -> Vec<u8> {
-    let token = token.to_string();
-    let mut stored = Vec::with_capacity(token.len() + 1 + value.len());
-    stored.extend_from_slice(token.as_bytes());
-    stored.push(b':');
-    stored.extend_from_slice(value);
-    stored
-}
-
 /// A stored value read back; [`LockError::UnexpectedReply`] if it is not one.
 fn decode(key: &str, mut stored: Vec<u8>) -> Result<StoredRecord, LockError> {
     let (token, colon) = stored_token(&stored).ok_or_else(|| not_a_record(key))?;
     let value = stored.split_off(colon + 1);
     Ok(StoredRecord { token, value })
-}
-
-/// The token of a stored value (`<token>:<bytes>`) and where its colon is, if it is one.
-fn stored_token(stored: &[u8]) -> Option<(u64, usize)> {
-    let colon = stored.iter().take(21).position(|&b| b == b':')?;
-    let token = std::str::from_utf8(&stored[..colon])
-        .ok()
-        .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|digits| digits.parse().ok())?;
-    Some((token, colon))
 }
 
 fn not_a_record(key: &str) -> LockError {

@@ -13,8 +13,7 @@ use crate::info::{self, ReadWriteLockInfo};
 use crate::lock_string::lock_string_guard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::util::millis;
-use crate::wire::script::{Call, Op};
+use crate::wire;
 
 /// Many readers or one writer: made by
 /// [`LockClient::read_write_lock`](crate::LockClient::read_write_lock). Cheap to clone.
@@ -92,12 +91,9 @@ impl ReadWriteLock {
     /// writer's fencing counter stays, and so does a waiting writer's mark.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let (engine, keys) = (&self.named.engine, self.named.keys()?);
-        let mut call = Call::new(Op::RwForceUnlock);
-        call.key(keys.rw_writer())
-            .key(keys.rw_readers())
-            .arg(keys.rw_released())
-            .arg(millis(engine.config().fence_ttl));
-        engine.free(&call.into()).await
+        engine
+            .free(&wire::rwlock::force_unlock(engine.protocol(), &keys))
+            .await
     }
 
     fn side<G>(&self) -> Side<G> {
@@ -174,22 +170,9 @@ impl<G: SideGuard> Started for Taking<G> {
             lease, will_wait, ..
         } = self.request;
         let (_, lease_len) = engine.lease(lease);
-        let op = match G::KIND {
-            Kind::Read => Op::RwRead,
-            _ => Op::RwWrite,
-        };
         let attempt = engine
             .attempt(hold, lease, |expected| {
-                let keys = &hold.keys;
-                let mut call = Call::new(op);
-                call.key(keys.rw_writer())
-                    .key(keys.rw_readers())
-                    .key(keys.rw_mark())
-                    .arg(engine.owner_arg(hold.holder))
-                    .arg(millis(lease_len))
-                    .arg(expected)
-                    .arg(if will_wait { "1" } else { "0" });
-                call.into()
+                wire::rwlock::acquire(engine.target(hold), expected, lease_len, will_wait)
             })
             .await?;
         Ok(attempt
@@ -200,11 +183,8 @@ impl<G: SideGuard> Started for Taking<G> {
     fn abandon(&mut self) {
         let (engine, hold) = (&self.named.engine, &self.hold);
         if G::KIND == Kind::Write {
-            let mut call = Call::new(Op::RwUnmark);
-            call.key(hold.keys.rw_mark())
-                .arg(engine.owner_arg(hold.holder))
-                .arg(hold.keys.rw_released());
-            engine.call_in_background(call, "removal of a writer-waiting mark");
+            let unmark = wire::rwlock::unmark(engine.target(hold));
+            engine.call_in_background(unmark, "removal of a writer-waiting mark");
         }
     }
 }

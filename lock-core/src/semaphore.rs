@@ -12,8 +12,7 @@ use crate::hold::{Hold, Kind};
 use crate::info::{self, SemaphoreInfo};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
-use crate::util::millis;
-use crate::wire::script::{Call, Op};
+use crate::wire;
 
 /// At most `size` permits held at once, across every process: made by
 /// [`LockClient::semaphore`](crate::LockClient::semaphore). Cheap to clone.
@@ -95,11 +94,7 @@ impl Semaphore {
     /// and this handle's size is not checked (it plays no part).
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let (engine, keys) = (&self.named.engine, self.named.keys()?);
-        let mut call = Call::new(Op::SemForceUnlock);
-        call.key(keys.permits())
-            .key(keys.permits_size())
-            .arg(keys.permits_released());
-        engine.free(&call.into()).await
+        engine.free(&wire::semaphore::force_unlock(&keys)).await
     }
 
     fn take(&self, n: u32) -> Take {
@@ -201,15 +196,7 @@ impl Started for Taking {
         let (_, lease_len) = engine.lease(self.lease);
         let attempt = engine
             .attempt(hold, self.lease, |_| {
-                let keys = &hold.keys;
-                let mut call = Call::new(Op::SemAcquire);
-                call.key(keys.permits())
-                    .key(keys.permits_size())
-                    .arg(engine.owner_arg(hold.holder))
-                    .arg(self.n)
-                    .arg(self.size)
-                    .arg(millis(lease_len));
-                call.into()
+                wire::semaphore::acquire(engine.target(hold), self.n, self.size, lease_len)
             })
             .await
             .map_err(|e| match e {

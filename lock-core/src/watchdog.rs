@@ -20,11 +20,10 @@ use tokio::time::Instant;
 
 use crate::description;
 use crate::engine::Engine;
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
 use crate::metrics::{self, LossReason, RenewalOutcome};
-use crate::util::millis;
 use crate::wire::Command;
-use crate::wire::script::{Call, Op};
+use crate::wire::{self, kind::Renewal};
 
 /// Holds renewed per script call.
 const BATCH: usize = 256;
@@ -32,26 +31,6 @@ const BATCH: usize = 256;
 /// Renew scripts in flight at once (on a Cluster, scripts to one node share its connection, so
 /// they are pipelined there).
 const CONCURRENT_BATCHES: usize = 32;
-
-/// Which renew call a hold needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Renewal {
-    /// A lock string of the scripts: mutex, fair lock, writer.
-    String,
-    /// A mutex of the native protocol.
-    Native,
-    Read,
-    Permits,
-}
-
-fn renewal(engine: &Engine, kind: Kind) -> Renewal {
-    match kind {
-        Kind::Lock if engine.native(kind) => Renewal::Native,
-        Kind::Lock | Kind::Fair | Kind::Write => Renewal::String,
-        Kind::Read => Renewal::Read,
-        Kind::Permits(_) => Renewal::Permits,
-    }
-}
 
 pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
     let period = lease / 3;
@@ -113,7 +92,7 @@ fn batches(engine: &Engine, holds: &[(Arc<Hold>, u64)]) -> Vec<(Renewal, Batch)>
     for (hold, generation) in holds {
         let slot = engine.slot(hold.keys.lock());
         groups
-            .entry((renewal(engine, hold.kind), slot))
+            .entry((Renewal::of(engine.protocol(), hold.kind), slot))
             .or_default()
             .push((hold.clone(), *generation));
     }
@@ -130,23 +109,8 @@ fn batches(engine: &Engine, holds: &[(Arc<Hold>, u64)]) -> Vec<(Renewal, Batch)>
 
 /// The renew call for one batch.
 fn renew_call(engine: &Engine, kind: Renewal, batch: &Batch, lease: Duration) -> Command {
-    let op = match kind {
-        Renewal::String | Renewal::Native => {
-            return engine.renew_command(batch.iter().map(|(hold, _)| hold.as_ref()), lease);
-        }
-        Renewal::Read => Op::RwReadRenew,
-        Renewal::Permits => Op::SemRenew,
-    };
-    let mut call = Call::new(op);
-    call.arg(millis(lease));
-    for (hold, _) in batch {
-        call.key(hold.kind.key(&hold.keys).as_ref())
-            .arg(engine.owner_arg(hold.holder));
-        if let Kind::Permits(n) = hold.kind {
-            call.key(hold.keys.permits_size()).arg(n);
-        }
-    }
-    call.into()
+    let holds = batch.iter().map(|(hold, _)| engine.target(hold));
+    wire::kind::renew(engine.protocol(), kind, holds, lease)
 }
 
 /// Renews one batch; returns false when Redis could not be asked or did not answer. Then

@@ -26,7 +26,7 @@ use crate::error::LockError;
 use crate::metrics;
 use crate::util::lock;
 use crate::wire::Command;
-use crate::wire::script::{Call, Op};
+use crate::wire::script::Call;
 
 /// Calls of the batchable operations in flight at once, per client: while one is on the
 /// wire (or in the server), the next batch fills up behind it.
@@ -75,9 +75,7 @@ impl Engine {
         command: Command,
     ) -> Result<Value, LockError> {
         let (batcher, call) = match (&self.batcher, command) {
-            (Some(b), Command::Script(call)) if matches!(call.op(), Op::Acquire | Op::Release) => {
-                (b, call)
-            }
+            (Some(b), Command::Script(call)) if call.batches() => (b, call),
             (_, command) => return self.invoke_raw(&command).await,
         };
         let answer = {

@@ -14,7 +14,6 @@
 mod attempt;
 mod batch;
 mod jobs;
-mod protocol;
 mod release;
 mod send;
 mod speech;
@@ -23,8 +22,6 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use crate::backend::{Backend, Invocation};
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
@@ -39,34 +36,10 @@ use crate::waiters::Waiters;
 use crate::wire::answer::GaveBack;
 use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
-use crate::wire::{Command, Wire};
+use crate::wire::{Command, Owner, Protocol, Target, Wire};
 
 pub(crate) use attempt::Attempt;
 pub(crate) use speech::Speech;
-
-/// An owner id, `<client id>:<holder>`, that writes itself into a command without a string
-/// of its own.
-#[derive(Clone, Copy)]
-pub(crate) struct Owner<'a> {
-    client: &'a str,
-    holder: u64,
-}
-
-impl std::fmt::Display for Owner<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.client, self.holder)
-    }
-}
-
-impl redis::ToRedisArgs for Owner<'_> {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        use std::io::Write;
-        let mut arg = out.writer_for_next_arg();
-        let _ = arg.write_all(self.client.as_bytes());
-        let _ = arg.write_all(b":");
-        let _ = arg.write_all(crate::util::decimal(self.holder).as_bytes());
-    }
-}
 
 /// A client's configuration, as the engine uses it.
 pub(crate) struct Config {
@@ -92,7 +65,8 @@ pub(crate) struct Engine {
     scripts: &'static Scripts,
     mode: Mode,
     capabilities: ServerCapabilities,
-    clock: (u64, Instant),
+    /// How calls are built for this deployment (dialect, publishing, fencing counters).
+    protocol: Protocol,
     config: Config,
     waiters: Waiters,
     client_id: String,
@@ -130,13 +104,20 @@ impl Engine {
         let batching = !backend.is_sharded()
             && config.min_replicas.is_none()
             && speech.capabilities.mutex_protocol == MutexProtocol::Scripted;
+        let protocol = Protocol::new(
+            &speech.capabilities,
+            backend.is_sharded(),
+            &config.prefix,
+            config.fence_ttl,
+            speech.clock,
+        );
         Arc::new(Engine {
             batcher: batching.then(batch::Batcher::default),
             backend,
             scripts: speech.scripts,
             mode: speech.mode,
+            protocol,
             capabilities: speech.capabilities,
-            clock: speech.clock,
             config,
             waiters,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -156,6 +137,20 @@ impl Engine {
     /// What the deployment can do, and the mutex protocol spoken with it.
     pub(crate) fn capabilities(&self) -> &ServerCapabilities {
         &self.capabilities
+    }
+
+    /// How this client's calls are built.
+    pub(crate) fn protocol(&self) -> &Protocol {
+        &self.protocol
+    }
+
+    /// A hold as a call names it (its owner id written with this client's id).
+    pub(crate) fn target<'a>(&'a self, hold: &'a Hold) -> Target<'a> {
+        Target {
+            kind: hold.kind,
+            keys: &hold.keys,
+            owner: self.owner_arg(hold.holder),
+        }
     }
 
     /// The client's pub/sub connection and its waiters.

@@ -11,11 +11,9 @@ use super::send::Claim;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold, Kind, Released, Retry};
 use crate::metrics::{self, LossReason};
-use crate::util::millis;
 use crate::wire;
 use crate::wire::Command;
 use crate::wire::answer::GaveBack;
-use crate::wire::script::{Call, Op};
 
 impl Engine {
     /// Gives back one hold of `generation`. Returns whether the owner still held it (for
@@ -123,8 +121,7 @@ impl Engine {
     }
 
     /// The call that gives back one hold: the release, or, for the last hold of a mutex
-    /// that must stay taken until `keep_until`, the call that leaves it to expire then
-    /// (answering 1 kept, 0 not held, as a release does).
+    /// that must stay taken until `keep_until`, the call that leaves it to expire then.
     fn give_back_call(
         &self,
         hold: &Hold,
@@ -135,51 +132,10 @@ impl Engine {
         let left = keep_until.map(|t| t.saturating_duration_since(Instant::now()));
         match left {
             Some(left) if count == 1 && hold.kind == Kind::Lock && left.as_millis() >= 1 => {
-                self.keep_command(hold, left)
+                wire::mutex::keep(self.protocol(), self.target(hold), left)
             }
-            _ => self.release_call(hold, count, token),
+            _ => wire::kind::release(self.protocol(), self.target(hold), count, token),
         }
-    }
-
-    /// The call that gives back one hold when the owner's count is `count`: answers 1
-    /// released, 2 decremented, 3 a repeat, 0 not held (permits: how many were still held).
-    fn release_call(&self, hold: &Hold, count: u32, token: u64) -> Command {
-        let keys = &hold.keys;
-        let owner = self.owner_arg(hold.holder);
-        let fence_ttl = millis(self.config.fence_ttl);
-        let call = match hold.kind {
-            Kind::Lock | Kind::Write => return self.release_command(hold, count, token),
-            Kind::Fair => {
-                let mut call = Call::new(Op::FairRelease);
-                call.key(keys.fair())
-                    .key(keys.fair_queue())
-                    .key(keys.fair_deadlines())
-                    .arg(owner)
-                    .arg(count)
-                    .arg(token)
-                    .arg(keys.fair_wake())
-                    .arg(fence_ttl);
-                call
-            }
-            Kind::Read => {
-                let mut call = Call::new(Op::RwReadRelease);
-                call.key(keys.rw_readers())
-                    .arg(owner)
-                    .arg(count)
-                    .arg(keys.rw_released());
-                call
-            }
-            Kind::Permits(n) => {
-                let mut call = Call::new(Op::SemRelease);
-                call.key(keys.permits())
-                    .key(keys.permits_size())
-                    .arg(owner)
-                    .arg(n)
-                    .arg(keys.permits_released());
-                call
-            }
-        };
-        call.into()
     }
 
     /// Undoes acquisitions whose answer never reached their caller (cancelled, or failed in
@@ -194,7 +150,12 @@ impl Engine {
             } else {
                 hold.snapshot().token
             };
-            let call = self.release_call(hold, claim.expected + 1, token);
+            let call = wire::kind::release(
+                self.protocol(),
+                self.target(hold),
+                claim.expected + 1,
+                token,
+            );
             if let Err(e) = self.give_back(&call, false, false).await {
                 tracing::warn!(lock = %hold.name(), kind = hold.kind.label(), error = %e,
                     "could not undo an interrupted acquisition; its lease will expire it");
@@ -222,7 +183,7 @@ impl Engine {
             return Err(lost());
         }
         let sent_at = Instant::now();
-        let call = self.renew_command([hold.as_ref()], lease);
+        let call = wire::mutex::renew(self.protocol(), [self.target(hold)], lease);
         if self.renew(&call).await?.first() == Some(&true) {
             hold.renewed(generation, sent_at, lease);
             Ok(())

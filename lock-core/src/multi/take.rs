@@ -15,6 +15,7 @@ use crate::hold::{Hold, Kind};
 use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
 use crate::named::Named;
+use crate::wire::mutex;
 
 /// A request to take several locks, before it starts.
 pub(super) struct Take {
@@ -153,7 +154,16 @@ impl Started for Taking {
         let (_, lease_len) = engine.lease(lease);
         let attempt = engine
             .attempt_all(&self.holds, lease, |claims| {
-                engine.multi_acquire_command(claims, lease_len, will_wait)
+                let locks: Vec<mutex::Claimed<'_>> = claims
+                    .iter()
+                    .map(|claim| mutex::Claimed {
+                        keys: &claim.hold.keys,
+                        expected: claim.expected,
+                        token: claim.hold.snapshot().token,
+                    })
+                    .collect();
+                let owner = engine.owner_arg(claims.first.hold.holder);
+                mutex::multi_acquire(engine.protocol(), owner, &locks, lease_len, will_wait)
             })
             .await
             .map_err(|e| match e {

@@ -1,14 +1,30 @@
 //! The wire protocol: what each kind of lock sends to Redis and how its replies read, in
 //! every dialect the crate speaks.
 //!
-//! - [`script`]: the Lua code (`scripts/*.lua`) and one call of it ([`script::Call`]);
-//! - [`native`]: the native mutex protocol (the server's own compare-and-set commands);
-//! - [`answer`]: what an acquisition's reply says, read into an [`Answer`](answer::Answer);
-//! - this file: [`Command`], one call in either dialect, as the engine sends it.
+//! One room per kind builds that kind's calls: [`mutex`] (lock strings, in both dialects:
+//! the mutex, and what a fair lock and a writer share with it), [`fair`], [`rwlock`],
+//! [`semaphore`]; [`kind`] is the one `match` over kinds (give one hold back, renew).
+//! [`Protocol::dialect`] is the one place that chooses a call's dialect.
+//!
+//! Below them, the dialects: [`script`] (the Lua code, `scripts/*.lua`, and one call of it)
+//! and [`native`] (the server's own compare-and-set commands). Every reply of either is read
+//! into a typed answer ([`answer`]) by [`Command`]'s readers in this file or by [`native`];
+//! no other module reads a reply of a lock call.
 
 pub(crate) mod answer;
+pub(crate) mod fair;
+pub(crate) mod kind;
+pub(crate) mod mutex;
 pub(crate) mod native;
+mod owner;
+mod protocol;
+pub(crate) mod record;
+pub(crate) mod rwlock;
 pub(crate) mod script;
+pub(crate) mod semaphore;
+
+pub(crate) use owner::Owner;
+pub(crate) use protocol::{Dialect, Protocol, Target};
 
 use redis::{FromRedisValue, Value};
 

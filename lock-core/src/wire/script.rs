@@ -221,6 +221,12 @@ impl Call {
         self.op
     }
 
+    /// Whether the call may go out in a [`batch`](Self::batch) with others: a mutex's
+    /// acquisition or release.
+    pub(crate) fn batches(&self) -> bool {
+        matches!(self.op, Op::Acquire | Op::Release)
+    }
+
     /// Adds a key (each key of a call must be in one Cluster slot).
     pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
         key.write_redis_args(&mut self.keys);

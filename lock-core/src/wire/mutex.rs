@@ -1,0 +1,185 @@
+//! The calls on a lock string, in both dialects: a mutex's (scripts, or the native protocol
+//! where the client speaks it), and what a fair lock and a read-write lock's writer share
+//! with it (re-entry, release, renewal, inspection) in the scripts.
+
+use std::time::Duration;
+
+use super::protocol::{Dialect, Protocol, Target};
+use super::script::{Call, Op};
+use super::{Command, Owner, native};
+use crate::hold::Kind;
+use crate::name::{Keys, RELEASED, RW_RELEASED};
+use crate::util::millis;
+
+/// The owner's hold as a re-entry finds it: its token and what is left of its lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    pub(crate) token: u64,
+    pub(crate) left: Duration,
+}
+
+/// The call that takes a hold on a lock string with `expected` holds already (0: a fresh
+/// acquisition, else a re-entry of `held`), with a lease of `lease` (for a re-entry that
+/// must not shorten the hold: at least what is left of it). Answers an [`Answer`] of one
+/// hold.
+///
+/// [`Answer`]: super::answer::Answer
+pub(crate) fn acquire(
+    p: &Protocol,
+    t: Target<'_>,
+    expected: u32,
+    lease: Duration,
+    will_wait: bool,
+    held: Option<Held>,
+) -> Command {
+    let key = t.kind.key(t.keys);
+    match (p.dialect(t.kind), held) {
+        (Dialect::Native, Some(held)) if expected > 0 => {
+            native::Call::reenter(&key, t.owner, millis(lease.max(held.left)), held.token).into()
+        }
+        (Dialect::Native, _) => native::Call::acquire(native::Acquire {
+            key: &key,
+            owner: t.owner,
+            owner_bytes: t.owner.to_string().into_bytes(),
+            lease_ms: millis(lease),
+            counter: &p.counter(&key),
+            seed: p.seed(),
+        })
+        .into(),
+        (Dialect::Scripts, _) => {
+            let mut call = Call::new(Op::Acquire);
+            call.key(key.as_ref())
+                .arg(t.owner)
+                .arg(millis(lease))
+                .arg(expected)
+                .arg(if will_wait { "1" } else { "0" });
+            call.into()
+        }
+    }
+}
+
+/// One mutex of a multi-lock's acquisition: its keys, the count the owner holds it with
+/// (0: fresh), and the owner's token on it for a re-entry.
+pub(crate) struct Claimed<'a> {
+    pub(crate) keys: &'a Keys,
+    pub(crate) expected: u32,
+    pub(crate) token: u64,
+}
+
+/// The call that takes several mutexes (in one slot) at once, all or none, for `owner`, with
+/// a lease of `lease`. Answers an [`Answer`](super::answer::Answer) of as many holds.
+pub(crate) fn multi_acquire<'a>(
+    p: &Protocol,
+    owner: Owner<'_>,
+    locks: &[Claimed<'a>],
+    lease: Duration,
+    will_wait: bool,
+) -> Command {
+    if p.dialect(Kind::Lock) == Dialect::Native {
+        let first = locks.first().map_or("", |l| l.keys.lock());
+        let acquire = native::Acquire {
+            key: first,
+            owner,
+            owner_bytes: owner.to_string().into_bytes(),
+            lease_ms: millis(lease),
+            counter: &p.counter(first),
+            seed: p.seed(),
+        };
+        let locks = locks
+            .iter()
+            .map(|l| native::MultiLock {
+                key: l.keys.lock().to_owned(),
+                channel: l.keys.released(),
+                reentry: (l.expected > 0).then_some(l.token),
+            })
+            .collect();
+        return native::Call::multi_acquire(acquire, locks, p.publish()).into();
+    }
+    let mut call = Call::new(Op::MultiAcquire);
+    call.arg(owner)
+        .arg(millis(lease))
+        .arg(if will_wait { "1" } else { "0" });
+    for lock in locks {
+        call.key(lock.keys.lock()).arg(lock.expected);
+    }
+    call.into()
+}
+
+/// The call that gives back one hold of a lock string (mutex or writer) when the owner's
+/// count is `count` and the hold's token `token`.
+pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Command {
+    let channel = match t.kind {
+        Kind::Write => t.keys.with(RW_RELEASED),
+        _ => t.keys.with(RELEASED),
+    };
+    if p.dialect(t.kind) == Dialect::Native {
+        let publish = (p.publish(), channel, token);
+        return native::Call::release(t.keys.lock(), t.owner, count <= 1, publish).into();
+    }
+    let mut call = Call::new(Op::Release);
+    call.key(t.kind.key(t.keys).as_ref())
+        .arg(t.owner)
+        .arg(count)
+        .arg(token)
+        .arg(channel)
+        .arg(millis(p.fence_ttl()));
+    call.into()
+}
+
+/// The call that leaves a mutex's last hold to expire in `left` rather than freeing it
+/// (`hold_at_least`).
+pub(crate) fn keep(p: &Protocol, t: Target<'_>, left: Duration) -> Command {
+    if p.dialect(t.kind) == Dialect::Native {
+        return native::Call::keep(t.keys.lock(), t.owner, millis(left)).into();
+    }
+    let mut call = Call::new(Op::ReleaseKeep);
+    call.key(t.keys.lock()).arg(t.owner).arg(millis(left));
+    call.into()
+}
+
+/// The call that sets the lease of lock-string holds (mutex, fair, writer; one dialect, and
+/// on a Cluster one slot, for all) to `lease` where their owners still hold them.
+pub(crate) fn renew<'a>(
+    p: &Protocol,
+    holds: impl IntoIterator<Item = Target<'a>>,
+    lease: Duration,
+) -> Command {
+    let mut holds = holds.into_iter().peekable();
+    if holds
+        .peek()
+        .is_some_and(|t| p.dialect(t.kind) == Dialect::Native)
+    {
+        let locks = holds.map(|t| (t.keys.lock(), t.owner));
+        return native::Call::renew(locks, millis(lease)).into();
+    }
+    let mut call = Call::new(Op::Renew);
+    call.arg(millis(lease));
+    for t in holds {
+        call.key(t.kind.key(t.keys).as_ref()).arg(t.owner);
+    }
+    call.into()
+}
+
+/// The call that frees a mutex whoever holds it and wakes its waiters.
+pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
+    if p.dialect(Kind::Lock) == Dialect::Native {
+        let channel = keys.released();
+        return native::Call::force_unlock(keys.lock(), (p.publish(), &channel)).into();
+    }
+    let mut call = Call::new(Op::ForceUnlock);
+    call.key(keys.lock())
+        .arg(keys.released())
+        .arg(millis(p.fence_ttl()));
+    call.into()
+}
+
+/// The call that reads the lock string at `key` (of a hold of `kind`): its remaining lease
+/// and its value (a native mutex's: its owner).
+pub(crate) fn inspect(p: &Protocol, kind: Kind, key: &str) -> Command {
+    if p.dialect(kind) == Dialect::Native {
+        return native::Call::inspect(key).into();
+    }
+    let mut call = Call::new(Op::Inspect);
+    call.key(key);
+    call.into()
+}

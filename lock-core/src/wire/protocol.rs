@@ -1,0 +1,112 @@
+//! [`Protocol`]: how one client speaks to its deployment, fixed when it connects, and the one
+//! place that chooses a call's dialect ([`Protocol::dialect`]).
+
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+use tokio::time::Instant;
+
+use super::native;
+use super::owner::Owner;
+use crate::capabilities::{MutexProtocol, ServerCapabilities};
+use crate::hold::Kind;
+use crate::name::Keys;
+
+/// The dialect of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Dialect {
+    /// A call of this crate's Lua code.
+    Scripts,
+    /// The server's own compare-and-set commands (a mutex on a server that has them).
+    Native,
+}
+
+/// What a client's calls depend on besides their arguments.
+#[derive(Debug)]
+pub(crate) struct Protocol {
+    mutex: MutexProtocol,
+    /// How records are written: a script, or a compare-and-set (None: neither is there).
+    records: Option<Dialect>,
+    /// Keys live in slots (a Cluster): releases publish with `SPUBLISH`, and the native
+    /// fencing counter is one per slot.
+    sharded: bool,
+    prefix: String,
+    /// How long a released lock string is kept for its fencing counter.
+    fence_ttl: Duration,
+    /// The server's clock in microseconds as read at connect, and when it was read.
+    clock: (u64, Instant),
+}
+
+/// One owner's hold, as a call names it: what it holds, where, and who holds it.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) keys: &'a Keys,
+    pub(crate) owner: Owner<'a>,
+}
+
+impl Protocol {
+    pub(crate) fn new(
+        capabilities: &ServerCapabilities,
+        sharded: bool,
+        prefix: &str,
+        fence_ttl: Duration,
+        clock: (u64, Instant),
+    ) -> Self {
+        let records = if capabilities.scripting {
+            Some(Dialect::Scripts)
+        } else if capabilities.native_compare {
+            Some(Dialect::Native)
+        } else {
+            None
+        };
+        Self {
+            mutex: capabilities.mutex_protocol,
+            records,
+            sharded,
+            prefix: prefix.to_owned(),
+            fence_ttl,
+            clock,
+        }
+    }
+
+    /// The dialect of a call about a hold of `kind`: the native protocol for a mutex where
+    /// the client speaks it, the scripts for everything else.
+    pub(crate) fn dialect(&self, kind: Kind) -> Dialect {
+        match (kind, self.mutex) {
+            (Kind::Lock, MutexProtocol::Native) => Dialect::Native,
+            _ => Dialect::Scripts,
+        }
+    }
+
+    /// The dialect a record is written in: a script where the server runs them, else a
+    /// compare-and-set (`SET … IFEQ`, Valkey 9); None where it has neither.
+    pub(crate) fn records(&self) -> Option<Dialect> {
+        self.records
+    }
+
+    /// `PUBLISH`, or `SPUBLISH` where waiters listen per shard (a Cluster).
+    pub(crate) fn publish(&self) -> &'static str {
+        if self.sharded { "SPUBLISH" } else { "PUBLISH" }
+    }
+
+    /// How long a released lock string is kept for its fencing counter.
+    pub(crate) fn fence_ttl(&self) -> Duration {
+        self.fence_ttl
+    }
+
+    /// The server's clock in microseconds now, as read at connect and advanced by this
+    /// process's monotonic clock: the seed of a fencing counter that is missing.
+    pub(crate) fn seed(&self) -> u64 {
+        let (at_connect, read_at) = self.clock;
+        let since = u64::try_from(read_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+        at_connect.saturating_add(since)
+    }
+
+    /// The native fencing counter of the slot `key` is in (the server's only one where keys
+    /// do not live in slots).
+    pub(crate) fn counter(&self, key: &str) -> String {
+        let slot = self.sharded.then(|| Slot::for_key(key));
+        native::counter(&self.prefix, slot)
+    }
+}

@@ -1,0 +1,65 @@
+//! The calls on a semaphore (scripts only): its permits `P{N}:permits` (a sorted set of
+//! permit ids `<owner>:1..=n` scored by expiry) and its recorded size `P{N}:permits:size`.
+
+use std::time::Duration;
+
+use super::Command;
+use super::protocol::Target;
+use super::script::{Call, Op};
+use crate::name::Keys;
+use crate::util::millis;
+
+/// Takes `n` permits of a semaphore of `size`. Answers an [`Answer`](super::answer::Answer)
+/// of one hold (the table shape: a size recorded otherwise is a size mismatch).
+pub(crate) fn acquire(t: Target<'_>, n: u32, size: u32, lease: Duration) -> Command {
+    let mut call = Call::new(Op::SemAcquire);
+    call.key(t.keys.permits())
+        .key(t.keys.permits_size())
+        .arg(t.owner)
+        .arg(n)
+        .arg(size)
+        .arg(millis(lease));
+    call.into()
+}
+
+/// Gives back the owner's `n` permits.
+pub(crate) fn release(t: Target<'_>, n: u32) -> Command {
+    let mut call = Call::new(Op::SemRelease);
+    call.key(t.keys.permits())
+        .key(t.keys.permits_size())
+        .arg(t.owner)
+        .arg(n)
+        .arg(t.keys.permits_released());
+    call.into()
+}
+
+/// Renews permits (`(hold, n)`, one slot on a Cluster) to `lease` where their owners still
+/// hold them.
+pub(crate) fn renew<'a>(
+    holds: impl IntoIterator<Item = (Target<'a>, u32)>,
+    lease: Duration,
+) -> Command {
+    let mut call = Call::new(Op::SemRenew);
+    call.arg(millis(lease));
+    for (t, n) in holds {
+        call.key(t.keys.permits()).arg(t.owner);
+        call.key(t.keys.permits_size()).arg(n);
+    }
+    call.into()
+}
+
+/// Frees every permit whoever holds them, and wakes the waiters.
+pub(crate) fn force_unlock(keys: &Keys) -> Command {
+    let mut call = Call::new(Op::SemForceUnlock);
+    call.key(keys.permits())
+        .key(keys.permits_size())
+        .arg(keys.permits_released());
+    call.into()
+}
+
+/// Reads the permits and the recorded size (see `sem_inspect.lua`).
+pub(crate) fn inspect(keys: &Keys) -> Call {
+    let mut call = Call::new(Op::SemInspect);
+    call.key(keys.permits()).key(keys.permits_size());
+    call
+}
