@@ -151,7 +151,7 @@ impl LockClient {
 
     /// What the Redis deployment can do, as found when this client connected, and the mutex
     /// protocol it speaks (see [`MutexProtocol`](crate::MutexProtocol)).
-    pub fn server_capabilities(&self) -> &crate::ServerCapabilities {
+    pub fn server_capabilities(&self) -> &crate::capabilities::ServerCapabilities {
         self.engine.capabilities()
     }
 

@@ -8,38 +8,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Engine;
+use super::outcome::Attempt;
 use super::send::{Claim, Claims, Sent};
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::metrics::LossReason;
 use crate::wire::Command;
 use crate::wire::answer::{Answer, Tokens};
-
-/// The outcome of one attempt.
-pub(crate) enum Attempt<G> {
-    Acquired(G),
-    /// The `index`-th lock is held by someone else. Look again within `retry_in` (None:
-    /// nothing says when), or when its release is announced.
-    Busy {
-        index: usize,
-        retry_in: Option<Duration>,
-    },
-    /// Granted, but the answer came after the lease (less the drift margin) had run out, so
-    /// the lock may already be someone else's: not a success (the grant is being given back).
-    /// A first attempt reports [`LockError::Lost`]; a request already waiting tries again.
-    Late,
-}
-
-impl<G> Attempt<G> {
-    /// The same outcome with the acquired value mapped.
-    pub(crate) fn map<T>(self, f: impl FnOnce(G) -> T) -> Attempt<T> {
-        match self {
-            Attempt::Acquired(g) => Attempt::Acquired(f(g)),
-            Attempt::Busy { index, retry_in } => Attempt::Busy { index, retry_in },
-            Attempt::Late => Attempt::Late,
-        }
-    }
-}
 
 impl Engine {
     /// One attempt on one hold: `build` makes the call from the hold count the owner has now

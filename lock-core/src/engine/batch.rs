@@ -15,48 +15,18 @@
 //! abandoned, and the caller's own cancellation handling (`send`'s `InFlight`) undoes an
 //! acquisition after its answer, as it does for a request sent alone.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use redis::Value;
 use tokio::sync::oneshot;
 
 use super::Engine;
+use super::batcher::{IN_FLIGHT, MAX_BATCH, Queued, Route};
 use crate::error::LockError;
 use crate::metrics;
 use crate::util::lock;
 use crate::wire::Command;
 use crate::wire::script::Call;
-
-/// Calls of the batchable operations in flight at once, per client: while one is on the
-/// wire (or in the server), the next batch fills up behind it.
-const IN_FLIGHT: usize = 2;
-
-/// The most requests one batch call carries (the server runs a batch without a break).
-const MAX_BATCH: usize = 128;
-
-/// The queue of batchable requests and how many calls are in flight.
-#[derive(Default)]
-pub(super) struct Batcher {
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    in_flight: usize,
-    queue: VecDeque<Queued>,
-}
-
-struct Queued {
-    call: Call,
-    reply: oneshot::Sender<Result<Value, LockError>>,
-}
-
-/// Where a request goes: out now, alone, or into the queue for the next batch.
-enum Route {
-    Now(Call),
-    Queued(oneshot::Receiver<Result<Value, LockError>>),
-}
 
 /// A place among the calls in flight; giving it back sends what queued meanwhile.
 struct Place(Arc<Engine>);

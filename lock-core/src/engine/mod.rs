@@ -13,7 +13,9 @@
 
 mod attempt;
 mod batch;
+mod batcher;
 mod jobs;
+mod outcome;
 mod release;
 mod send;
 mod speech;
@@ -38,7 +40,7 @@ use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
 use crate::wire::{Command, Owner, Protocol, Target, Wire};
 
-pub(crate) use attempt::Attempt;
+pub(crate) use outcome::Attempt;
 pub(crate) use speech::Speech;
 
 /// A client's configuration, as the engine uses it.
@@ -74,7 +76,7 @@ pub(crate) struct Engine {
     jobs: jobs::Sender,
     /// Batches mutex acquisitions and releases, where one server holds every key and no
     /// replica must acknowledge an acquisition.
-    batcher: Option<batch::Batcher>,
+    batcher: Option<batcher::Batcher>,
 }
 
 /// Every hold of the client, by what it holds and who holds it: found again by re-entries
@@ -112,7 +114,7 @@ impl Engine {
             speech.clock,
         );
         Arc::new(Engine {
-            batcher: batching.then(batch::Batcher::default),
+            batcher: batching.then(batcher::Batcher::default),
             backend,
             scripts: speech.scripts,
             mode: speech.mode,

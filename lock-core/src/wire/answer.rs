@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::convert::convert;
 use crate::error::LockError;
-use crate::wire::convert;
 
 /// How an acquisition's reply is laid out (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

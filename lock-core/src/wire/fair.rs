@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use super::command::Command;
+use super::owner::Owner;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
-use super::{Command, Owner};
 use crate::name::Keys;
 use crate::util::millis;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::Command;
+use super::command::Command;
 use super::protocol::{Dialect, Protocol, Target};
 use super::{fair, mutex, rwlock, semaphore};
 use crate::hold::Kind;

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use super::command::Command;
+use super::native;
+use super::owner::Owner;
 use super::protocol::{Dialect, Protocol, Target};
 use super::script::{Call, Op};
-use super::{Command, Owner, native};
 use crate::hold::Kind;
 use crate::name::{Keys, RELEASED, RW_RELEASED};
 use crate::util::millis;

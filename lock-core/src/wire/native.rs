@@ -34,7 +34,7 @@ use std::time::Duration;
 use redis::{Pipeline, Value};
 
 use super::answer::{Answer, GaveBack, Tokens};
-use super::convert;
+use super::convert::convert;
 use crate::error::LockError;
 
 /// What a native call does, and what its reply is read into.

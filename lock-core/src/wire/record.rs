@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
+use super::command::Command;
+use super::convert::convert;
 use super::script::{Call, Op};
-use super::{Command, convert};
 use crate::error::LockError;
 use crate::util::millis;
 

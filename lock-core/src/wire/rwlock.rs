@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Command;
+use super::command::Command;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
 use crate::hold::Kind;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::Command;
+use super::command::Command;
 use super::protocol::Target;
 use super::script::{Call, Op};
 use crate::name::Keys;
