@@ -57,7 +57,7 @@ pub struct MultiLock {
 
 impl MultiLock {
     /// The most names one multi-lock takes: 64.
-    pub const MAX_NAMES: usize = 64;
+    pub const MAX_NAMES: usize = take::MAX_NAMES;
 
     pub(crate) fn new(engine: Arc<Engine>, names: Vec<String>) -> Self {
         Self {

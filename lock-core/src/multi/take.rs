@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::{MultiLock, MultiLockGuard};
+use super::guard::MultiLockGuard;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
@@ -16,6 +16,9 @@ use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
 use crate::named::Named;
 use crate::wire::mutex;
+
+/// The most names one multi-lock takes: 64 (`MultiLock::MAX_NAMES`).
+pub(super) const MAX_NAMES: usize = 64;
 
 /// A request to take several locks, before it starts.
 pub(super) struct Take {
@@ -51,12 +54,12 @@ impl Take {
     /// The names' keys, sorted, each with where it was in the caller's list.
     fn sorted_keys(&self) -> Result<Vec<(Keys, usize)>, LockError> {
         let engine = &self.label.engine;
-        if self.names.is_empty() || self.names.len() > MultiLock::MAX_NAMES {
+        if self.names.is_empty() || self.names.len() > MAX_NAMES {
             return Err(LockError::InvalidOption {
                 option: "names",
                 reason: format!(
                     "a multi-lock takes 1 to {} names, not {}",
-                    MultiLock::MAX_NAMES,
+                    MAX_NAMES,
                     self.names.len()
                 ),
             });

@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Inner, spawn_node_attempt};
+use super::nodes::{Inner, redis_source, spawn_node_attempt};
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
@@ -231,7 +231,7 @@ impl Shared {
                 st.valid_until = st.valid_until.min(new_deadline);
                 return Err(LockError::Unavailable {
                     waited: now - start,
-                    source: error.and_then(super::redis_source),
+                    source: error.and_then(redis_source),
                 });
             }
         };

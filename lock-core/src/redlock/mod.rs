@@ -1,6 +1,7 @@
 //! [`RedLock`]: one lock over N independent Redis masters (see its docs).
 
 mod guard;
+mod nodes;
 
 use std::fmt;
 use std::pin::Pin;
@@ -8,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -19,6 +19,8 @@ use crate::mutex::LockGuard;
 use crate::request::{ErasedTake, LockRequest, TryLockRequest};
 use crate::util::{MIN_LEASE, check_lease, shorten};
 
+use nodes::{Config, Inner, NodeAttempt, redis_source, spawn_node_attempt};
+
 pub use guard::RedLockGuard;
 
 const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -28,38 +30,6 @@ const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 
 /// The fewest nodes RedLock accepts.
 const MIN_NODES: usize = 3;
-
-#[derive(Debug, Clone)]
-struct Config {
-    node_timeout: Duration,
-    retry_min: Duration,
-    retry_max: Duration,
-    drift_factor: f64,
-    watchdog_lease: Duration,
-}
-
-impl Config {
-    /// The clock drift set aside from a lease.
-    fn drift(&self, lease: Duration) -> Duration {
-        lease.mul_f64(self.drift_factor) + RedLock::DRIFT_MARGIN
-    }
-
-    /// A random delay before the next attempt.
-    fn retry_delay(&self) -> Duration {
-        let (lo, hi) = (nanos(self.retry_min), nanos(self.retry_max));
-        Duration::from_nanos(rand::rng().random_range(lo..=hi))
-    }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-struct Inner {
-    nodes: Vec<LockClient>,
-    quorum: usize,
-    config: Config,
-}
 
 /// One lock over N independent Redis masters, held while a majority of them grant it.
 ///
@@ -189,7 +159,7 @@ impl RedLock {
 
     /// The part of the drift allowance that does not depend on the lease: 2 ms, for the
     /// granularity of Redis expiry.
-    pub const DRIFT_MARGIN: Duration = Duration::from_millis(2);
+    pub const DRIFT_MARGIN: Duration = nodes::DRIFT_MARGIN;
 
     /// A RedLock over `clients` (one per independent master) with the default options.
     /// Fails with [`LockError::InvalidOption`] for fewer than three clients; see
@@ -462,34 +432,6 @@ enum Outcome {
     Unreachable(Option<redis::RedisError>),
     /// A quorum granted, after the validity was used up; how long the attempt took.
     TooSlow(Duration),
-}
-
-/// The Redis error inside a node's error, if there is one.
-fn redis_source(e: LockError) -> Option<redis::RedisError> {
-    match e {
-        LockError::Redis(e) => Some(e),
-        LockError::Unavailable { source, .. } => source,
-        _ => None,
-    }
-}
-
-/// Takes `name` on one node with a fixed `lease`, in a task of its own: outside any
-/// [`reentrant`](crate::reentrant) scope of the caller (each RedLock acquisition is a holder
-/// of its own), and still finished if the caller goes away, in which case the guard nobody
-/// collects is dropped and so released. A node slower than `timeout` counts as failed; its
-/// request is dropped, which makes lock-core undo the acquisition when the answer comes.
-type NodeAttempt = tokio::task::JoinHandle<
-    Result<Result<Option<LockGuard>, LockError>, tokio::time::error::Elapsed>,
->;
-
-fn spawn_node_attempt(
-    client: &LockClient,
-    name: &str,
-    lease: Duration,
-    timeout: Duration,
-) -> NodeAttempt {
-    let request = client.try_lock(name).lease(lease);
-    tokio::spawn(async move { tokio::time::timeout(timeout, request).await })
 }
 
 /// Releases `guards` on their nodes, waiting at most `bound` (the releases go on in the

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::{Command, Next, Sub, Task};
+use super::registry::{Command, Sub};
+use super::task::{Next, Task};
 use crate::backend::memory::{Changes, Link, Subscription};
 use crate::metrics;
 

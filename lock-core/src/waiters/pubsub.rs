@@ -11,7 +11,8 @@ use redis::Msg;
 use redis::aio::{PubSub, PubSubSink, PubSubStream};
 use tokio::sync::watch;
 
-use super::{Command, Next, Task};
+use super::registry::Command;
+use super::task::{Next, Task};
 use crate::backend::PubSubNode;
 use crate::metrics;
 

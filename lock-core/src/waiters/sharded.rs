@@ -15,7 +15,8 @@ use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
 
-use super::{Command, Next, Sub, Task};
+use super::registry::{Command, Sub};
+use super::task::{Next, Task};
 use crate::metrics;
 
 /// How often channels whose subscription failed are tried again.

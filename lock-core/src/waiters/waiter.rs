@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Subscription, Waiters};
+use super::hub::Waiters;
+use super::subscription::Subscription;
 use crate::error::LockError;
 
 /// How often a waiter looks again while the pub/sub connection is down.
