@@ -459,15 +459,16 @@ enum Outcome {
     /// A quorum answered, fewer than a quorum granted.
     Busy,
     /// Fewer than a quorum answered; the first Redis error seen, if any.
-    Unreachable(Option<redis::RedisError>),
+    Unreachable(Option<crate::ConnectError>),
     /// A quorum granted, after the validity was used up; how long the attempt took.
     TooSlow(Duration),
 }
 
-/// The Redis error inside a node's error, if there is one.
-fn redis_source(e: LockError) -> Option<redis::RedisError> {
+/// The Redis error inside a node's error (with the node's address when it said it), if
+/// there is one.
+fn redis_source(e: LockError) -> Option<crate::ConnectError> {
     match e {
-        LockError::Redis(e) => Some(e),
+        LockError::Redis(e) => Some(e.into()),
         LockError::Unavailable { source, .. } => source,
         _ => None,
     }
