@@ -56,16 +56,10 @@ pub(crate) struct Cli {
 pub(crate) struct ConnectionArgs {
     /// Redis URL: redis://host:port, with user:password@ before the host and /db after it
     /// when needed; rediss:// for TLS. Give several (repeated or comma-separated) for the seed
-    /// nodes of a Cluster, or the sentinels with --sentinel-master.
-    #[arg(
-        long,
-        short = 'u',
-        global = true,
-        value_delimiter = ',',
-        default_value = "redis://127.0.0.1:6379",
-        env = "LOCKCTL_URL",
-        hide_env_values = true
-    )]
+    /// nodes of a Cluster, or the sentinels with --sentinel-master. Without --url: the
+    /// LOCKCTL_URL environment variable, else REDIS_URL, else redis://127.0.0.1:6379, in that
+    /// order (every message names the server used and where its URL came from).
+    #[arg(long, short = 'u', global = true, value_delimiter = ',')]
     pub(crate) url: Vec<String>,
 
     /// The URLs are Redis Cluster nodes. Detected without it when one URL is given (INFO
@@ -107,6 +101,30 @@ pub(crate) struct ConnectionArgs {
     /// How long to wait for a connection, and for each answer.
     #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
     pub(crate) timeout: Duration,
+}
+
+/// The variables `--url` falls back to, in order.
+pub(crate) const URL_VARIABLES: [&str; 2] = ["LOCKCTL_URL", "REDIS_URL"];
+
+/// The URL when neither `--url` nor a variable gives one.
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+impl ConnectionArgs {
+    /// The URLs to use and where they came from (`--url`, `LOCKCTL_URL`, `REDIS_URL` or
+    /// `the default`), `var` reading the environment: `--url` first, then the first variable
+    /// that is set and not empty (comma separated), then [`DEFAULT_URL`].
+    pub(crate) fn urls(&self, var: impl Fn(&str) -> Option<String>) -> (Vec<String>, &'static str) {
+        if !self.url.is_empty() {
+            return (self.url.clone(), "--url");
+        }
+        for name in URL_VARIABLES {
+            if let Some(value) = var(name).filter(|v| !v.trim().is_empty()) {
+                let urls = value.split(',').map(|u| u.trim().to_owned()).collect();
+                return (urls, name);
+            }
+        }
+        (vec![DEFAULT_URL.to_owned()], "the default")
+    }
 }
 
 /// The subcommands.
@@ -209,6 +227,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_url_is_the_flag_then_lockctl_url_then_redis_url_then_the_default() {
+        let cli = Cli::try_parse_from(["lockctl", "list"]).unwrap();
+        let both = |name: &str| Some(format!("redis://{name}:1"));
+        assert_eq!(
+            cli.connection.urls(both),
+            (vec!["redis://LOCKCTL_URL:1".to_owned()], "LOCKCTL_URL")
+        );
+        let redis_only = |name: &str| match name {
+            "REDIS_URL" => Some("redis://a:1, redis://b:2".to_owned()),
+            _ => Some(String::new()),
+        };
+        assert_eq!(
+            cli.connection.urls(redis_only),
+            (
+                vec!["redis://a:1".to_owned(), "redis://b:2".to_owned()],
+                "REDIS_URL"
+            )
+        );
+        assert_eq!(
+            cli.connection.urls(|_| None),
+            (vec![DEFAULT_URL.to_owned()], "the default")
+        );
+    }
+
+    #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
     }
@@ -225,6 +268,8 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.connection.url.len(), 3);
+        let env = |name: &str| (name == "REDIS_URL").then(|| "redis://r:1".to_owned());
+        assert_eq!(cli.connection.urls(env).1, "--url", "--url first");
         let cli =
             Cli::try_parse_from(["lockctl", "watch", "--for", "1m 30s", "--count", "2"]).unwrap();
         let Command::Watch(watch) = cli.command else {

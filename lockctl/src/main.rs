@@ -69,13 +69,21 @@
 //! (`LockClientBuilder::connect_primaries`), with the same options.
 //!
 //! TLS: `--tls-ca`, `--tls-cert`/`--tls-key`, `--tls-insecure` (development only), as
-//! lock-core's builder options, which lock-core applies to every connection. The URL and prefix may also come from `LOCKCTL_URL` (comma
-//! separated) and `LOCKCTL_PREFIX`.
+//! lock-core's builder options, which lock-core applies to every connection.
+//!
+//! Where the URL comes from, first found first: `--url`, then the `LOCKCTL_URL` environment
+//! variable, then `REDIS_URL` (what the applications themselves often read; both comma
+//! separated), then `redis://127.0.0.1:6379`. The prefix may come from `LOCKCTL_PREFIX`.
+//! `status` says which server answered (its address, where the URL came from, its name and
+//! version and the mutex protocol spoken there: scripted or native) on standard error, and
+//! as `server` in JSON; every connection error names the address and where it came from
+//! (`cannot connect to redis://10.0.0.5:6379 (from REDIS_URL): connection refused …`).
 //!
 //! # Output
 //!
 //! A table by default; `--json` prints one JSON document (`status`: `{name, prefix, found,
-//! held, locks}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
+//! held, locks, server: {address, version, mutex_protocol, native_compare, scripting},
+//! record}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
 //! `{name, prefix, aborted, locks: [{kind, owners, fencing_token, hold_count, freed}]}`;
 //! `watch`: one object per line, `{at_ms, event, kind, name, owner, hold_count,
 //! fencing_token, remaining_ms, …, source}`). A lock in `locks` is `{name, kind, held, mode,

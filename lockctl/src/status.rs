@@ -55,6 +55,9 @@ async fn record(target: &Target, name: &str) -> Result<Option<Record>, Failure> 
 /// The deployment, as `status` reports it.
 #[derive(Debug, Serialize)]
 struct Server<'a> {
+    /// The URLs used, without passwords, and where they came from (`--url`, `LOCKCTL_URL`,
+    /// `REDIS_URL` or the default): `redis://10.0.0.5:6379 (from REDIS_URL)`.
+    address: &'a str,
     version: &'a str,
     mutex_protocol: String,
     native_compare: bool,
@@ -117,6 +120,10 @@ pub(crate) async fn run(
     let held = states.iter().any(|s| s.held);
     let record = record(target, &args.name).await?;
     let caps = target.client.server_capabilities();
+    if !out.is_json() {
+        // Which server answered, whatever it says: a wrong URL is seen at once.
+        crate::output::notice(&format!("server {}: {caps}", target.label));
+    }
     let written = if out.is_json() {
         out.json_line(&Status {
             name: &args.name,
@@ -125,6 +132,7 @@ pub(crate) async fn run(
             held,
             locks: &states,
             server: Server {
+                address: &target.label,
                 version: &caps.server,
                 mutex_protocol: caps.mutex_protocol.to_string(),
                 native_compare: caps.native_compare,
@@ -148,7 +156,6 @@ pub(crate) async fn run(
                 .unwrap_or_default()
         ))
     } else {
-        crate::output::notice(&format!("server {caps}"));
         if let Some(record) = &record {
             crate::output::notice(&format!(
                 "record: {} bytes, written with fencing token {}",
