@@ -1,8 +1,9 @@
 //! lock-tower's `IdempotencyLayer` and lock-core's records against a real redis-server, real
 //! axum servers on loopback ports and a real HTTP client: a key's request runs once across two
 //! instances (its duplicates get `409` while it runs, its stored response byte for byte after),
-//! another request with the key gets `422`, scopes keep clients apart, a failed handler, a lost
-//! lock and a response too large store nothing (the late write refused by the fence), bad
+//! another request with the key gets `422`, scopes keep clients apart, a failed handler and a
+//! lost lock store nothing (the late write refused by the fence), a response too large stores
+//! a "completed, not replayable" marker (its retries `409`, never run again), bad
 //! keys get `400` problems, a Redis outage `503` unless the layer fails open; and the records
 //! themselves: fenced, next to the lock (in its slot on a Cluster), expiring, with and without
 //! Lua.
@@ -233,14 +234,17 @@ async fn a_key_runs_once_across_two_instances_and_is_replayed_byte_for_byte() {
     let first = tokio::spawn(send(apps[0].url("/charges"), "k-1", "amount=5"));
     assert_eq!(probe.entered().await, 1);
 
-    // Its duplicates, on both instances, while it runs: 409 at once, with Retry-After.
+    // Its duplicates, on both instances, while it runs: 409 at once, with Retry-After: the
+    // holder's remaining lease (the default 30 s watchdog lease, renewed every 10 s), rounded
+    // up, and the body's retry_after_ms the same value.
     let duplicates = (0..8).map(|i| send(apps[i % 2].url("/charges"), "k-1", "amount=5"));
     for res in within("duplicates", 30, futures_util::future::join_all(duplicates)).await {
-        let (code, retry_after) = rejected(res, StatusCode::CONFLICT).await;
-        assert_eq!(
-            (code.as_str(), retry_after.as_deref()),
-            ("idempotency_key_in_use", Some("1"))
-        );
+        let (status, retry_after, body) = problem(res).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["code"], "idempotency_key_in_use");
+        let secs: u64 = retry_after.expect("Retry-After").parse().unwrap();
+        assert!((19..=30).contains(&secs), "the holder's lease: {secs} s");
+        assert_eq!(body["retry_after_ms"], secs * 1000, "{body}");
     }
     probe.open();
     let (status, headers, original) = read(first.await.unwrap()).await;
@@ -373,7 +377,7 @@ async fn a_lost_lock_stores_nothing_and_the_late_write_is_fenced() {
     let c = client(&server.url()).await;
     // A lease that runs out while the first run waits; it goes on (Continue) and writes late.
     let layer = IdempotencyLayer::new(c.clone())
-        .lease(Duration::from_secs(2))
+        .fixed_lease(Duration::from_secs(2))
         .on_lease_lost(LeaseLost::Continue);
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
@@ -419,7 +423,8 @@ async fn a_lost_lock_stores_nothing_and_the_late_write_is_fenced() {
 async fn a_lost_lock_aborts_the_handler_and_its_retry_runs() {
     let server = RedisServer::start();
     let probe = Probe::new(&server);
-    let layer = IdempotencyLayer::new(client(&server.url()).await).lease(Duration::from_secs(1));
+    let layer =
+        IdempotencyLayer::new(client(&server.url()).await).fixed_lease(Duration::from_secs(1));
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
     let res = send(app.url("/charges"), "k-abort", "x").await;
@@ -480,6 +485,32 @@ async fn bad_and_missing_keys_are_400_problems_that_never_reach_the_handler() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_structured_field_string_key_is_the_same_key_as_the_bare_token() {
+    let server = RedisServer::start();
+    let probe = Probe::new(&server);
+    let layer = IdempotencyLayer::new(client(&server.url()).await);
+    let app = App::serve(app(layer, &probe)).await;
+    // The draft's form, RFC 8941's sf-string: the quotes are not part of the key.
+    let (status, replayed, _) = read(send(app.url("/charges"), "\"8e03978e\"", "x").await).await;
+    assert_eq!((status, replayed[0].as_deref()), (201, None));
+    let (status, replayed, _) = read(send(app.url("/charges"), "8e03978e", "x").await).await;
+    assert_eq!((status, replayed[0].as_deref()), (201, Some("true")));
+    // Escapes: `\"` and `\\` stand for `"` and `\`.
+    let escaped = r#""a\"b\\c""#;
+    assert_eq!(send(app.url("/charges"), escaped, "x").await.status(), 201);
+    let (_, replayed, _) = read(send(app.url("/charges"), r#"a"b\c"#, "x").await).await;
+    assert_eq!(replayed[0].as_deref(), Some("true"));
+    assert_eq!(probe.runs(), 2);
+    // Its record is where `record_key` says, the name lockctl takes.
+    let name = lock_tower::idempotency::record_key("idem:", None, "8e03978e").unwrap();
+    assert_eq!(name, "idem::8e03978e");
+    assert_eq!(
+        server.cmd(&["EXISTS", &format!("lock:{{{name}}}:record")]),
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_the_limits_are_413_or_answered_but_not_stored() {
     let logs = lock_tests::logs::everything(&["lock_tower"]);
     let server = RedisServer::start();
@@ -499,17 +530,31 @@ async fn bodies_over_the_limits_are_413_or_answered_but_not_stored() {
     );
     assert_eq!(probe.runs(), 1);
 
-    // A response over max_record_body: answered whole, not stored, so the retry runs again.
-    for run in 2..=3 {
-        let (status, headers, body) = read(send(app.url("/big"), "k-out", "").await).await;
-        assert_eq!((status, headers[0].as_deref()), (200, None));
-        assert_eq!(body.len(), 4096);
-        assert!(body.iter().all(|&b| b == b'x'));
-        assert_eq!(probe.runs(), run);
+    // A response over max_record_body: answered whole, and a "completed, not replayable"
+    // marker stored, so a retry is 409 and never runs the handler again.
+    let (status, headers, body) = read(send(app.url("/big"), "k-out", "").await).await;
+    assert_eq!((status, headers[0].as_deref()), (200, None));
+    assert_eq!(body.len(), 4096);
+    assert!(body.iter().all(|&b| b == b'x'));
+    assert_eq!(probe.runs(), 2);
+    for _ in 0..2 {
+        let res = send(app.url("/big"), "k-out", "").await;
+        let (status, retry_after, body) = problem(res).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["code"], "idempotency_response_not_replayable");
+        assert_eq!(retry_after, None, "retrying never helps");
+        assert!(body["detail"].as_str().unwrap().contains("200"), "{body}");
     }
+    assert_eq!(probe.runs(), 2, "never a second run");
+    // Another request with the key is still 422, not the marker's answer.
+    let res = send(app.url("/big"), "k-out", "other body").await;
+    assert_eq!(
+        rejected(res, StatusCode::UNPROCESSABLE_ENTITY).await.0,
+        "idempotency_key_reused"
+    );
     let warned =
         logs.picked(|e| e.level == Level::WARN && e.field("max_record_body") == Some("1031"));
-    assert_eq!(warned.len(), 2, "{warned:?}");
+    assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
         lock_keys(&server).is_empty(),
         "the key's lock was given back"
