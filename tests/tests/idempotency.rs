@@ -717,3 +717,141 @@ async fn on_a_cluster_records_live_in_their_locks_slot_and_requests_are_replayed
     assert_eq!((headers[0].as_deref(), again), (Some("true"), first));
     assert_eq!(probe.runs(), 1);
 }
+
+/// The idempotency module's docs, whose *Status codes* table is checked against the layer.
+const IDEMPOTENCY_DOCS: &str = include_str!("../../lock-tower/src/idempotency/mod.rs");
+
+/// The problem codes a docs table lists: the backticked words of column `column` of the
+/// table under the heading `heading` (a rustdoc `//!` table).
+fn table_codes(docs: &str, heading: &str, column: usize) -> std::collections::BTreeSet<String> {
+    let section = docs
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading:?} in the docs"));
+    section
+        .lines()
+        .map(|line| line.trim_start_matches("//!").trim())
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        // Not the header and its separator.
+        .skip(2)
+        .filter_map(|row| row.split('|').nth(column + 1).map(str::to_owned))
+        .flat_map(|cell| {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The problem code of a response, if it is a problem document.
+async fn code_of(res: reqwest::Response) -> Option<String> {
+    let body: serde_json::Value = res.json().await.ok()?;
+    body["code"].as_str().map(str::to_owned)
+}
+
+/// Answers of layers on a working Redis: bad keys and scopes, bodies, a reused key, a key in
+/// use, a response too large to keep, a lost lease, a setting that cannot work.
+async fn answers_with_redis_up(server: &RedisServer, seen: &mut Vec<Option<String>>) {
+    let probe = Probe::new(server);
+    let c = client(&server.url()).await;
+    let layer = IdempotencyLayer::new(c.clone())
+        .require_for([Method::POST])
+        .max_request_body(16)
+        .max_record_body(1024);
+    let short = IdempotencyLayer::new(c.clone()).fixed_lease(Duration::from_secs(1));
+    let short = App::serve(app(short, &probe)).await;
+    let broken = App::serve(app(
+        IdempotencyLayer::new(c.clone()).ttl(Duration::ZERO),
+        &probe,
+    ))
+    .await;
+    let app = App::serve(app(layer, &probe)).await;
+    let by_client =
+        IdempotencyLayer::new(c).scope(Header::new(HeaderName::from_static("x-client")));
+    let scoped = Router::new()
+        .route("/charges", post(charge))
+        .route_layer(by_client)
+        .with_state(probe.clone());
+    let scoped = App::serve(scoped).await;
+    seen.push(code_of(http().post(app.url("/charges")).send().await.unwrap()).await);
+    seen.push(code_of(send(app.url("/charges"), "", "x").await).await);
+    seen.push(code_of(send(scoped.url("/charges"), "k", "x").await).await);
+    seen.push(code_of(send(app.url("/charges"), "k-big-req", "seventeen bytes!!").await).await);
+    send(app.url("/charges"), "k-used", "a").await;
+    probe.entered().await;
+    seen.push(code_of(send(app.url("/charges"), "k-used", "b").await).await);
+    send(app.url("/big"), "k-big", "").await;
+    seen.push(code_of(send(app.url("/big"), "k-big", "").await).await);
+    seen.push(code_of(send(broken.url("/charges"), "k", "x").await).await);
+    // A duplicate while the first runs (a renewed lease), and a run that outlives its 1 s
+    // fixed lease (aborted when it is lost, without waiting for the gate).
+    probe.close();
+    let first = tokio::spawn(send(app.url("/charges"), "k-slow", "x"));
+    probe.entered().await;
+    seen.push(code_of(send(app.url("/charges"), "k-slow", "x").await).await);
+    let lost = tokio::spawn(send(short.url("/charges"), "k-lost", "x"));
+    probe.entered().await;
+    seen.push(code_of(within("the lease to run out", 20, lost).await.unwrap()).await);
+    probe.open();
+    seen.push(code_of(first.await.unwrap()).await);
+}
+
+/// Answers of layers whose Redis is down: the default store (on the lock's Redis), and a store
+/// on another Redis that still answers.
+async fn answers_with_redis_down(seen: &mut Vec<Option<String>>) {
+    let mut server = RedisServer::start();
+    let store_server = RedisServer::start();
+    let probe = Probe::new(&server);
+    let c = client(&server.url()).await;
+    let store = lock_tower::LockClientStore::new(&client(&store_server.url()).await);
+    let default_store = App::serve(app(IdempotencyLayer::new(c.clone()), &probe)).await;
+    let own_store = App::serve(app(IdempotencyLayer::new(c).store(store), &probe)).await;
+    server.kill();
+    seen.push(code_of(send(default_store.url("/charges"), "k-down", "x").await).await);
+    seen.push(code_of(send(own_store.url("/charges"), "k-down", "x").await).await);
+}
+
+/// The answer to a request whose body fails while the layer reads it, through the layer as a
+/// tower service (over HTTP no client would see it: the one that sent the body is gone).
+async fn answer_to_a_failing_body(c: lock_core::LockClient) -> Option<String> {
+    use http_body_util::BodyExt;
+    use tower::{Layer, ServiceExt};
+
+    let handler = tower::service_fn(|_: axum::extract::Request| async {
+        Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::empty()))
+    });
+    let service = IdempotencyLayer::new(c).layer(handler);
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from_static(b"x")),
+        Err(std::io::Error::other("connection reset")),
+    ];
+    let body = axum::body::Body::from_stream(futures_util::stream::iter(chunks));
+    let request = axum::http::Request::post("/charges")
+        .header("idempotency-key", "k-fail")
+        .body(body)
+        .unwrap();
+    let response = service.oneshot(request).await.unwrap();
+    let bytes = response.into_body().collect().await.ok()?.to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    problem["code"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_code_table_lists_every_answer_of_the_layer_and_only_those() {
+    let listed = table_codes(IDEMPOTENCY_DOCS, "# Status codes", 2);
+    assert!(listed.contains("idempotency_key_in_use"), "{listed:?}");
+    let server = RedisServer::start();
+    let mut seen = Vec::new();
+    answers_with_redis_up(&server, &mut seen).await;
+    seen.push(answer_to_a_failing_body(client(&server.url()).await).await);
+    answers_with_redis_down(&mut seen).await;
+    let seen: std::collections::BTreeSet<String> = seen.into_iter().flatten().collect();
+    assert_eq!(
+        seen, listed,
+        "the docs' table (right) and the layer's answers (left) differ"
+    );
+}
