@@ -149,14 +149,52 @@ pub(crate) enum Command {
     Watch(WatchArgs),
 }
 
-/// `status NAME`.
+/// `status NAME`, or `status --idempotency-key KEY`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The lock's name, as the application gives it (without the prefix).
-    pub(crate) name: String,
+    /// The lock's name, as the application gives it (without the prefix); or give
+    /// --idempotency-key instead.
+    #[arg(
+        required_unless_present = "idempotency_key",
+        conflicts_with = "idempotency_key"
+    )]
+    pub(crate) name: Option<String>,
+    /// Look at an IdempotencyLayer's key instead of NAME: its lock (held while its first
+    /// request runs) and its stored response, under the name the layer gives it: PREFIX +
+    /// SCOPE + ":" + KEY (`idem::KEY` for an unscoped layer; hashed when that cannot be a lock
+    /// name, as the layer does). KEY as the client sent it, without the quotes of its
+    /// structured-field form.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) idempotency_key: Option<String>,
+    /// With --idempotency-key: the request's scope, for a layer that scopes keys (what its
+    /// scope extractor found, such as the client's id).
+    #[arg(long, value_name = "SCOPE")]
+    pub(crate) scope: Option<String>,
+    /// With --idempotency-key: the layer's prefix (its `prefix`) [default: idem:].
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) idempotency_prefix: Option<String>,
     /// Only this kind of lock.
     #[arg(long, value_enum)]
     pub(crate) kind: Option<Kind>,
+}
+
+impl StatusArgs {
+    /// The name to look at: NAME, or the name an IdempotencyLayer keeps the key under (a
+    /// usage error when the prefix cannot be one).
+    pub(crate) fn lock_name(&self) -> Result<String, String> {
+        match (&self.name, &self.idempotency_key) {
+            (Some(_), _) if self.scope.is_some() || self.idempotency_prefix.is_some() => {
+                Err("--scope and --idempotency-prefix go with --idempotency-key".to_owned())
+            }
+            (Some(name), _) => Ok(name.clone()),
+            (None, Some(key)) => {
+                let prefix = self.idempotency_prefix.as_deref().unwrap_or("idem:");
+                lock_tower::idempotency::record_key(prefix, self.scope.as_deref(), key)
+                    .map_err(|reason| format!("bad --idempotency-prefix: {reason}"))
+            }
+            (None, None) => Err("give NAME or --idempotency-key".to_owned()),
+        }
+    }
 }
 
 /// `list [PATTERN]`.
@@ -249,6 +287,49 @@ mod tests {
             cli.connection.urls(|_| None),
             (vec![DEFAULT_URL.to_owned()], "the default")
         );
+    }
+
+    #[test]
+    fn an_idempotency_key_is_looked_at_under_the_layers_name() {
+        let status = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Command::Status(status) = cli.command else {
+                panic!("not status")
+            };
+            status.lock_name()
+        };
+        let name = status(&["lockctl", "status", "--idempotency-key", "8e03978e"]);
+        assert_eq!(name.as_deref(), Ok("idem::8e03978e"));
+        let scoped = [
+            "lockctl",
+            "status",
+            "--idempotency-key",
+            "k1",
+            "--scope",
+            "client-7",
+        ];
+        assert_eq!(status(&scoped).as_deref(), Ok("idem:client-7:k1"));
+        let prefixed = [
+            "lockctl",
+            "status",
+            "--idempotency-key",
+            "k",
+            "--idempotency-prefix",
+            "pay:",
+        ];
+        assert_eq!(status(&prefixed).as_deref(), Ok("pay::k"));
+        assert_eq!(
+            status(&["lockctl", "status", "order:1"]).as_deref(),
+            Ok("order:1")
+        );
+        assert!(
+            Cli::try_parse_from(["lockctl", "status"]).is_err(),
+            "NAME or a key"
+        );
+        let both = ["lockctl", "status", "order:1", "--idempotency-key", "k"];
+        assert!(Cli::try_parse_from(both).is_err(), "not both");
+        let stray = status(&["lockctl", "status", "x", "--scope", "s"]);
+        assert!(stray.is_err_and(|e| e.contains("--idempotency-key")));
     }
 
     #[test]

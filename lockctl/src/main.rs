@@ -4,6 +4,8 @@
 //! lockctl [--url URL]... [--prefix lock:] [--json] <COMMAND>
 //!
 //!   status NAME [--kind K]              every kind of lock under NAME, held or free
+//!   status --idempotency-key KEY [--scope S] [--idempotency-prefix idem:]
+//!                                       the same for an idempotency layer's key
 //!   list [PATTERN] [--limit N] [--kind K]
 //!                                       held locks, sorted by remaining lease
 //!   force-unlock NAME [--yes] [--kind K] [--fence-ttl 1h]
@@ -16,6 +18,12 @@
 //! names (`order:*`), default `*`.
 //!
 //! # What it shows
+//!
+//! `status --idempotency-key KEY` looks at the name lock-tower's `IdempotencyLayer` keeps
+//! KEY under (`lock_tower::idempotency::record_key`): `idem::KEY` for an unscoped layer,
+//! `idem:SCOPE:KEY` with `--scope`, another prefix with `--idempotency-prefix`, hashed when
+//! the key has whitespace or braces; the lock is held while the key's first request runs, and
+//! the record is its stored response (or its "completed, not replayable" marker).
 //!
 //! For each lock: its kind, name, whether it is held (for a read-write lock: `write`, `read`
 //! or `write+read`), the owner ids as lock-core stores them (`<client id>:<holder id>`: the
@@ -135,8 +143,11 @@ use crate::output::{Output, notice};
 /// Checks what can be checked before connecting: names and patterns.
 fn check(command: &Command) -> Result<(), Failure> {
     match command {
-        Command::Status(cli::StatusArgs { name, .. })
-        | Command::ForceUnlock(cli::ForceUnlockArgs { name, .. }) => {
+        Command::Status(status) => {
+            let name = status.lock_name().map_err(Failure::Usage)?;
+            lock_core::validate_name(&name).map_err(|e| Failure::Usage(e.to_string()))
+        }
+        Command::ForceUnlock(cli::ForceUnlockArgs { name, .. }) => {
             lock_core::validate_name(name).map_err(|e| Failure::Usage(e.to_string()))
         }
         Command::List(cli::ListArgs { pattern, .. })

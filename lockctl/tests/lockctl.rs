@@ -970,6 +970,23 @@ async fn status_shows_the_record_next_to_a_name() {
             .contains("its record: 6 bytes, written with fencing token 42"),
         "{table:?}"
     );
+    // From the idempotency key itself: the name lock-tower's layer gives it.
+    let by_key = lockctl(&["--url", &url, "--json", "status", "--idempotency-key", "k"]).await;
+    assert_eq!(by_key.json()["name"], "idem::k", "{by_key:?}");
+    assert_eq!(by_key.json()["record"]["token"], 42, "{by_key:?}");
+    let scoped = [
+        "--url",
+        &url,
+        "--json",
+        "status",
+        "--idempotency-key",
+        "k",
+        "--scope",
+        "s",
+    ];
+    let scoped = lockctl(&scoped).await;
+    assert_eq!(scoped.json()["name"], "idem:s:k", "{scoped:?}");
+    assert!(scoped.json()["record"].is_null(), "{scoped:?}");
     let guard = c.lock("idem::k").lease(LONG).await.unwrap();
     let held = lockctl(&["--url", &url, "status", "idem::k"]).await;
     assert_eq!(held.code, 0, "{held:?}");
