@@ -30,9 +30,10 @@
 //! `prefix + scope + ":" + key`, so an unscoped layer's (prefix `idem:`) is **`idem::<key>`**
 //! (an empty scope between the two colons) and a scoped one's `idem:<scope>:<key>`; a key
 //! with whitespace or braces (or a very long one) is hashed (`idem:sha256:<hex>`). Look at a
-//! key with `lockctl status 'idem::8e03978e'`: its lock (held while the first request runs)
-//! and its record (size, fencing token). Inside a handler,
-//! [`Idempotency::record_key`] says the same name.
+//! key with `lockctl status --idempotency-key 8e03978e` (`--scope S` for a scoped layer,
+//! `--idempotency-prefix P` for another prefix), or with the name itself, `lockctl status
+//! 'idem::8e03978e'`: its lock (held while the first request runs) and its record (size,
+//! fencing token). Inside a handler, [`Idempotency::record_key`] says the same name.
 //!
 //! # Leases: slow handlers and crash takeover
 //!
