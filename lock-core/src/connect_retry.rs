@@ -51,8 +51,9 @@ impl ConnectRetry {
         }
         let pause = jitter(self.pause).min(self.deadline - now);
         self.pause = (self.pause * 2).min(MAX_PAUSE);
-        tracing::info!(error = %error, tries = self.tries, next_in = ?pause,
-            left = ?(self.deadline - now), "Redis not reachable yet; trying again");
+        tracing::info!(error = %error, address = error.address(), tries = self.tries,
+            next_in = ?pause, left = ?(self.deadline - now),
+            "Redis not reachable yet; trying again");
         Some(pause)
     }
 
@@ -90,9 +91,10 @@ mod tests {
     fn refused() -> LockError {
         LockError::Unavailable {
             waited: Duration::from_millis(1),
-            source: Some(redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::ConnectionRefused,
-            ))),
+            source: Some(crate::ConnectError::new(
+                "127.0.0.1:1",
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+            )),
         }
     }
 
@@ -121,6 +123,40 @@ mod tests {
         assert!(
             source.is_some_and(|e| e.is_connection_refusal()),
             "the last cause"
+        );
+    }
+
+    /// A buffer the log is written to.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_retry_log_names_the_address() {
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let pause = tracing::subscriber::with_default(subscriber, || {
+            ConnectRetry::new(Duration::from_secs(10)).pause_after(&refused())
+        });
+        assert!(pause.is_some());
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("Redis not reachable yet") && text.contains("address=\"127.0.0.1:1\""),
+            "{text}"
         );
     }
 

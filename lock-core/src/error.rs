@@ -1,5 +1,7 @@
-//! The one error type of the crate.
+//! The one error type of the crate, and [`ConnectError`], the cause of a connection that
+//! could not be had.
 
+use std::fmt;
 use std::time::Duration;
 
 /// Everything that can go wrong when taking, keeping or giving back a lock.
@@ -10,7 +12,33 @@ use std::time::Duration;
 /// [`std::error::Error::source`] returns it for [`LockError::NoPrimary`] and
 /// [`LockError::Tls`] (whose messages do not repeat it) and for [`LockError::Unavailable`]
 /// (whose message ends with it); [`LockError::Redis`] says it in its message only.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// # Printing it from `main`
+///
+/// `Debug` is the message followed by each cause it does not already say (`: caused by:
+/// …`), as the redis crate's `RedisError` prints itself, rather than the variant's fields: so
+/// `fn main() -> Result<(), Box<dyn std::error::Error>>` (which prints the error's `Debug`
+/// when it returns one) shows a sentence, not `Unavailable { waited: .., source: .. }`. Match
+/// the variants for the fields.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::LockClient;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // Port 1 on this host: nothing listens there.
+/// let err = LockClient::builder("redis://127.0.0.1:1")
+///     .connect_timeout(Duration::from_millis(500))
+///     .build()
+///     .await
+///     .unwrap_err();
+/// let printed = format!("{err:?}"); // what `main` prints after `Error: `
+/// assert!(printed.starts_with("no Redis connection to 127.0.0.1:1 within"), "{printed}");
+/// assert_eq!(err.address(), Some("127.0.0.1:1"));
+/// # }
+/// ```
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// The lock stayed held by someone else until the caller's wait ran out.
@@ -51,16 +79,20 @@ pub enum LockError {
     },
 
     /// No connection to Redis could be had in time (server down, unreachable, refused, a
-    /// password refused, or the pool exhausted). The message ends with the last connection
-    /// error when one was seen (e.g. `: Connection refused (os error 111)`), which is also
-    /// the [`source`](std::error::Error::source).
-    #[error("no Redis connection within {waited:?}{}", cause(.source.as_ref()))]
+    /// password refused, or the pool exhausted). The message names the address tried when it
+    /// is known and ends with the last connection error (e.g. `no Redis connection to
+    /// 10.0.0.5:6379 within 2.001s: Connection refused (os error 111)`), which is also the
+    /// [`source`](std::error::Error::source). [`LockError::address`] returns the address.
+    #[error("no Redis connection{} within {waited:?}{}", to(.source.as_ref()), cause(.source.as_ref()))]
     Unavailable {
         /// How long the client tried.
         waited: Duration,
-        /// The last connection error, if one was seen.
+        /// The last connection error, if one was seen, and the address it was to (a
+        /// [`ConnectError`] derefs to the [`redis::RedisError`]). Every error lock-core's
+        /// own connections report has one; the in-memory backend's and a Redlock's without
+        /// an answering node may not.
         #[source]
-        source: Option<redis::RedisError>,
+        source: Option<ConnectError>,
     },
 
     /// Redis did not answer within the response timeout.
@@ -227,6 +259,19 @@ fn detail_of(detail: &Option<String>) -> String {
 }
 
 impl LockError {
+    /// The address of the Redis server (`host:port`, a Unix socket's path, or a Cluster's
+    /// comma-separated seeds; never a password) that a [`LockError::Unavailable`] could not
+    /// connect to, when it is known; `None` for every other error.
+    pub fn address(&self) -> Option<&str> {
+        match self {
+            LockError::Unavailable {
+                source: Some(cause),
+                ..
+            } => cause.address(),
+            _ => None,
+        }
+    }
+
     /// True for [`LockError::Timeout`]: the lock is busy, Redis is fine.
     pub fn is_timeout(&self) -> bool {
         matches!(self, LockError::Timeout { .. })
@@ -287,11 +332,10 @@ impl LockError {
     pub(crate) fn into_redis(self) -> redis::RedisError {
         use std::io::{Error, ErrorKind};
         match self {
-            LockError::Redis(e)
-            | LockError::Unavailable {
+            LockError::Redis(e) | LockError::Tls { source: e, .. } => e,
+            LockError::Unavailable {
                 source: Some(e), ..
-            }
-            | LockError::Tls { source: e, .. } => e,
+            } => e.into_redis_error(),
             LockError::ResponseTimeout(_) | LockError::Timeout { .. } => {
                 Error::new(ErrorKind::TimedOut, self.to_string()).into()
             }
@@ -307,8 +351,116 @@ impl From<redis::RedisError> for LockError {
 }
 
 /// `": <error>"` for an error, nothing for none.
-fn cause(source: Option<&redis::RedisError>) -> String {
+fn cause(source: Option<&ConnectError>) -> String {
     source.map(|e| format!(": {e}")).unwrap_or_default()
+}
+
+/// `" to <address>"` for an error that knows it, nothing otherwise.
+fn to(source: Option<&ConnectError>) -> String {
+    source
+        .and_then(ConnectError::address)
+        .map(|a| format!(" to {a}"))
+        .unwrap_or_default()
+}
+
+/// The message, then each cause in the chain that the text so far does not already say
+/// (`LockError::Unavailable` ends with its cause: it is not said twice).
+impl fmt::Debug for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut said = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if !said.contains(&text) {
+                said.push_str(": caused by: ");
+                said.push_str(&text);
+            }
+            next = cause.source();
+        }
+        f.write_str(&said)
+    }
+}
+
+/// Why a connection to Redis could not be had, and where to: the
+/// [`source`](LockError::Unavailable::source) of [`LockError::Unavailable`].
+///
+/// It derefs to the [`redis::RedisError`] (`cause.is_connection_refusal()`,
+/// `cause.kind()`), prints as it (the address is said by the [`LockError`] around it), and
+/// converts from a [`redis::RedisError`] or an [`std::io::Error`] (without an address).
+#[derive(Clone)]
+pub struct ConnectError {
+    address: Option<String>,
+    error: redis::RedisError,
+}
+
+impl ConnectError {
+    /// `error`, seen connecting to `address` (`host:port`; never put a password in it).
+    pub fn new(address: impl Into<String>, error: redis::RedisError) -> Self {
+        Self {
+            address: Some(address.into()),
+            error,
+        }
+    }
+
+    /// The address tried, when it is known: `host:port`, a Unix socket's path, or a
+    /// Cluster's seeds, comma separated.
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
+    }
+
+    /// The redis crate's error.
+    pub fn redis_error(&self) -> &redis::RedisError {
+        &self.error
+    }
+
+    /// The redis crate's error, by value.
+    pub fn into_redis_error(self) -> redis::RedisError {
+        self.error
+    }
+}
+
+impl std::ops::Deref for ConnectError {
+    type Target = redis::RedisError;
+
+    fn deref(&self) -> &redis::RedisError {
+        &self.error
+    }
+}
+
+impl From<redis::RedisError> for ConnectError {
+    fn from(error: redis::RedisError) -> Self {
+        Self {
+            address: None,
+            error,
+        }
+    }
+}
+
+impl From<std::io::Error> for ConnectError {
+    fn from(error: std::io::Error) -> Self {
+        redis::RedisError::from(error).into()
+    }
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl fmt::Debug for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.address {
+            Some(address) => write!(f, "{address}: {}", self.error),
+            None => fmt::Display::fmt(&self.error, f),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
 }
 
 /// Errors after which the connection that saw them should not be used again.
@@ -337,6 +489,55 @@ mod tests {
             "{text}"
         );
         assert!(std::error::Error::source(&e).is_none(), "said once");
+    }
+
+    #[test]
+    fn an_unavailable_error_names_its_address_and_prints_as_a_sentence() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = LockError::Unavailable {
+            waited: Duration::from_millis(3),
+            source: Some(ConnectError::new("10.0.0.5:6379", refused.into())),
+        };
+        assert_eq!(e.address(), Some("10.0.0.5:6379"));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("no Redis connection to 10.0.0.5:6379 within 3ms: "),
+            "{text}"
+        );
+        // What `main() -> Result<(), Box<dyn Error>>` prints: the sentence, the cause once.
+        let debug = format!("{e:?}");
+        assert!(
+            debug.starts_with(&text) && !debug.contains("Unavailable {"),
+            "{debug}"
+        );
+        assert!(
+            matches!(&e, LockError::Unavailable { source: Some(c), .. } if c.is_connection_refusal())
+        );
+        // From the in-memory backend (an I/O error): no address, still a sentence.
+        let memory = LockError::Unavailable {
+            waited: Duration::from_millis(3),
+            source: Some(std::io::Error::other("unreachable").into()),
+        };
+        assert_eq!(memory.address(), None);
+        assert!(
+            memory
+                .to_string()
+                .starts_with("no Redis connection within 3ms")
+        );
+        // A cause the message does not say is appended.
+        let e = LockError::NoPrimary {
+            service: "mymaster".to_owned(),
+            source: Some(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "sentinel down",
+            ))),
+        };
+        let debug = format!("{e:?}");
+        assert!(
+            debug.starts_with("no primary known for Sentinel service `mymaster`: caused by: ")
+                && debug.contains("sentinel down"),
+            "{debug}"
+        );
     }
 
     #[test]

@@ -461,7 +461,7 @@ pub use builder::LockClientBuilder;
 pub use capabilities::{MutexProtocol, ServerCapabilities};
 pub use client::LockClient;
 pub use connection::Connection;
-pub use error::LockError;
+pub use error::{ConnectError, LockError};
 pub use eviction::EvictionRisk;
 pub use fair::FairLock;
 pub use global::{global_client, install_global};

@@ -273,17 +273,29 @@ impl<B> KeyExtractor<B> for QueryParam {
 ///     .route_layer(DistributedLockLayer::new(client, PathParam::new("order_id")).prefix("order:"))
 /// # }
 /// ```
+///
+/// The name may be a literal or an owned string, such as one read from configuration (no
+/// `Box::leak` needed):
+///
+/// ```
+/// use lock_tower::PathParam;
+///
+/// let from_config: String = "order_id".to_owned();
+/// let _ = PathParam::new(from_config);
+/// let _ = PathParam::new("order_id");
+/// ```
 #[cfg(feature = "axum")]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PathParam {
-    name: &'static str,
+    name: std::borrow::Cow<'static, str>,
 }
 
 #[cfg(feature = "axum")]
 impl PathParam {
-    /// The key is the route parameter `name` (without braces).
-    pub const fn new(name: &'static str) -> Self {
-        Self { name }
+    /// The key is the route parameter `name` (without braces): a `&'static str`, a `String`
+    /// or a `Cow<'static, str>`.
+    pub fn new(name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Self { name: name.into() }
     }
 }
 
@@ -309,7 +321,7 @@ impl<B> KeyExtractor<B> for PathParam {
         use axum::extract::rejection::RawPathParamsRejection;
 
         let lacks = match route_params(&mut parts_with(request)) {
-            Some(Ok(params)) => !params.iter().any(|(name, _)| name == self.name),
+            Some(Ok(params)) => !params.iter().any(|(name, _)| name == self.name.as_ref()),
             // Routing found no parameters at all: no route matched.
             Some(Err(RawPathParamsRejection::MissingPathParams(_))) => true,
             // A parameter that is not UTF-8: the request's fault.
@@ -317,7 +329,7 @@ impl<B> KeyExtractor<B> for PathParam {
         };
         lacks.then(|| {
             let route = request.extensions().get::<MatchedPath>();
-            RouteMismatch::new(self.name, route.map(|r| r.as_str().to_owned()))
+            RouteMismatch::new(self.name.clone(), route.map(|r| r.as_str().to_owned()))
         })
     }
 }
@@ -349,7 +361,7 @@ impl PathParam {
         let params = route_params(parts)?.ok()?;
         params
             .iter()
-            .find(|(name, _)| *name == self.name)
+            .find(|(name, _)| *name == self.name.as_ref())
             .map(|(_, value)| value.to_owned())
     }
 }

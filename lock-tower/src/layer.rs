@@ -178,8 +178,9 @@ impl<K, R> DistributedLockLayer<K, R> {
 
     /// Caps the `Retry-After` of a busy answer (default 5 s). Below the cap it is how long
     /// this layer's requests have held their locks lately (a moving average), and never more
-    /// than the holder's remaining lease; rounded up to whole seconds in the header, exact in
-    /// the JSON body's `retry_after_ms`.
+    /// than the holder's remaining lease; then rounded up to whole seconds (at least 1): one
+    /// value, which the header says in seconds and the JSON body's `retry_after_ms` in
+    /// milliseconds.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
         self.settings.max_retry_after = max;
         self

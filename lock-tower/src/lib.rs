@@ -119,8 +119,12 @@
 //!
 //! ```json
 //! {"type":"about:blank","title":"Conflict","status":409,"code":"lock_busy",
-//!  "detail":"another request holds the lock for this resource","retry_after_ms":240}
+//!  "detail":"another request holds the lock for this resource","retry_after_ms":1000}
 //! ```
+//!
+//! `retry_after_ms` and `Retry-After` are one value: the layer's estimate rounded up to whole
+//! seconds, at least 1 (what the header can carry), so a client that reads either waits as
+//! long.
 //!
 //! The inner service's error type is never changed: the layer answers with responses, so
 //! under axum it stays `Infallible`.
@@ -236,8 +240,10 @@ pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;
 pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, RouteMismatch, header_value};
+#[allow(deprecated)]
+pub use idempotency::RedisStore;
 pub use idempotency::{
-    Fingerprint, Idempotency, IdempotencyLayer, Idempotent, Record, RecordStore, RedisStore,
+    Fingerprint, Idempotency, IdempotencyLayer, Idempotent, LockClientStore, Record, RecordStore,
     StoreError, StoreErrorKind, Unscoped,
 };
 pub use layer::DistributedLockLayer;

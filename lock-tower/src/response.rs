@@ -58,6 +58,12 @@ pub enum RejectionKind {
     RequestBodyTooLarge,
     /// The request body could not be read (`400`).
     RequestBodyFailed,
+    /// A request with this key completed, but its response could not be stored for replay
+    /// (its body was over [`max_record_body`](crate::IdempotencyLayer::max_record_body), or
+    /// it had trailers): the layer keeps a "completed, not replayable" marker instead, and
+    /// answers the key's retries with this (`409`, no `Retry-After`: retrying never helps),
+    /// never running the handler twice. Use a new key to run it again.
+    IdempotencyResponseNotReplayable,
     /// The store of idempotency records could not be reached or failed (`503` with
     /// `Retry-After`).
     RecordStoreUnavailable,
@@ -82,6 +88,9 @@ impl RejectionKind {
             RejectionKind::IdempotencyKeyReused => "idempotency_key_reused",
             RejectionKind::RequestBodyTooLarge => "request_body_too_large",
             RejectionKind::RequestBodyFailed => "request_body_failed",
+            RejectionKind::IdempotencyResponseNotReplayable => {
+                "idempotency_response_not_replayable"
+            }
             RejectionKind::RecordStoreUnavailable => "idempotency_store_unavailable",
         }
     }
@@ -99,6 +108,7 @@ impl RejectionKind {
                 | RejectionKind::RequestBodyTooLarge
                 | RejectionKind::RequestBodyFailed
                 | RejectionKind::RecordStoreUnavailable
+                | RejectionKind::IdempotencyResponseNotReplayable
         )
     }
 }
@@ -363,8 +373,10 @@ impl Rejection {
         self
     }
 
+    /// Sets the one value `Retry-After` and the body's `retry_after_ms` both say: `retry_after`
+    /// rounded up to whole seconds, at least 1 (what the header can carry), so they agree.
     pub(crate) fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.retry_after = Some(retry_after);
+        self.retry_after = Some(Duration::from_secs(retry_after_secs(retry_after)));
         self
     }
 
@@ -384,7 +396,10 @@ impl Rejection {
     }
 
     /// How long the client should wait before trying again, when that is known
-    /// (`Busy`, `Unavailable`, `Lost`).
+    /// (`Busy`, `PermitsInUse`, `Unavailable`, `Lost`, `IdempotencyKeyInUse`,
+    /// `RecordStoreUnavailable`): always whole seconds, at least 1 (the layer's estimate
+    /// rounded up), the one value the `Retry-After` header and the body's `retry_after_ms`
+    /// both say.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
@@ -597,7 +612,16 @@ mod tests {
         assert_eq!(body["status"], 423);
         assert_eq!(body["title"], "Locked");
         assert_eq!(body["code"], "lock_busy");
-        assert_eq!(body["retry_after_ms"], 1500);
+        // One value: the header's whole seconds, in milliseconds.
+        assert_eq!(body["retry_after_ms"], 2000);
+        // A holder about to release (0 ms left) still says 1 s in both, never 0 beside 1.
+        let soon = Rejection::new(RejectionKind::Busy, StatusCode::CONFLICT, "busy")
+            .with_retry_after(Duration::ZERO);
+        let res: Response<Bytes> = soon.to_response();
+        assert_eq!(res.headers()[RETRY_AFTER], "1");
+        let body: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+        assert_eq!(body["retry_after_ms"], 1000);
+        assert_eq!(soon.retry_after(), Some(Duration::from_secs(1)));
     }
 
     #[test]

@@ -56,16 +56,10 @@ pub(crate) struct Cli {
 pub(crate) struct ConnectionArgs {
     /// Redis URL: redis://host:port, with user:password@ before the host and /db after it
     /// when needed; rediss:// for TLS. Give several (repeated or comma-separated) for the seed
-    /// nodes of a Cluster, or the sentinels with --sentinel-master.
-    #[arg(
-        long,
-        short = 'u',
-        global = true,
-        value_delimiter = ',',
-        default_value = "redis://127.0.0.1:6379",
-        env = "LOCKCTL_URL",
-        hide_env_values = true
-    )]
+    /// nodes of a Cluster, or the sentinels with --sentinel-master. Without --url: the
+    /// LOCKCTL_URL environment variable, else REDIS_URL, else redis://127.0.0.1:6379, in that
+    /// order (every message names the server used and where its URL came from).
+    #[arg(long, short = 'u', global = true, value_delimiter = ',')]
     pub(crate) url: Vec<String>,
 
     /// The URLs are Redis Cluster nodes. Detected without it when one URL is given (INFO
@@ -109,6 +103,30 @@ pub(crate) struct ConnectionArgs {
     pub(crate) timeout: Duration,
 }
 
+/// The variables `--url` falls back to, in order.
+pub(crate) const URL_VARIABLES: [&str; 2] = ["LOCKCTL_URL", "REDIS_URL"];
+
+/// The URL when neither `--url` nor a variable gives one.
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+impl ConnectionArgs {
+    /// The URLs to use and where they came from (`--url`, `LOCKCTL_URL`, `REDIS_URL` or
+    /// `the default`), `var` reading the environment: `--url` first, then the first variable
+    /// that is set and not empty (comma separated), then [`DEFAULT_URL`].
+    pub(crate) fn urls(&self, var: impl Fn(&str) -> Option<String>) -> (Vec<String>, &'static str) {
+        if !self.url.is_empty() {
+            return (self.url.clone(), "--url");
+        }
+        for name in URL_VARIABLES {
+            if let Some(value) = var(name).filter(|v| !v.trim().is_empty()) {
+                let urls = value.split(',').map(|u| u.trim().to_owned()).collect();
+                return (urls, name);
+            }
+        }
+        (vec![DEFAULT_URL.to_owned()], "the default")
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -131,14 +149,52 @@ pub(crate) enum Command {
     Watch(WatchArgs),
 }
 
-/// `status NAME`.
+/// `status NAME`, or `status --idempotency-key KEY`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The lock's name, as the application gives it (without the prefix).
-    pub(crate) name: String,
+    /// The lock's name, as the application gives it (without the prefix); or give
+    /// --idempotency-key instead.
+    #[arg(
+        required_unless_present = "idempotency_key",
+        conflicts_with = "idempotency_key"
+    )]
+    pub(crate) name: Option<String>,
+    /// Look at an IdempotencyLayer's key instead of NAME: its lock (held while its first
+    /// request runs) and its stored response, under the name the layer gives it: PREFIX +
+    /// SCOPE + ":" + KEY (`idem::KEY` for an unscoped layer; hashed when that cannot be a lock
+    /// name, as the layer does). KEY as the client sent it, without the quotes of its
+    /// structured-field form.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) idempotency_key: Option<String>,
+    /// With --idempotency-key: the request's scope, for a layer that scopes keys (what its
+    /// scope extractor found, such as the client's id).
+    #[arg(long, value_name = "SCOPE")]
+    pub(crate) scope: Option<String>,
+    /// With --idempotency-key: the layer's prefix (its `prefix`) [default: idem:].
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) idempotency_prefix: Option<String>,
     /// Only this kind of lock.
     #[arg(long, value_enum)]
     pub(crate) kind: Option<Kind>,
+}
+
+impl StatusArgs {
+    /// The name to look at: NAME, or the name an IdempotencyLayer keeps the key under (a
+    /// usage error when the prefix cannot be one).
+    pub(crate) fn lock_name(&self) -> Result<String, String> {
+        match (&self.name, &self.idempotency_key) {
+            (Some(_), _) if self.scope.is_some() || self.idempotency_prefix.is_some() => {
+                Err("--scope and --idempotency-prefix go with --idempotency-key".to_owned())
+            }
+            (Some(name), _) => Ok(name.clone()),
+            (None, Some(key)) => {
+                let prefix = self.idempotency_prefix.as_deref().unwrap_or("idem:");
+                lock_tower::idempotency::record_key(prefix, self.scope.as_deref(), key)
+                    .map_err(|reason| format!("bad --idempotency-prefix: {reason}"))
+            }
+            (None, None) => Err("give NAME or --idempotency-key".to_owned()),
+        }
+    }
 }
 
 /// `list [PATTERN]`.
@@ -209,6 +265,74 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_url_is_the_flag_then_lockctl_url_then_redis_url_then_the_default() {
+        let cli = Cli::try_parse_from(["lockctl", "list"]).unwrap();
+        let both = |name: &str| Some(format!("redis://{name}:1"));
+        assert_eq!(
+            cli.connection.urls(both),
+            (vec!["redis://LOCKCTL_URL:1".to_owned()], "LOCKCTL_URL")
+        );
+        let redis_only = |name: &str| match name {
+            "REDIS_URL" => Some("redis://a:1, redis://b:2".to_owned()),
+            _ => Some(String::new()),
+        };
+        assert_eq!(
+            cli.connection.urls(redis_only),
+            (
+                vec!["redis://a:1".to_owned(), "redis://b:2".to_owned()],
+                "REDIS_URL"
+            )
+        );
+        assert_eq!(
+            cli.connection.urls(|_| None),
+            (vec![DEFAULT_URL.to_owned()], "the default")
+        );
+    }
+
+    #[test]
+    fn an_idempotency_key_is_looked_at_under_the_layers_name() {
+        let status = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Command::Status(status) = cli.command else {
+                panic!("not status")
+            };
+            status.lock_name()
+        };
+        let name = status(&["lockctl", "status", "--idempotency-key", "8e03978e"]);
+        assert_eq!(name.as_deref(), Ok("idem::8e03978e"));
+        let scoped = [
+            "lockctl",
+            "status",
+            "--idempotency-key",
+            "k1",
+            "--scope",
+            "client-7",
+        ];
+        assert_eq!(status(&scoped).as_deref(), Ok("idem:client-7:k1"));
+        let prefixed = [
+            "lockctl",
+            "status",
+            "--idempotency-key",
+            "k",
+            "--idempotency-prefix",
+            "pay:",
+        ];
+        assert_eq!(status(&prefixed).as_deref(), Ok("pay::k"));
+        assert_eq!(
+            status(&["lockctl", "status", "order:1"]).as_deref(),
+            Ok("order:1")
+        );
+        assert!(
+            Cli::try_parse_from(["lockctl", "status"]).is_err(),
+            "NAME or a key"
+        );
+        let both = ["lockctl", "status", "order:1", "--idempotency-key", "k"];
+        assert!(Cli::try_parse_from(both).is_err(), "not both");
+        let stray = status(&["lockctl", "status", "x", "--scope", "s"]);
+        assert!(stray.is_err_and(|e| e.contains("--idempotency-key")));
+    }
+
+    #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
     }
@@ -225,6 +349,8 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.connection.url.len(), 3);
+        let env = |name: &str| (name == "REDIS_URL").then(|| "redis://r:1".to_owned());
+        assert_eq!(cli.connection.urls(env).1, "--url", "--url first");
         let cli =
             Cli::try_parse_from(["lockctl", "watch", "--for", "1m 30s", "--count", "2"]).unwrap();
         let Command::Watch(watch) = cli.command else {

@@ -40,7 +40,8 @@ pub(crate) struct Target {
     pub(crate) prefix: String,
     /// The connect and response timeout.
     pub(crate) timeout: Duration,
-    /// What the URLs were, without passwords, for messages.
+    /// What the URLs were, without passwords, and where they came from, for messages:
+    /// `redis://10.0.0.5:6379 (from REDIS_URL)`.
     pub(crate) label: String,
 }
 
@@ -104,16 +105,19 @@ impl Target {
         fence_ttl: Option<Duration>,
     ) -> Result<Target, Failure> {
         let tls = Tls::read(args)?;
-        let urls = &args.url;
-        for url in urls {
-            parse(url)?;
-        }
-        if urls.is_empty() {
-            return Err(Failure::Usage("no --url given".to_owned()));
-        }
+        let (urls, origin) = args.urls(|name| std::env::var(name).ok());
         let label = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
+        let label = format!("{label} (from {origin})");
+        for url in &urls {
+            parse(url).map_err(|e| match e {
+                Failure::Usage(m) => Failure::Usage(format!("{m} (from {origin})")),
+                other => other,
+            })?;
+        }
+        let urls = &urls;
         let settings = Settings {
             args,
+            urls,
             prefix,
             fence_ttl,
             tls: &tls,
@@ -210,6 +214,8 @@ async fn is_cluster_node(node: &Primary) -> Result<bool, Failure> {
 /// What every connection of a [`Target`] shares.
 struct Settings<'a> {
     args: &'a ConnectionArgs,
+    /// The URLs: `--url`'s, a variable's or the default.
+    urls: &'a [String],
     prefix: &'a str,
     fence_ttl: Option<Duration>,
     tls: &'a Tls,
@@ -220,12 +226,12 @@ impl Settings<'_> {
     /// lock-core's builder for the deployment.
     fn builder(&self, deployment: Deployment) -> LockClientBuilder {
         let args = self.args;
-        let urls = args.url.iter().cloned();
+        let urls = self.urls.iter().cloned();
         let mut builder = match (deployment, &args.sentinel_master) {
             (Deployment::Sentinel, Some(master)) => LockClient::builder_sentinel(urls, master)
                 .sentinel_primary_url(args.sentinel_primary_url.clone()),
             (Deployment::Cluster, _) => LockClient::builder_cluster(urls),
-            _ => LockClient::builder(args.url.first().map_or("", String::as_str)),
+            _ => LockClient::builder(self.urls.first().map_or("", String::as_str)),
         };
         builder = builder
             .key_prefix(self.prefix)

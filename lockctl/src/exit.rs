@@ -115,7 +115,7 @@ impl Failure {
             }
             LockError::Unavailable { source, .. } => connection(
                 source
-                    .as_ref()
+                    .as_deref()
                     .and_then(cause)
                     .unwrap_or(Cause::Unreachable),
             ),

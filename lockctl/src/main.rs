@@ -4,6 +4,8 @@
 //! lockctl [--url URL]... [--prefix lock:] [--json] <COMMAND>
 //!
 //!   status NAME [--kind K]              every kind of lock under NAME, held or free
+//!   status --idempotency-key KEY [--scope S] [--idempotency-prefix idem:]
+//!                                       the same for an idempotency layer's key
 //!   list [PATTERN] [--limit N] [--kind K]
 //!                                       held locks, sorted by remaining lease
 //!   force-unlock NAME [--yes] [--kind K] [--fence-ttl 1h]
@@ -16,6 +18,12 @@
 //! names (`order:*`), default `*`.
 //!
 //! # What it shows
+//!
+//! `status --idempotency-key KEY` looks at the name lock-tower's `IdempotencyLayer` keeps
+//! KEY under (`lock_tower::idempotency::record_key`): `idem::KEY` for an unscoped layer,
+//! `idem:SCOPE:KEY` with `--scope`, another prefix with `--idempotency-prefix`, hashed when
+//! the key has whitespace or braces; the lock is held while the key's first request runs, and
+//! the record is its stored response (or its "completed, not replayable" marker).
 //!
 //! For each lock: its kind, name, whether it is held (for a read-write lock: `write`, `read`
 //! or `write+read`), the owner ids as lock-core stores them (`<client id>:<holder id>`: the
@@ -69,13 +77,21 @@
 //! (`LockClientBuilder::connect_primaries`), with the same options.
 //!
 //! TLS: `--tls-ca`, `--tls-cert`/`--tls-key`, `--tls-insecure` (development only), as
-//! lock-core's builder options, which lock-core applies to every connection. The URL and prefix may also come from `LOCKCTL_URL` (comma
-//! separated) and `LOCKCTL_PREFIX`.
+//! lock-core's builder options, which lock-core applies to every connection.
+//!
+//! Where the URL comes from, first found first: `--url`, then the `LOCKCTL_URL` environment
+//! variable, then `REDIS_URL` (what the applications themselves often read; both comma
+//! separated), then `redis://127.0.0.1:6379`. The prefix may come from `LOCKCTL_PREFIX`.
+//! `status` says which server answered (its address, where the URL came from, its name and
+//! version and the mutex protocol spoken there: scripted or native) on standard error, and
+//! as `server` in JSON; every connection error names the address and where it came from
+//! (`cannot connect to redis://10.0.0.5:6379 (from REDIS_URL): connection refused …`).
 //!
 //! # Output
 //!
 //! A table by default; `--json` prints one JSON document (`status`: `{name, prefix, found,
-//! held, locks}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
+//! held, locks, server: {address, version, mutex_protocol, native_compare, scripting},
+//! record}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
 //! `{name, prefix, aborted, locks: [{kind, owners, fencing_token, hold_count, freed}]}`;
 //! `watch`: one object per line, `{at_ms, event, kind, name, owner, hold_count,
 //! fencing_token, remaining_ms, …, source}`). A lock in `locks` is `{name, kind, held, mode,
@@ -127,8 +143,11 @@ use crate::output::{Output, notice};
 /// Checks what can be checked before connecting: names and patterns.
 fn check(command: &Command) -> Result<(), Failure> {
     match command {
-        Command::Status(cli::StatusArgs { name, .. })
-        | Command::ForceUnlock(cli::ForceUnlockArgs { name, .. }) => {
+        Command::Status(status) => {
+            let name = status.lock_name().map_err(Failure::Usage)?;
+            lock_core::validate_name(&name).map_err(|e| Failure::Usage(e.to_string()))
+        }
+        Command::ForceUnlock(cli::ForceUnlockArgs { name, .. }) => {
             lock_core::validate_name(name).map_err(|e| Failure::Usage(e.to_string()))
         }
         Command::List(cli::ListArgs { pattern, .. })

@@ -1,5 +1,6 @@
-//! `lockctl status NAME`: every kind of lock that exists under NAME, held or free, and the
-//! record kept next to it (lock-core's `record`), if any.
+//! `lockctl status NAME` (or `--idempotency-key KEY`, the name an idempotency layer gives
+//! it): every kind of lock that exists under NAME, held or free, and the record kept next to
+//! it (lock-core's `record`), if any.
 
 use futures_util::future::try_join_all;
 use lock_core::LockError;
@@ -55,6 +56,9 @@ async fn record(target: &Target, name: &str) -> Result<Option<Record>, Failure> 
 /// The deployment, as `status` reports it.
 #[derive(Debug, Serialize)]
 struct Server<'a> {
+    /// The URLs used, without passwords, and where they came from (`--url`, `LOCKCTL_URL`,
+    /// `REDIS_URL` or the default): `redis://10.0.0.5:6379 (from REDIS_URL)`.
+    address: &'a str,
     version: &'a str,
     mutex_protocol: String,
     native_compare: bool,
@@ -110,21 +114,27 @@ pub(crate) async fn run(
     args: &StatusArgs,
     out: &mut Output,
 ) -> Result<Code, Failure> {
-    let mut states = read(target, &args.name, args.kind).await?;
+    let name = args.lock_name().map_err(Failure::Usage)?;
+    let mut states = read(target, &name, args.kind).await?;
     describe(&target.client, &mut states)
         .await
         .map_err(|e| Failure::from_lock(e, &target.label))?;
     let held = states.iter().any(|s| s.held);
-    let record = record(target, &args.name).await?;
+    let record = record(target, &name).await?;
     let caps = target.client.server_capabilities();
+    if !out.is_json() {
+        // Which server answered, whatever it says: a wrong URL is seen at once.
+        crate::output::notice(&format!("server {}: {caps}", target.label));
+    }
     let written = if out.is_json() {
         out.json_line(&Status {
-            name: &args.name,
+            name: &name,
             prefix: &target.prefix,
             found: !states.is_empty(),
             held,
             locks: &states,
             server: Server {
+                address: &target.label,
                 version: &caps.server,
                 mutex_protocol: caps.mutex_protocol.to_string(),
                 native_compare: caps.native_compare,
@@ -136,19 +146,18 @@ pub(crate) async fn run(
         out.line(&format!(
             "no lock named {:?} under prefix {:?}; its record: {} bytes, written with fencing \
              token {}",
-            args.name, target.prefix, record.bytes, record.token
+            name, target.prefix, record.bytes, record.token
         ))
     } else if states.is_empty() {
         out.line(&format!(
             "no lock named {:?} under prefix {:?}{}",
-            args.name,
+            name,
             target.prefix,
             args.kind
                 .map(|k| format!(" (kind {k})"))
                 .unwrap_or_default()
         ))
     } else {
-        crate::output::notice(&format!("server {caps}"));
         if let Some(record) = &record {
             crate::output::notice(&format!(
                 "record: {} bytes, written with fencing token {}",

@@ -52,12 +52,14 @@ impl Run {
     }
 }
 
-/// A lockctl command with its output piped, without the environment's LOCKCTL_* settings.
+/// A lockctl command with its output piped, without the environment's LOCKCTL_* and
+/// REDIS_URL settings.
 fn command(args: &[&str]) -> Command {
     let mut command = Command::new(LOCKCTL);
     command
         .args(args)
         .env_remove("LOCKCTL_URL")
+        .env_remove("REDIS_URL")
         .env_remove("LOCKCTL_PREFIX")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -796,6 +798,75 @@ async fn the_primary_is_found_through_the_sentinels() {
     assert!(unknown.stderr.contains("no primary"), "{unknown:?}");
 }
 
+/// Runs lockctl with `env` set (after [`command`] cleared the URL variables).
+async fn lockctl_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut command = command(args);
+    command.envs(env.iter().copied());
+    let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("lockctl {args:?} did not finish"))
+        .unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_comes_from_lockctl_url_then_redis_url_and_every_answer_names_it() {
+    let server = RedisServer::start();
+    let live = server.url();
+    let dead = format!("redis://127.0.0.1:{}", lock_tests::free_port());
+
+    // REDIS_URL alone: used, and status says which server answered and from where.
+    let status = lockctl_env(&["status", "x"], &[("REDIS_URL", &live)]).await;
+    assert_eq!(status.code, 1, "{status:?}");
+    let said = format!("server {live} (from REDIS_URL): ");
+    assert!(status.stderr.contains(&said), "{status:?}");
+    assert!(status.stderr.contains("mutex protocol"), "{status:?}");
+    let json = lockctl_env(&["--json", "status", "x"], &[("REDIS_URL", &live)]).await;
+    let server_doc = &json.json()["server"];
+    assert_eq!(
+        server_doc["address"],
+        format!("{live} (from REDIS_URL)"),
+        "{json:?}"
+    );
+    assert!(
+        server_doc["version"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+    );
+    assert!(server_doc["mutex_protocol"].as_str().is_some());
+
+    // LOCKCTL_URL first: the dead REDIS_URL is not tried.
+    let both = &[("LOCKCTL_URL", live.as_str()), ("REDIS_URL", dead.as_str())];
+    let first = lockctl_env(&["status", "x"], both).await;
+    assert_eq!(first.code, 1, "{first:?}");
+    assert!(first.stderr.contains("(from LOCKCTL_URL)"), "{first:?}");
+
+    // --url before both.
+    let flag = lockctl_env(&["--url", &live, "status", "x"], &[("LOCKCTL_URL", &dead)]).await;
+    assert_eq!(flag.code, 1, "{flag:?}");
+    assert!(flag.stderr.contains("(from --url)"), "{flag:?}");
+
+    // A connection error names the address and where it came from.
+    let down = lockctl_env(&["status", "x"], &[("REDIS_URL", &dead)]).await;
+    assert_eq!(down.code, 3, "{down:?}");
+    assert!(
+        down.stderr
+            .contains(&format!("cannot connect to {dead} (from REDIS_URL)")),
+        "{down:?}"
+    );
+    // lock-core's own message in it names the address too.
+    let host_port = dead.trim_start_matches("redis://");
+    assert!(
+        down.stderr
+            .contains(&format!("no Redis connection to {host_port} within")),
+        "{down:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_exit_with_their_code_and_name_the_cause() {
     // Nothing listens: 3, connection refused.
@@ -899,6 +970,23 @@ async fn status_shows_the_record_next_to_a_name() {
             .contains("its record: 6 bytes, written with fencing token 42"),
         "{table:?}"
     );
+    // From the idempotency key itself: the name lock-tower's layer gives it.
+    let by_key = lockctl(&["--url", &url, "--json", "status", "--idempotency-key", "k"]).await;
+    assert_eq!(by_key.json()["name"], "idem::k", "{by_key:?}");
+    assert_eq!(by_key.json()["record"]["token"], 42, "{by_key:?}");
+    let scoped = [
+        "--url",
+        &url,
+        "--json",
+        "status",
+        "--idempotency-key",
+        "k",
+        "--scope",
+        "s",
+    ];
+    let scoped = lockctl(&scoped).await;
+    assert_eq!(scoped.json()["name"], "idem:s:k", "{scoped:?}");
+    assert!(scoped.json()["record"].is_null(), "{scoped:?}");
     let guard = c.lock("idem::k").lease(LONG).await.unwrap();
     let held = lockctl(&["--url", &url, "status", "idem::k"]).await;
     assert_eq!(held.code, 0, "{held:?}");

@@ -1181,8 +1181,28 @@ fn has_error(reply: &Resp) -> bool {
 
 /// The variant of an error, for comparing with [`expected`].
 fn variant(e: &LockError) -> String {
-    let debug = format!("{e:?}");
-    debug.split(['(', ' ', '{']).next().unwrap_or("").to_owned()
+    // By matching: `Debug` is the message, not the variant.
+    match e {
+        LockError::Timeout { .. } => "Timeout",
+        LockError::Lost { .. } => "Lost",
+        LockError::InvalidName { .. } => "InvalidName",
+        LockError::InvalidOption { .. } => "InvalidOption",
+        LockError::Unavailable { .. } => "Unavailable",
+        LockError::ResponseTimeout(_) => "ResponseTimeout",
+        LockError::Redis(_) => "Redis",
+        LockError::NoClient => "NoClient",
+        LockError::NotReplicated { .. } => "NotReplicated",
+        LockError::CrossSlot { .. } => "CrossSlot",
+        LockError::NoPrimary { .. } => "NoPrimary",
+        LockError::SizeMismatch { .. } => "SizeMismatch",
+        LockError::NoPermission { .. } => "NoPermission",
+        LockError::AuthRequired { .. } => "AuthRequired",
+        LockError::Tls { .. } => "Tls",
+        LockError::UnexpectedReply(_) => "UnexpectedReply",
+        LockError::Unsupported { .. } => "Unsupported",
+        _ => "another variant",
+    }
+    .to_owned()
 }
 
 /// Every script reply, malformed ones included, to every call that reads one: the documented

@@ -1,8 +1,9 @@
 //! lock-tower's `IdempotencyLayer` and lock-core's records against a real redis-server, real
 //! axum servers on loopback ports and a real HTTP client: a key's request runs once across two
 //! instances (its duplicates get `409` while it runs, its stored response byte for byte after),
-//! another request with the key gets `422`, scopes keep clients apart, a failed handler, a lost
-//! lock and a response too large store nothing (the late write refused by the fence), bad
+//! another request with the key gets `422`, scopes keep clients apart, a failed handler and a
+//! lost lock store nothing (the late write refused by the fence), a response too large stores
+//! a "completed, not replayable" marker (its retries `409`, never run again), bad
 //! keys get `400` problems, a Redis outage `503` unless the layer fails open; and the records
 //! themselves: fenced, next to the lock (in its slot on a Cluster), expiring, with and without
 //! Lua.
@@ -233,14 +234,17 @@ async fn a_key_runs_once_across_two_instances_and_is_replayed_byte_for_byte() {
     let first = tokio::spawn(send(apps[0].url("/charges"), "k-1", "amount=5"));
     assert_eq!(probe.entered().await, 1);
 
-    // Its duplicates, on both instances, while it runs: 409 at once, with Retry-After.
+    // Its duplicates, on both instances, while it runs: 409 at once, with Retry-After: the
+    // holder's remaining lease (the default 30 s watchdog lease, renewed every 10 s), rounded
+    // up, and the body's retry_after_ms the same value.
     let duplicates = (0..8).map(|i| send(apps[i % 2].url("/charges"), "k-1", "amount=5"));
     for res in within("duplicates", 30, futures_util::future::join_all(duplicates)).await {
-        let (code, retry_after) = rejected(res, StatusCode::CONFLICT).await;
-        assert_eq!(
-            (code.as_str(), retry_after.as_deref()),
-            ("idempotency_key_in_use", Some("1"))
-        );
+        let (status, retry_after, body) = problem(res).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["code"], "idempotency_key_in_use");
+        let secs: u64 = retry_after.expect("Retry-After").parse().unwrap();
+        assert!((19..=30).contains(&secs), "the holder's lease: {secs} s");
+        assert_eq!(body["retry_after_ms"], secs * 1000, "{body}");
     }
     probe.open();
     let (status, headers, original) = read(first.await.unwrap()).await;
@@ -373,7 +377,7 @@ async fn a_lost_lock_stores_nothing_and_the_late_write_is_fenced() {
     let c = client(&server.url()).await;
     // A lease that runs out while the first run waits; it goes on (Continue) and writes late.
     let layer = IdempotencyLayer::new(c.clone())
-        .lease(Duration::from_secs(2))
+        .fixed_lease(Duration::from_secs(2))
         .on_lease_lost(LeaseLost::Continue);
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
@@ -419,7 +423,8 @@ async fn a_lost_lock_stores_nothing_and_the_late_write_is_fenced() {
 async fn a_lost_lock_aborts_the_handler_and_its_retry_runs() {
     let server = RedisServer::start();
     let probe = Probe::new(&server);
-    let layer = IdempotencyLayer::new(client(&server.url()).await).lease(Duration::from_secs(1));
+    let layer =
+        IdempotencyLayer::new(client(&server.url()).await).fixed_lease(Duration::from_secs(1));
     let app = App::serve(app(layer, &probe)).await;
     probe.close();
     let res = send(app.url("/charges"), "k-abort", "x").await;
@@ -480,6 +485,32 @@ async fn bad_and_missing_keys_are_400_problems_that_never_reach_the_handler() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_structured_field_string_key_is_the_same_key_as_the_bare_token() {
+    let server = RedisServer::start();
+    let probe = Probe::new(&server);
+    let layer = IdempotencyLayer::new(client(&server.url()).await);
+    let app = App::serve(app(layer, &probe)).await;
+    // The draft's form, RFC 8941's sf-string: the quotes are not part of the key.
+    let (status, replayed, _) = read(send(app.url("/charges"), "\"8e03978e\"", "x").await).await;
+    assert_eq!((status, replayed[0].as_deref()), (201, None));
+    let (status, replayed, _) = read(send(app.url("/charges"), "8e03978e", "x").await).await;
+    assert_eq!((status, replayed[0].as_deref()), (201, Some("true")));
+    // Escapes: `\"` and `\\` stand for `"` and `\`.
+    let escaped = r#""a\"b\\c""#;
+    assert_eq!(send(app.url("/charges"), escaped, "x").await.status(), 201);
+    let (_, replayed, _) = read(send(app.url("/charges"), r#"a"b\c"#, "x").await).await;
+    assert_eq!(replayed[0].as_deref(), Some("true"));
+    assert_eq!(probe.runs(), 2);
+    // Its record is where `record_key` says, the name lockctl takes.
+    let name = lock_tower::idempotency::record_key("idem:", None, "8e03978e").unwrap();
+    assert_eq!(name, "idem::8e03978e");
+    assert_eq!(
+        server.cmd(&["EXISTS", &format!("lock:{{{name}}}:record")]),
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_the_limits_are_413_or_answered_but_not_stored() {
     let logs = lock_tests::logs::everything(&["lock_tower"]);
     let server = RedisServer::start();
@@ -499,17 +530,31 @@ async fn bodies_over_the_limits_are_413_or_answered_but_not_stored() {
     );
     assert_eq!(probe.runs(), 1);
 
-    // A response over max_record_body: answered whole, not stored, so the retry runs again.
-    for run in 2..=3 {
-        let (status, headers, body) = read(send(app.url("/big"), "k-out", "").await).await;
-        assert_eq!((status, headers[0].as_deref()), (200, None));
-        assert_eq!(body.len(), 4096);
-        assert!(body.iter().all(|&b| b == b'x'));
-        assert_eq!(probe.runs(), run);
+    // A response over max_record_body: answered whole, and a "completed, not replayable"
+    // marker stored, so a retry is 409 and never runs the handler again.
+    let (status, headers, body) = read(send(app.url("/big"), "k-out", "").await).await;
+    assert_eq!((status, headers[0].as_deref()), (200, None));
+    assert_eq!(body.len(), 4096);
+    assert!(body.iter().all(|&b| b == b'x'));
+    assert_eq!(probe.runs(), 2);
+    for _ in 0..2 {
+        let res = send(app.url("/big"), "k-out", "").await;
+        let (status, retry_after, body) = problem(res).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["code"], "idempotency_response_not_replayable");
+        assert_eq!(retry_after, None, "retrying never helps");
+        assert!(body["detail"].as_str().unwrap().contains("200"), "{body}");
     }
+    assert_eq!(probe.runs(), 2, "never a second run");
+    // Another request with the key is still 422, not the marker's answer.
+    let res = send(app.url("/big"), "k-out", "other body").await;
+    assert_eq!(
+        rejected(res, StatusCode::UNPROCESSABLE_ENTITY).await.0,
+        "idempotency_key_reused"
+    );
     let warned =
         logs.picked(|e| e.level == Level::WARN && e.field("max_record_body") == Some("1031"));
-    assert_eq!(warned.len(), 2, "{warned:?}");
+    assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
         lock_keys(&server).is_empty(),
         "the key's lock was given back"
@@ -671,4 +716,142 @@ async fn on_a_cluster_records_live_in_their_locks_slot_and_requests_are_replayed
     let (_, headers, again) = read(send(app.url("/charges"), "k-cluster", "x").await).await;
     assert_eq!((headers[0].as_deref(), again), (Some("true"), first));
     assert_eq!(probe.runs(), 1);
+}
+
+/// The idempotency module's docs, whose *Status codes* table is checked against the layer.
+const IDEMPOTENCY_DOCS: &str = include_str!("../../lock-tower/src/idempotency/mod.rs");
+
+/// The problem codes a docs table lists: the backticked words of column `column` of the
+/// table under the heading `heading` (a rustdoc `//!` table).
+fn table_codes(docs: &str, heading: &str, column: usize) -> std::collections::BTreeSet<String> {
+    let section = docs
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading:?} in the docs"));
+    section
+        .lines()
+        .map(|line| line.trim_start_matches("//!").trim())
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        // Not the header and its separator.
+        .skip(2)
+        .filter_map(|row| row.split('|').nth(column + 1).map(str::to_owned))
+        .flat_map(|cell| {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The problem code of a response, if it is a problem document.
+async fn code_of(res: reqwest::Response) -> Option<String> {
+    let body: serde_json::Value = res.json().await.ok()?;
+    body["code"].as_str().map(str::to_owned)
+}
+
+/// Answers of layers on a working Redis: bad keys and scopes, bodies, a reused key, a key in
+/// use, a response too large to keep, a lost lease, a setting that cannot work.
+async fn answers_with_redis_up(server: &RedisServer, seen: &mut Vec<Option<String>>) {
+    let probe = Probe::new(server);
+    let c = client(&server.url()).await;
+    let layer = IdempotencyLayer::new(c.clone())
+        .require_for([Method::POST])
+        .max_request_body(16)
+        .max_record_body(1024);
+    let short = IdempotencyLayer::new(c.clone()).fixed_lease(Duration::from_secs(1));
+    let short = App::serve(app(short, &probe)).await;
+    let broken = App::serve(app(
+        IdempotencyLayer::new(c.clone()).ttl(Duration::ZERO),
+        &probe,
+    ))
+    .await;
+    let app = App::serve(app(layer, &probe)).await;
+    let by_client =
+        IdempotencyLayer::new(c).scope(Header::new(HeaderName::from_static("x-client")));
+    let scoped = Router::new()
+        .route("/charges", post(charge))
+        .route_layer(by_client)
+        .with_state(probe.clone());
+    let scoped = App::serve(scoped).await;
+    seen.push(code_of(http().post(app.url("/charges")).send().await.unwrap()).await);
+    seen.push(code_of(send(app.url("/charges"), "", "x").await).await);
+    seen.push(code_of(send(scoped.url("/charges"), "k", "x").await).await);
+    seen.push(code_of(send(app.url("/charges"), "k-big-req", "seventeen bytes!!").await).await);
+    send(app.url("/charges"), "k-used", "a").await;
+    probe.entered().await;
+    seen.push(code_of(send(app.url("/charges"), "k-used", "b").await).await);
+    send(app.url("/big"), "k-big", "").await;
+    seen.push(code_of(send(app.url("/big"), "k-big", "").await).await);
+    seen.push(code_of(send(broken.url("/charges"), "k", "x").await).await);
+    // A duplicate while the first runs (a renewed lease), and a run that outlives its 1 s
+    // fixed lease (aborted when it is lost, without waiting for the gate).
+    probe.close();
+    let first = tokio::spawn(send(app.url("/charges"), "k-slow", "x"));
+    probe.entered().await;
+    seen.push(code_of(send(app.url("/charges"), "k-slow", "x").await).await);
+    let lost = tokio::spawn(send(short.url("/charges"), "k-lost", "x"));
+    probe.entered().await;
+    seen.push(code_of(within("the lease to run out", 20, lost).await.unwrap()).await);
+    probe.open();
+    seen.push(code_of(first.await.unwrap()).await);
+}
+
+/// Answers of layers whose Redis is down: the default store (on the lock's Redis), and a store
+/// on another Redis that still answers.
+async fn answers_with_redis_down(seen: &mut Vec<Option<String>>) {
+    let mut server = RedisServer::start();
+    let store_server = RedisServer::start();
+    let probe = Probe::new(&server);
+    let c = client(&server.url()).await;
+    let store = lock_tower::LockClientStore::new(&client(&store_server.url()).await);
+    let default_store = App::serve(app(IdempotencyLayer::new(c.clone()), &probe)).await;
+    let own_store = App::serve(app(IdempotencyLayer::new(c).store(store), &probe)).await;
+    server.kill();
+    seen.push(code_of(send(default_store.url("/charges"), "k-down", "x").await).await);
+    seen.push(code_of(send(own_store.url("/charges"), "k-down", "x").await).await);
+}
+
+/// The answer to a request whose body fails while the layer reads it, through the layer as a
+/// tower service (over HTTP no client would see it: the one that sent the body is gone).
+async fn answer_to_a_failing_body(c: lock_core::LockClient) -> Option<String> {
+    use http_body_util::BodyExt;
+    use tower::{Layer, ServiceExt};
+
+    let handler = tower::service_fn(|_: axum::extract::Request| async {
+        Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::empty()))
+    });
+    let service = IdempotencyLayer::new(c).layer(handler);
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from_static(b"x")),
+        Err(std::io::Error::other("connection reset")),
+    ];
+    let body = axum::body::Body::from_stream(futures_util::stream::iter(chunks));
+    let request = axum::http::Request::post("/charges")
+        .header("idempotency-key", "k-fail")
+        .body(body)
+        .unwrap();
+    let response = service.oneshot(request).await.unwrap();
+    let bytes = response.into_body().collect().await.ok()?.to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    problem["code"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_code_table_lists_every_answer_of_the_layer_and_only_those() {
+    let listed = table_codes(IDEMPOTENCY_DOCS, "# Status codes", 2);
+    assert!(listed.contains("idempotency_key_in_use"), "{listed:?}");
+    let server = RedisServer::start();
+    let mut seen = Vec::new();
+    answers_with_redis_up(&server, &mut seen).await;
+    seen.push(answer_to_a_failing_body(client(&server.url()).await).await);
+    answers_with_redis_down(&mut seen).await;
+    let seen: std::collections::BTreeSet<String> = seen.into_iter().flatten().collect();
+    assert_eq!(
+        seen, listed,
+        "the docs' table (right) and the layer's answers (left) differ"
+    );
 }

@@ -258,11 +258,8 @@ async fn busy_key_gets_409_with_retry_after_and_a_problem_body() {
         "Retry-After {retry_after} from a 2 s lease"
     );
     assert_eq!(body["code"], "lock_busy");
-    let retry_ms = body["retry_after_ms"].as_u64().unwrap();
-    assert!(
-        retry_ms > 0 && retry_ms <= 2000,
-        "retry_after_ms {retry_ms}"
-    );
+    // The header and the body say one value.
+    assert_eq!(body["retry_after_ms"], retry_after * 1000, "{body}");
     assert!(
         !body.to_string().contains("order:7"),
         "the key is not echoed"
@@ -273,7 +270,10 @@ async fn busy_key_gets_409_with_retry_after_and_a_problem_body() {
     let (_, retry_after, body) =
         problem(http.post(app.url("/capped/7")).send().await.unwrap()).await;
     assert_eq!(retry_after.as_deref(), Some("1"));
-    assert_eq!(body["retry_after_ms"], 300);
+    assert_eq!(
+        body["retry_after_ms"], 1000,
+        "the 300 ms cap, rounded up as the header is"
+    );
     let res = http.post(app.url("/custom/7")).send().await.unwrap();
     assert_eq!(res.status(), 429);
     assert!(res.text().await.unwrap().starts_with("busy, retry in"));
@@ -1391,10 +1391,9 @@ async fn retry_after_follows_how_long_requests_hold_the_lock() {
         Some("1"),
         "rounded up to a whole second"
     );
-    let retry_ms = body["retry_after_ms"].as_u64().unwrap();
-    assert!(
-        (150..=1000).contains(&retry_ms),
-        "about the recent 200 ms holds, not the 30 s lease: {retry_ms} ms"
+    assert_eq!(
+        body["retry_after_ms"], 1000,
+        "the recent 200 ms holds (not the 30 s lease), rounded up as the header is: {body}"
     );
     release.notify_one();
     assert_eq!(within("the holder", 10, holding).await.unwrap(), 200);
@@ -1517,7 +1516,7 @@ async fn the_first_busy_answer_retries_after_the_wait_or_a_second_not_the_lease(
         Some("2"),
         "1.5 s rounded up: {body}"
     );
-    assert_eq!(body["retry_after_ms"], 1500);
+    assert_eq!(body["retry_after_ms"], 2000, "the header's value: {body}");
 
     holder.unlock().await.unwrap();
     assert_clean(&server).await;
@@ -1583,4 +1582,161 @@ async fn a_busy_rejection_is_logged_as_busy_not_as_timed_out() {
     holder.unlock().await.unwrap();
     permit.unlock().await.unwrap();
     assert_clean(&server).await;
+}
+
+/// The crate docs, whose table of every situation and its response is checked against the
+/// lock layer.
+const LOCK_LAYER_DOCS: &str = include_str!("../../lock-tower/src/lib.rs");
+
+/// The kinds a row of that table may name, and their problem codes (from the type itself).
+const KINDS: [(&str, RejectionKind); 8] = [
+    ("MissingKey", RejectionKind::MissingKey),
+    ("KeyNotInRoute", RejectionKind::KeyNotInRoute),
+    ("InvalidKey", RejectionKind::InvalidKey),
+    ("Busy", RejectionKind::Busy),
+    ("PermitsInUse", RejectionKind::PermitsInUse),
+    ("Unavailable", RejectionKind::Unavailable),
+    ("Lost", RejectionKind::Lost),
+    ("Internal", RejectionKind::Internal),
+];
+
+/// The problem codes of the kinds the docs' table names in its `RejectionKind` column.
+fn listed_codes() -> std::collections::BTreeSet<String> {
+    let table = LOCK_LAYER_DOCS
+        .split("Every situation and its response:")
+        .nth(1)
+        .expect("the table of situations");
+    table
+        .lines()
+        .map(|line| line.trim_start_matches("//!").trim())
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cell = row.split('|').nth(2).unwrap_or_default().trim();
+            let name = cell.trim_matches('`');
+            let (_, kind) = KINDS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("the docs name an unknown kind {cell:?}"));
+            kind.code().to_owned()
+        })
+        .collect()
+}
+
+/// What the test's held requests share: the handler says it entered, then waits for release.
+#[derive(Default)]
+struct Hold {
+    entered: Notify,
+    release: Notify,
+}
+
+/// The app of every answer of the lock layer on a working Redis (`c`).
+fn every_answer_app(c: &LockClient, gate: &Arc<Hold>) -> Router {
+    let held = {
+        let gate = gate.clone();
+        move || {
+            let gate = gate.clone();
+            async move {
+                gate.entered.notify_one();
+                gate.release.notified().await;
+                "held"
+            }
+        }
+    };
+    let never = || std::future::pending::<&'static str>();
+    let layer =
+        |key: PathParam, prefix: &str| DistributedLockLayer::new(c.clone(), key).prefix(prefix);
+    let header = Header::new(HeaderName::from_static("x-key"));
+    Router::new()
+        .route(
+            "/h",
+            get(ran).route_layer(DistributedLockLayer::new(c.clone(), header)),
+        )
+        .route(
+            "/p/{id}",
+            get(ran).route_layer(layer(PathParam::new("nope"), "p:")),
+        )
+        .route(
+            "/busy/{id}",
+            get(held.clone()).route_layer(layer(PathParam::new("id"), "b:")),
+        )
+        .route(
+            "/permits/{id}",
+            get(held).route_layer(layer(PathParam::new("id"), "n:").permits(1)),
+        )
+        .route(
+            "/lost/{id}",
+            get(never)
+                .route_layer(layer(PathParam::new("id"), "l:").lease(Duration::from_millis(200))),
+        )
+        .route(
+            "/bad/{id}",
+            get(ran).route_layer(layer(PathParam::new("id"), "x:").lease(Duration::from_millis(1))),
+        )
+}
+
+/// The problem code of a response, if it is one of the layer's.
+async fn code_of(res: reqwest::Response) -> Option<String> {
+    let body: serde_json::Value = res.json().await.ok()?;
+    body["code"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_of_situations_lists_every_answer_of_the_layer_and_only_those() {
+    let listed = listed_codes();
+    assert!(listed.contains("lock_busy"), "{listed:?}");
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let gate = Arc::new(Hold::default());
+    let app = App::serve(every_answer_app(&c, &gate)).await;
+    let get = |path: &str| http().get(app.url(path)).send();
+    let mut seen = vec![
+        code_of(get("/h").await.unwrap()).await,
+        code_of(
+            http()
+                .get(app.url("/h"))
+                .header("x-key", "a b")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+        code_of(get("/p/1").await.unwrap()).await,
+        code_of(get("/bad/1").await.unwrap()).await,
+        code_of(
+            within("the lease to run out", 20, get("/lost/1"))
+                .await
+                .unwrap(),
+        )
+        .await,
+    ];
+    for path in ["/busy/1", "/permits/1"] {
+        let holder = tokio::spawn(http().get(app.url(path)).send());
+        within("the holder to enter", 20, gate.entered.notified()).await;
+        seen.push(code_of(get(path).await.unwrap()).await);
+        gate.release.notify_one();
+        assert_eq!(holder.await.unwrap().unwrap().status(), 200);
+    }
+    // Redis down (the client was connected, then its server killed).
+    let mut down = RedisServer::start();
+    let lost_server = client(&down.url()).await;
+    let down_app = App::serve(every_answer_app(&lost_server, &gate)).await;
+    down.kill();
+    seen.push(
+        code_of(
+            http()
+                .get(down_app.url("/h"))
+                .header("x-key", "k")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
+    let seen: std::collections::BTreeSet<String> = seen.into_iter().flatten().collect();
+    assert_eq!(
+        seen, listed,
+        "the layer's answers (left) and the docs' table (right) differ"
+    );
 }

@@ -120,7 +120,8 @@ impl Invariants {
             (
                 self.duplicate_orders == 0,
                 format!(
-                    "no buyer over the per-person limit [duplicate_orders={}, buyers={}]",
+                    "no buyer over the per-person limit [duplicate_orders={}, \
+                     buyers_over_limit={}]",
                     self.duplicate_orders, self.buyers_over_limit
                 ),
             ),
@@ -178,5 +179,17 @@ mod tests {
             ..good
         };
         assert_eq!(twice.violations().len(), 2, "{:?}", twice.violations());
+    }
+
+    #[test]
+    fn the_limit_line_counts_the_buyers_over_it_not_all_buyers() {
+        let fine = Invariants::default();
+        let (ok, line) = &fine.lines()[3];
+        assert!(ok);
+        // It once said `buyers=0` beside a sale of 4,000 buyers.
+        assert!(
+            line.contains("buyers_over_limit=0") && !line.contains(" buyers=0"),
+            "{line}"
+        );
     }
 }

@@ -46,6 +46,15 @@ impl Seeds {
         Ok(Self { nodes, tls })
     }
 
+    /// The seeds' `host:port`s, comma separated (never a password), for errors.
+    pub(crate) fn addresses(&self) -> String {
+        self.nodes
+            .iter()
+            .map(super::primaries::address)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Whether the seeds are `rediss://`.
     pub(crate) fn is_tls(&self) -> bool {
         self.nodes.first().is_some_and(tls::is_tls)
@@ -69,12 +78,16 @@ pub(crate) struct Cluster {
 }
 
 /// Opens a cluster connection, bounded by the connect timeout.
-async fn open(client: &ClusterClient, timeout: Duration) -> Result<ClusterConnection, LockError> {
+async fn open(
+    client: &ClusterClient,
+    seeds: &Seeds,
+    timeout: Duration,
+) -> Result<ClusterConnection, LockError> {
     let started = Instant::now();
     let error = match tokio::time::timeout(timeout, client.get_async_connection()).await {
         Ok(Ok(connection)) => return Ok(connection),
-        Ok(Err(e)) => connect_error(started, Some(e)),
-        Err(_) => connect_error(started, None),
+        Ok(Err(e)) => connect_error(started, seeds.addresses(), Some(e)),
+        Err(_) => connect_error(started, seeds.addresses(), None),
     };
     Err(error.auth_in("urls"))
 }
@@ -116,9 +129,9 @@ impl Cluster {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
-        let connection = open(client, connect_timeout).await?;
+        let connection = open(client, &seeds, connect_timeout).await?;
         let acks = match acks {
-            Some(client) => Some(open(client, connect_timeout).await?),
+            Some(client) => Some(open(client, &seeds, connect_timeout).await?),
             None => None,
         };
         let cluster = Self {

@@ -20,7 +20,7 @@ use redis::{FromRedisValue, RedisResult, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::LockError;
+use crate::error::{ConnectError, LockError};
 use crate::wire::Wire;
 pub(crate) use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
@@ -413,18 +413,27 @@ pub(crate) fn map_error(e: redis::RedisError, response_timeout: Duration) -> Loc
 /// [`LockError::AuthRequired`] and a refused permission [`LockError::NoPermission`] (waiting
 /// longer would not help); anything else is [`LockError::Unavailable`], with the time it
 /// really took (a refused connection fails in milliseconds, not after the connect timeout).
-pub(crate) fn connect_error(started: Instant, source: Option<redis::RedisError>) -> LockError {
+///
+/// `address` is where it tried (`host:port`, or the seeds of a Cluster: never a password);
+/// the error names it. With no error seen (the connect timeout ran out first) the cause is a
+/// timed-out I/O error, so the address is still said.
+pub(crate) fn connect_error(
+    started: Instant,
+    address: String,
+    source: Option<redis::RedisError>,
+) -> LockError {
     let waited = started.elapsed();
-    match source {
-        Some(e) => refusal(&e).unwrap_or(LockError::Unavailable {
-            waited,
-            source: Some(e),
-        }),
-        None => LockError::Unavailable {
-            waited,
-            source: None,
-        },
-    }
+    let source = source.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no connection within the connect timeout",
+        )
+        .into()
+    });
+    refusal(&source).unwrap_or(LockError::Unavailable {
+        waited,
+        source: Some(ConnectError::new(address, source)),
+    })
 }
 
 /// A TLS, authentication or ACL refusal in `e`, which no retry can fix.

@@ -73,8 +73,16 @@ async fn connect(
     let connecting = client.get_multiplexed_async_connection_with_config(&config);
     match tokio::time::timeout(timeouts.connect, connecting).await {
         Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(e)) => Err(connect_error(started, Some(e))),
-        Err(_) => Err(connect_error(started, None)),
+        Ok(Err(e)) => Err(connect_error(
+            started,
+            address(client.get_connection_info()),
+            Some(e),
+        )),
+        Err(_) => Err(connect_error(
+            started,
+            address(client.get_connection_info()),
+            None,
+        )),
     }
 }
 
@@ -122,8 +130,10 @@ pub(crate) async fn cluster(
     let mut connection =
         match tokio::time::timeout(timeouts.connect, client.get_async_connection()).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(e)) => return Err(connect_error(started, Some(e)).auth_in("urls")),
-            Err(_) => return Err(connect_error(started, None)),
+            Ok(Err(e)) => {
+                return Err(connect_error(started, seeds.addresses(), Some(e)).auth_in("urls"));
+            }
+            Err(_) => return Err(connect_error(started, seeds.addresses(), None)),
         };
     let mut slots = redis::cmd("CLUSTER");
     slots.arg("SLOTS");

@@ -121,11 +121,16 @@ impl Standalone {
                     || refusal(&e)
                         .is_some_and(|r| !matches!(r, LockError::NoPermission { .. })) =>
             {
-                Err(connect_error(started, Some(e)))
+                Err(connect_error(started, address_of(client), Some(e)))
             }
             Ok(Err(_)) => Ok(()),
-            Err(_) => Err(connect_error(started, None)),
+            Err(_) => Err(connect_error(started, address_of(client), None)),
         }
+    }
+
+    /// The server's `host:port`, for errors.
+    fn address(&self) -> String {
+        address_of(&self.client)
     }
 
     pub(crate) fn redis_client(&self) -> &redis::Client {
@@ -149,8 +154,12 @@ impl Standalone {
         let started = Instant::now();
         match self.pool.get().await {
             Ok(pooled) => Ok(pooled),
-            Err(RunError::User(e)) => Err(connect_error(started, Some(e))),
-            Err(RunError::TimedOut) => Err(connect_error(started, self.last_error.take())),
+            Err(RunError::User(e)) => Err(connect_error(started, self.address(), Some(e))),
+            Err(RunError::TimedOut) => Err(connect_error(
+                started,
+                self.address(),
+                self.last_error.take(),
+            )),
         }
     }
 
@@ -161,8 +170,8 @@ impl Standalone {
                 conn.set_response_timeout(self.response_timeout);
                 Ok(conn)
             }
-            Ok(Err(e)) => Err(connect_error(started, Some(e))),
-            Err(_) => Err(connect_error(started, None)),
+            Ok(Err(e)) => Err(connect_error(started, self.address(), Some(e))),
+            Err(_) => Err(connect_error(started, self.address(), None)),
         }
     }
 
@@ -342,4 +351,9 @@ impl Topology for Standalone {
     fn pubsub_source(&self) -> PubSubSource {
         PubSubSource::Node(PubSubNode::Server(Box::new(self.client.clone())))
     }
+}
+
+/// `client`'s `host:port` (never its password), for errors.
+fn address_of(client: &redis::Client) -> String {
+    super::primaries::address(client.get_connection_info())
 }

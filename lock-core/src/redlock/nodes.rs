@@ -45,10 +45,11 @@ pub(super) struct Inner {
     pub(super) config: Config,
 }
 
-/// The Redis error inside a node's error, if there is one.
-pub(super) fn redis_source(e: LockError) -> Option<redis::RedisError> {
+/// The Redis error inside a node's error (with the node's address when it said it), if
+/// there is one.
+pub(super) fn redis_source(e: LockError) -> Option<crate::ConnectError> {
     match e {
-        LockError::Redis(e) => Some(e),
+        LockError::Redis(e) => Some(e.into()),
         LockError::Unavailable { source, .. } => source,
         _ => None,
     }

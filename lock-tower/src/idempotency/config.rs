@@ -10,7 +10,7 @@ use http::header::{CONTENT_TYPE, HeaderName, LOCATION, RETRY_AFTER};
 use http::response::Parts;
 use lock_core::{LockClient, LockError};
 
-use super::redis_store::RedisStore;
+use super::redis_store::LockClientStore;
 use super::store::RecordStore;
 use crate::config::{FailMode, LeaseLost, Problems, REDIS_ALLOWANCE};
 
@@ -68,11 +68,11 @@ pub(crate) struct Settings {
 
 impl Settings {
     pub(crate) fn new(client: LockClient) -> Self {
-        let store = RedisStore::new(&client);
+        let store = LockClientStore::new(&client);
         Self {
             client,
             store: Arc::new(store),
-            store_type: std::any::type_name::<RedisStore>(),
+            store_type: std::any::type_name::<LockClientStore>(),
             header: IDEMPOTENCY_KEY,
             required: Vec::new(),
             scoped: false,

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::Response;
-use http::response::Parts;
 use http_body::{Body, Frame};
 use lock_core::fenced::Fenced;
 use tracing::Span;
 
 use super::config::Settings;
 use super::context::{Held, Idempotency};
+use super::record::Record;
 use super::rejection;
 use crate::body::ResponseBody;
 use crate::config::LeaseLost;
@@ -90,13 +90,8 @@ where
     let body = match read_response(body, settings.max_record_body).await {
         Read::Whole(body) => body,
         Read::Partial(frames, rest) => {
-            span.record("outcome", "not_stored");
-            tracing::warn!(
-                status = status.as_u16(),
-                max_record_body = settings.max_record_body,
-                "the response is larger than the idempotency layer keeps, or has trailers: \
-                 answered but not stored, so a retry runs the request again"
-            );
+            let lost = held.is_lost();
+            keep_marker(&held.context, lost, &settings, status, &span).await;
             held.release().await;
             let body = ResponseBody::chained(frames, rest);
             return Finished::Respond(Response::from_parts(parts, body));
@@ -110,7 +105,10 @@ where
         }
     };
     let lost = held.is_lost();
-    let stored = store(&held.context, lost, &settings, &parts, body.clone(), &span).await;
+    let record = held
+        .context
+        .record(parts.status, &parts.headers, body.clone());
+    let stored = store(&held.context, lost, &settings, record, &span).await;
     held.release().await;
     match stored {
         Stored::Lost if settings.lease_lost == LeaseLost::Abort => {
@@ -119,6 +117,29 @@ where
         Stored::Yes | Stored::Lost | Stored::Failed => {
             Finished::Respond(Response::from_parts(parts, ResponseBody::full(body)))
         }
+    }
+}
+
+/// Stores the "completed, not replayable" marker of a response too large to keep (or with
+/// trailers), so the key's retries are answered `409` instead of running again.
+async fn keep_marker(
+    context: &Idempotency,
+    lost: bool,
+    settings: &Settings,
+    status: http::StatusCode,
+    span: &Span,
+) {
+    tracing::warn!(
+        status = status.as_u16(),
+        max_record_body = settings.max_record_body,
+        "the response is larger than the idempotency layer keeps, or has trailers: answered, \
+         and a \"completed, not replayable\" marker stored, so a retry is answered 409 and \
+         never runs the request again"
+    );
+    let marker = Record::not_replayable(context.fingerprint(), status);
+    let stored = store(context, lost, settings, marker, span).await;
+    if matches!(stored, Stored::Yes) {
+        span.record("outcome", "not_replayable");
     }
 }
 
@@ -158,13 +179,13 @@ where
     }
 }
 
-/// Stores the response (`parts`, `body`) as the key's record, unless the lock was `lost`.
+/// Stores `record` (the response, or the not-replayable marker) as the key's record, unless
+/// the lock was `lost`.
 async fn store(
     context: &Idempotency,
     lost: bool,
     settings: &Settings,
-    parts: &Parts,
-    body: Bytes,
+    record: Record,
     span: &Span,
 ) -> Stored {
     if lost {
@@ -172,7 +193,6 @@ async fn store(
         tracing::warn!("the idempotency lock was lost while the request ran: response not stored");
         return Stored::Lost;
     }
-    let record = context.record(parts.status, &parts.headers, body);
     let (key, token) = (context.record_key(), context.fencing_token());
     match settings.store.put(key, &record, token, settings.ttl).await {
         Ok(Fenced::Written) => {

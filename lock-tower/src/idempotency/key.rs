@@ -13,18 +13,15 @@ pub const MAX_SCOPE_LEN: usize = 255;
 /// The key of a request, from its header's bytes, or why it is not acceptable (a sentence
 /// safe to show the client: it never repeats the key).
 ///
-/// A key is 1 to [`MAX_KEY_LEN`] bytes of printable ASCII (space to `~`). It may be sent as a
-/// structured-field string, in double quotes (`"8e03978e-40d5"`, as the IETF draft writes
-/// it): the quotes are not part of the key, and a quoted key may not contain `"` or `\`.
+/// A key is 1 to [`MAX_KEY_LEN`] bytes of printable ASCII (space to `~`). It may be sent bare
+/// (`8e03978e-40d5`) or as a structured-field string (RFC 8941 §3.3.3, the form the IETF
+/// draft gives: `"8e03978e-40d5"`): the quotes are not part of the key, and inside them `\"`
+/// and `\\` stand for `"` and `\` (any other `\` or a lone `"` is refused). Both forms of the
+/// same key are the same key.
 pub(crate) fn parse_key(value: &[u8]) -> Result<String, &'static str> {
     let key = match value {
-        [b'"', inner @ .., b'"'] => {
-            if inner.iter().any(|&b| b == b'"' || b == b'\\') {
-                return Err("a quoted key may not contain `\"` or `\\`");
-            }
-            inner
-        }
-        _ => value,
+        [b'"', inner @ .., b'"'] => unescape(inner)?,
+        _ => value.to_vec(),
     };
     if key.is_empty() {
         return Err("it is empty");
@@ -36,7 +33,24 @@ pub(crate) fn parse_key(value: &[u8]) -> Result<String, &'static str> {
         return Err("it is not printable ASCII (space to `~`)");
     }
     // Printable ASCII is UTF-8.
-    String::from_utf8(key.to_vec()).map_err(|_| "it is not printable ASCII (space to `~`)")
+    String::from_utf8(key).map_err(|_| "it is not printable ASCII (space to `~`)")
+}
+
+/// The content of a structured-field string (between its quotes), unescaped.
+fn unescape(inner: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&escaped @ (b'"' | b'\\')) => out.push(escaped),
+                _ => return Err("a quoted key may escape only `\"` and `\\` (as `\\\"`, `\\\\`)"),
+            },
+            b'"' => return Err("a quoted key may not contain an unescaped `\"`"),
+            _ => out.push(b),
+        }
+    }
+    Ok(out)
 }
 
 /// Why `scope` is not an acceptable scope, if it is not: 1 to [`MAX_SCOPE_LEN`] bytes
@@ -62,6 +76,8 @@ const MAX_PLAIN: usize = 384;
 /// When that is not a valid lock name (whitespace or braces in it, or longer than 384 bytes
 /// after the prefix), it is `prefix + "sha256:" + hex(SHA-256(scope ":" key))` instead (see
 /// [`hash_keys`](crate::DistributedLockLayer::hash_keys)).
+///
+/// Public as [`record_key`](crate::idempotency::record_key).
 pub(crate) fn record_name(prefix: &str, scope: Option<&str>, key: &str) -> Result<String, String> {
     let scope = scope.unwrap_or("").replace('%', "%25").replace(':', "%3A");
     let rules = KeyRules {
@@ -70,6 +86,30 @@ pub(crate) fn record_name(prefix: &str, scope: Option<&str>, key: &str) -> Resul
         hash_keys: true,
     };
     lock_name(&rules, &format!("{scope}:{key}"))
+}
+
+/// The name an [`IdempotencyLayer`](crate::IdempotencyLayer) with `prefix` (its
+/// [`prefix`](crate::IdempotencyLayer::prefix), default `"idem:"`) keeps `key` under, for a
+/// request in `scope` (`None` for an unscoped layer): the name of the key's lock **and** of its
+/// record, what `lockctl status NAME` takes (and what
+/// [`Idempotency::record_key`](crate::Idempotency::record_key) says inside a handler).
+///
+/// It is `prefix + scope + ":" + key`: an unscoped layer's is `idem::<key>` (an empty scope
+/// between the two colons), a scoped one's `idem:<scope>:<key>`, with `%` and `:` in the scope
+/// written `%25` and `%3A`. A name that cannot be a lock name as it is (whitespace or braces
+/// in it, or over 384 bytes after the prefix) is `prefix + "sha256:" + hex(SHA-256(scope ":"
+/// key))` instead. `key` is the key itself, without the quotes of its structured-field form.
+/// `Err` (with the reason) when `prefix` cannot be a lock prefix.
+///
+/// ```
+/// use lock_tower::idempotency::record_key;
+///
+/// assert_eq!(record_key("idem:", None, "8e03978e").unwrap(), "idem::8e03978e");
+/// assert_eq!(record_key("idem:", Some("client-7"), "k1").unwrap(), "idem:client-7:k1");
+/// assert!(record_key("idem:", None, "a key with spaces").unwrap().starts_with("idem:sha256:"));
+/// ```
+pub fn record_key(prefix: &str, scope: Option<&str>, key: &str) -> Result<String, String> {
+    record_name(prefix, scope, key)
 }
 
 #[cfg(test)]
@@ -83,6 +123,7 @@ mod tests {
             (b"\"8e03978e\"", "8e03978e"),
             (b"a b~!", "a b~!"),
             (b"\"", "\""),
+            (br#""a\"b\\c""#, r#"a"b\c"#),
         ] {
             assert_eq!(parse_key(raw).as_deref(), Ok(key), "{raw:?}");
         }
@@ -145,14 +186,26 @@ mod tests {
                 raw in prop::collection::vec(any::<u8>(), 0..300),
                 scope in prop::option::of(any::<String>()),
             ) {
+                // RFC 8941's sf-string, read another way: split at escapes.
                 let unquoted = match raw.as_slice() {
-                    [b'"', inner @ .., b'"'] => inner,
-                    other => other,
+                    [b'"', inner @ .., b'"'] => {
+                        let mut key = Vec::new();
+                        let mut i = 0;
+                        let mut valid = true;
+                        while i < inner.len() {
+                            match (inner[i], inner.get(i + 1)) {
+                                (b'\\', Some(&c)) if c == b'"' || c == b'\\' => { key.push(c); i += 2; }
+                                (b'\\' | b'"', _) => { valid = false; break; }
+                                (c, _) => { key.push(c); i += 1; }
+                            }
+                        }
+                        valid.then_some(key)
+                    }
+                    other => Some(other.to_vec()),
                 };
-                let printable = unquoted.iter().all(|b| (b' '..=b'~').contains(b));
-                let quoted_ok = unquoted.len() == raw.len()
-                    || !unquoted.iter().any(|&b| b == b'"' || b == b'\\');
-                let ok = !unquoted.is_empty() && unquoted.len() <= MAX_KEY_LEN && printable && quoted_ok;
+                let ok = unquoted.as_ref().is_some_and(|k| {
+                    !k.is_empty() && k.len() <= MAX_KEY_LEN && k.iter().all(|b| (b' '..=b'~').contains(b))
+                });
                 match parse_key(&raw) {
                     Ok(key) => {
                         prop_assert!(ok, "{:?} accepted", raw);

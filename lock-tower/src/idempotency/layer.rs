@@ -43,7 +43,7 @@ impl<B> crate::extract::KeyExtractor<B> for Unscoped {
 
 impl IdempotencyLayer {
     /// A layer that takes each key's lock through `client` and keeps records in its Redis
-    /// ([`RedisStore`](crate::RedisStore)), with the defaults: header `Idempotency-Key`,
+    /// ([`LockClientStore`](crate::LockClientStore)), with the defaults: header `Idempotency-Key`,
     /// optional for every method, unscoped, prefix `"idem:"`, records kept 24 h, `409` at once
     /// while the key's first request runs, request bodies up to 1 MiB, responses up to 256 KiB
     /// stored with `Content-Type` and `Location`, `5xx` not stored, fail closed (`503`).
@@ -125,10 +125,17 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
-    /// Holds each key's lock for a fixed lease that is never renewed (10 ms to 30 days): a
-    /// handler that runs longer loses it (see [`on_lease_lost`](Self::on_lease_lost)).
-    /// Default: the client's watchdog lease, renewed while the request runs.
-    pub fn lease(mut self, lease: Duration) -> Self {
+    /// Holds each key's lock for a **fixed lease that is never renewed** (10 ms to 30 days): a
+    /// handler that runs longer loses the lock (see [`on_lease_lost`](Self::on_lease_lost)),
+    /// and its response is not stored.
+    ///
+    /// Without it (the default) the lock has the client's **watchdog lease**, renewed while
+    /// the request runs, so a slow handler keeps it: that lease
+    /// ([`LockClientBuilder::watchdog_lease`](lock_core::LockClientBuilder::watchdog_lease),
+    /// default 30 s) is the crash-takeover setting: when an instance dies mid-request, the
+    /// key's retries get `409` until it runs out, then run on another instance. Shorten it on
+    /// the client for a faster takeover (see the [module docs](crate::idempotency)' example).
+    pub fn fixed_lease(mut self, lease: Duration) -> Self {
         let valid = (LockClient::MIN_LEASE..=LockClient::MAX_LEASE).contains(&lease);
         let problem = (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days"));
         self.settings.invalid.check("lease", problem);
@@ -136,7 +143,19 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
-    /// The `Retry-After` of a `409` (the key's first request still runs). Default 1 s.
+    /// The former name of [`fixed_lease`](Self::fixed_lease): a fixed lease, never renewed
+    /// (not the watchdog lease a crash takeover is about).
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed `fixed_lease`: this lease is never renewed"
+    )]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.fixed_lease(lease)
+    }
+
+    /// The `Retry-After` of a `409` (the key's first request still runs) when the holder's
+    /// remaining lease is not known; when it is (lock-core reads it with the busy answer),
+    /// `Retry-After` is that lease, rounded up to whole seconds. Default 1 s.
     pub fn retry_after(mut self, retry_after: Duration) -> Self {
         self.settings.retry_after = retry_after;
         self

@@ -9,11 +9,41 @@
 //!    mutex, fenced), runs the handler with the same bytes, stores the response (status, the
 //!    [`replay_headers`], the body up to [`max_record_body`]) and the fingerprint in a
 //!    [`RecordStore`] for [`ttl`], gives the lock back, and answers;
-//! 2. **again while the first still runs**: `409 Conflict` with `Retry-After` (or, with a
-//!    [`wait`], it waits for the first to finish and is replayed its response);
+//! 2. **again while the first still runs**: `409 Conflict` with `Retry-After` (the holder's
+//!    remaining lease; or, with a [`wait`], it waits for the first to finish and is replayed
+//!    its response);
 //! 3. **again after it completed**: the stored response, marked `Idempotent-Replayed: true`,
 //!    without running the handler, on any instance;
-//! 4. **again with another request** (another method, path or body): `422`.
+//! 4. **again with another request** (another method, path or body): `422`;
+//! 5. **again after it completed with a response too large to keep** (over
+//!    [`max_record_body`], or with trailers): `409` `idempotency_response_not_replayable`,
+//!    never a second run (the layer stores a "completed, not replayable" marker,
+//!    [`Record::not_replayable`]).
+//!
+//! The key is the header's value, bare (`Idempotency-Key: 8e03978e`) or as a structured-field
+//! string (`Idempotency-Key: "8e03978e"`, RFC 8941, the form the IETF draft writes): both are
+//! the key `8e03978e`.
+//!
+//! # Names: what to give lockctl
+//!
+//! The key's lock and its record share one name, [`record_key`]`(prefix, scope, key)`:
+//! `prefix + scope + ":" + key`, so an unscoped layer's (prefix `idem:`) is **`idem::<key>`**
+//! (an empty scope between the two colons) and a scoped one's `idem:<scope>:<key>`; a key
+//! with whitespace or braces (or a very long one) is hashed (`idem:sha256:<hex>`). Look at a
+//! key with `lockctl status --idempotency-key 8e03978e` (`--scope S` for a scoped layer,
+//! `--idempotency-prefix P` for another prefix), or with the name itself, `lockctl status
+//! 'idem::8e03978e'`: its lock (held while the first request runs) and its record (size,
+//! fencing token). Inside a handler, [`Idempotency::record_key`] says the same name.
+//!
+//! # Leases: slow handlers and crash takeover
+//!
+//! By default the key's lock has the client's **watchdog lease**, renewed while the request
+//! runs: a slow handler keeps it, and when an instance crashes mid-request the key's retries
+//! get `409` until that lease runs out, then run on another instance. Its length,
+//! [`LockClientBuilder::watchdog_lease`](lock_core::LockClientBuilder::watchdog_lease)
+//! (default 30 s), is the crash-takeover setting (the example sets 10 s).
+//! [`fixed_lease`](IdempotencyLayer::fixed_lease) instead holds the lock for a fixed time
+//! that is never renewed: a handler that runs longer loses it and stores nothing.
 //!
 //! Requests without the header run as they would without the layer, unless their method is
 //! one the layer [requires a key for](IdempotencyLayer::require_for) (`400`).
@@ -21,6 +51,8 @@
 //! # Example
 //!
 //! ```no_run
+//! use std::time::Duration;
+//!
 //! use axum::http::{HeaderName, Method, StatusCode};
 //! use axum::{Extension, Router, routing::post};
 //! use lock_core::LockClient;
@@ -35,7 +67,12 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+//!     // Crash takeover: the watchdog lease, renewed while a request runs, is how long a key
+//!     // stays `409` after its instance died mid-request (default 30 s).
+//!     let client = LockClient::builder("redis://127.0.0.1:6379")
+//!         .watchdog_lease(Duration::from_secs(10))
+//!         .build()
+//!         .await?;
 //!     let app = Router::new().route(
 //!         "/charges",
 //!         post(charge).route_layer(
@@ -68,25 +105,31 @@
 //! |---|---|---|---|
 //! | no key, and none [required](IdempotencyLayer::require_for) for the method | the handler's | | no |
 //! | no key, and one is required | 400 | `idempotency_key_missing` | |
-//! | a key that is empty, over 255 bytes ([`MAX_KEY_LEN`]), not printable ASCII, or sent twice | 400 | `idempotency_key_invalid` | |
+//! | a key that is empty, over 255 bytes ([`MAX_KEY_LEN`]), not printable ASCII, a bad structured-field string, or sent twice | 400 | `idempotency_key_invalid` | |
 //! | a scoped layer and no scope in the request | 400 | `idempotency_scope_missing` | |
 //! | a scope that is over 255 bytes or has control characters | 400 | `idempotency_key_invalid` | |
 //! | a body over [`max_request_body`] (1 MiB) | 413 | `request_body_too_large` | |
 //! | a body that fails while it is read | 400 | `request_body_failed` | |
 //! | the key's record, made by this same request (fingerprint) | the record's, with `Idempotent-Replayed: true` | | (it is) |
 //! | the key's record, made by another request | 422 | `idempotency_key_reused` | |
-//! | the key's lock held by its first request, past [`wait`] | 409, `Retry-After` ([`retry_after`](IdempotencyLayer::retry_after), 1 s) | `idempotency_key_in_use` | |
+//! | the key's lock held by its first request, past [`wait`] | 409, `Retry-After`: the holder's remaining lease (else [`retry_after`](IdempotencyLayer::retry_after), 1 s) | `idempotency_key_in_use` | |
+//! | the key's record is a "completed, not replayable" marker of this same request | 409, no `Retry-After` | `idempotency_response_not_replayable` | (it is) |
 //! | the handler answers, a [final](IdempotencyLayer::store_if) response (not `5xx`, no `Retry-After`), body within [`max_record_body`] (256 KiB) | the handler's | | **yes** |
 //! | the handler answers `5xx`, or with `Retry-After` (a lock layer inside found its lock busy, say) | the handler's | | no: a retry runs again |
-//! | the handler's body is larger, or has trailers | the handler's, whole | | no (logged at `warn`) |
+//! | the handler's body is larger, or has trailers | the handler's, whole | | a "completed, not replayable" marker (logged at `warn`) |
 //! | the inner service fails (its error type), or the client goes away | | | no |
 //! | the key's lock lost while the handler runs ([`LeaseLost::Abort`](crate::LeaseLost::Abort)) | 503, `Retry-After` | `lock_lost` | no |
 //! | the same with [`LeaseLost::Continue`](crate::LeaseLost::Continue) | the handler's | | no |
-//! | the store unavailable ([`FailMode::Closed`](crate::FailMode::Closed)) | 503, `Retry-After` | `idempotency_store_unavailable` | |
-//! | Redis unavailable for the lock (`Closed`) | 503, `Retry-After` | `lock_unavailable` | |
+//! | the store unavailable ([`FailMode::Closed`](crate::FailMode::Closed)); **Redis down with the default store**, whose record read comes first | 503, `Retry-After` | `idempotency_store_unavailable` | |
+//! | Redis unavailable for the lock while the store answers (a store of your own) (`Closed`) | 503, `Retry-After` | `lock_unavailable` | |
 //! | either, with [`FailMode::Open`](crate::FailMode::Open) | the handler's, run without lock or record | | no |
 //! | a stored record that cannot be read | 500 | `lock_error` | |
 //! | a setting that cannot work | 500 | `lock_error` | |
+//!
+//! Every `Retry-After` is whole seconds (rounded up, at least 1), and the body's
+//! `retry_after_ms` is the same value in milliseconds. Alert on Redis outages behind this
+//! layer with `idempotency_store_unavailable` as well as `lock_unavailable`: with the default
+//! store the record is read first, so an outage is seen there.
 //!
 //! Bad input never panics: a key is checked as bytes before anything else, the scope and
 //! the key make a lock name (hashed when they cannot be one as they are), and a stored record
@@ -104,7 +147,7 @@
 //!   The lock is checked before the store; and a request whose lock was taken over stores with
 //!   an older fencing token than the newer holder, so the store refuses its late write if the
 //!   newer holder has stored (the [`RecordStore`] contract).
-//! * **Not exactly-once by itself.** With [`RedisStore`] (the default) the record is written
+//! * **Not exactly-once by itself.** With [`LockClientStore`] (the default) the record is written
 //!   after the handler's work: a crash, a lost lock or a store failure between the two loses
 //!   the record, and the retry runs the handler again. Make the handler's writes cope (fenced by
 //!   [`Idempotency::fencing_token`], conditional), or write the record **in the handler's own
@@ -119,11 +162,12 @@
 //!
 //! Every request with a key gets an `INFO` span `idempotency` with `key` (the record key,
 //! shortened), `outcome` (`replayed`, `ran` then `stored` / `stored_by_handler` /
-//! `not_stored` / `lost`, `in_use`, `reused`, `invalid_key`, `missing_key`,
+//! `not_replayable` (its marker stored) / `not_stored` / `lost`, `not_replayable` (a retry
+//! answered from a marker), `in_use`, `reused`, `invalid_key`, `missing_key`,
 //! `missing_scope`, `unavailable`, `fail_open`, `error`; `no_key` for a request without one)
-//! and `token` (the fencing token). Events: the rejection's `info`; `warn` for a response not
-//! stored because it is too large, its store failed or the lock was lost, and for failing
-//! open; `debug` for acquisitions, stores, replays and releases.
+//! and `token` (the fencing token). Events: the rejection's `info`; `warn` for a response too
+//! large to keep (its marker stored instead), a store that failed or a lost lock, and for
+//! failing open; `debug` for acquisitions, stores, replays and releases.
 //!
 //! [`max_request_body`]: IdempotencyLayer::max_request_body
 //! [`max_record_body`]: IdempotencyLayer::max_record_body
@@ -152,9 +196,11 @@ pub use config::{
 pub use context::Idempotency;
 pub use error::{StoreError, StoreErrorKind};
 pub use future::ResponseFuture;
-pub use key::{MAX_KEY_LEN, MAX_SCOPE_LEN};
+pub use key::{MAX_KEY_LEN, MAX_SCOPE_LEN, record_key};
 pub use layer::{IdempotencyLayer, Unscoped};
 pub use record::{Fingerprint, Record};
+pub use redis_store::LockClientStore;
+#[allow(deprecated)]
 pub use redis_store::RedisStore;
 pub use service::Idempotent;
 pub use store::{RecordStore, StoreFuture};

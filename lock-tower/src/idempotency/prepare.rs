@@ -136,6 +136,10 @@ async fn look_up(
 /// The answer to a request whose record was found.
 fn answer<B>(found: Found, span: &Span) -> Prepared<B> {
     match found {
+        Found::Replay(record) if !record.is_replayable() => {
+            span.record("outcome", "not_replayable");
+            Prepared::Reject(rejection::not_replayable(record.status()))
+        }
         Found::Replay(record) => {
             span.record("outcome", "replayed");
             tracing::debug!(

@@ -74,6 +74,10 @@ pub struct Record {
 /// What a stored record starts with: the format and its version.
 const MAGIC: &[u8; 4] = b"IDR1";
 
+/// The header that marks a [not replayable](Record::not_replayable) record (in the record
+/// only: never sent). A header, so the stored format stays `IDR1` and any store keeps it.
+const NOT_REPLAYABLE: HeaderName = HeaderName::from_static("idempotency-not-replayable");
+
 impl Record {
     /// A record of a response with `status`, `headers` and `body`, made by a request with
     /// `fingerprint`.
@@ -89,6 +93,24 @@ impl Record {
             headers,
             body,
         }
+    }
+
+    /// The "completed, not replayable" marker the layer stores when a request with
+    /// `fingerprint` completed with `status` but its response could not be kept (a body over
+    /// [`max_record_body`](crate::IdempotencyLayer::max_record_body), or trailers): the key's
+    /// retries are answered `409` (`idempotency_response_not_replayable`) instead of running
+    /// the handler again. No headers or body are kept; [`is_replayable`](Self::is_replayable)
+    /// is false.
+    pub fn not_replayable(fingerprint: Fingerprint, status: StatusCode) -> Self {
+        let mut headers = HeaderMap::new();
+        headers.insert(NOT_REPLAYABLE, HeaderValue::from_static("1"));
+        Self::new(fingerprint, status, headers, Bytes::new())
+    }
+
+    /// False for a [`not_replayable`](Self::not_replayable) marker: the request completed
+    /// and its response is not kept.
+    pub fn is_replayable(&self) -> bool {
+        !self.headers.contains_key(NOT_REPLAYABLE)
     }
 
     /// The fingerprint of the request that made it.
@@ -240,6 +262,23 @@ mod tests {
             headers,
             Bytes::from_static(b"{\"id\":7}\0\xff"),
         )
+    }
+
+    #[test]
+    fn a_not_replayable_marker_survives_the_stored_format() {
+        let fingerprint = Fingerprint::of(&Method::POST, &"/a".parse().unwrap(), b"x");
+        let marker = Record::not_replayable(fingerprint, StatusCode::CREATED);
+        assert!(!marker.is_replayable());
+        let read = Record::from_bytes(&marker.to_bytes()).unwrap();
+        assert_eq!(read, marker);
+        assert!(!read.is_replayable());
+        assert_eq!(read.status(), StatusCode::CREATED);
+        let plain = Record::new(fingerprint, StatusCode::OK, HeaderMap::new(), Bytes::new());
+        assert!(
+            Record::from_bytes(&plain.to_bytes())
+                .unwrap()
+                .is_replayable()
+        );
     }
 
     #[test]

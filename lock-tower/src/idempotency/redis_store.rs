@@ -1,5 +1,6 @@
-//! [`RedisStore`]: records in Redis, next to the key's lock, through lock-core's
-//! [`record`](lock_core::record) API on the layer's own [`LockClient`].
+//! [`LockClientStore`] (formerly `RedisStore`): records next to the key's lock, through
+//! lock-core's [`record`](lock_core::record) API on the layer's own [`LockClient`]: in its
+//! Redis, or in its in-memory server on lock-core's `memory` backend.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,7 +13,9 @@ use super::error::StoreError;
 use super::record::Record;
 use super::store::{RecordStore, StoreFuture};
 
-/// The default [`RecordStore`]: each record is one Redis string next to the key's lock,
+/// The default [`RecordStore`]: the records of the layer's own [`LockClient`] (whatever its
+/// backend: Redis, or lock-core's in-memory server in tests). Each record is one Redis string
+/// next to the key's lock,
 /// `P{name}:record` (`P` the client's key prefix, `name` the
 /// [record key](crate::Idempotency::record_key)), in the lock's Cluster slot, written with
 /// lock-core's fenced put ([`Records::put`]: one Lua script, or a compare-and-set with `SET …
@@ -32,11 +35,11 @@ use super::store::{RecordStore, StoreFuture};
 ///   fails before its replica or its disk has it is lost (the retry runs again), as for locks.
 /// * An evicting `maxmemory-policy` may drop records before their time.
 #[derive(Clone)]
-pub struct RedisStore {
+pub struct LockClientStore {
     records: Records,
 }
 
-impl RedisStore {
+impl LockClientStore {
     /// Records on `client`'s Redis, under its key prefix.
     pub fn new(client: &LockClient) -> Self {
         Self {
@@ -45,7 +48,7 @@ impl RedisStore {
     }
 }
 
-impl RecordStore for RedisStore {
+impl RecordStore for LockClientStore {
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
             match self.records.get(key).await.map_err(store_error)? {
@@ -71,6 +74,14 @@ impl RecordStore for RedisStore {
     }
 }
 
+/// The former name of [`LockClientStore`], which is not Redis-only: it keeps records wherever
+/// its [`LockClient`] keeps locks.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed `LockClientStore` (it is not Redis-only)"
+)]
+pub type RedisStore = LockClientStore;
+
 fn store_error(error: LockError) -> StoreError {
     if error.is_unavailable() {
         StoreError::unavailable(error)
@@ -83,9 +94,9 @@ fn store_error(error: LockError) -> StoreError {
     }
 }
 
-impl fmt::Debug for RedisStore {
+impl fmt::Debug for LockClientStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore")
+        f.debug_struct("LockClientStore")
             .field("records", &self.records)
             .finish()
     }

@@ -45,15 +45,37 @@ pub(crate) fn scope_invalid(reason: &str) -> Rejection {
     )
 }
 
-/// Another request with the key holds its lock (`error`: lock-core's busy answer).
+/// Another request with the key holds its lock (`error`: lock-core's busy answer). Retry
+/// after the holder's remaining lease when lock-core saw it (when the key is free at the
+/// latest, unless its holder renews), else the layer's `retry_after`.
 pub(crate) fn in_use(settings: &Settings, error: LockError) -> Rejection {
+    let retry_after = match &error {
+        LockError::Timeout {
+            holder_ttl: Some(ttl),
+            ..
+        } => *ttl,
+        _ => settings.retry_after,
+    };
     Rejection::new(
         RejectionKind::IdempotencyKeyInUse,
         StatusCode::CONFLICT,
         "a request with this idempotency key is still being processed: retry later",
     )
-    .with_retry_after(settings.retry_after)
+    .with_retry_after(retry_after)
     .with_error(error)
+}
+
+/// The key's first request completed, and its response could not be kept for replay.
+pub(crate) fn not_replayable(status: StatusCode) -> Rejection {
+    Rejection::new(
+        RejectionKind::IdempotencyResponseNotReplayable,
+        StatusCode::CONFLICT,
+        format!(
+            "a request with this idempotency key completed (status {}), but its response was \
+             too large to keep for replay: it is not run again; use a new key to repeat it",
+            status.as_u16()
+        ),
+    )
 }
 
 /// The key's record was made by another request.

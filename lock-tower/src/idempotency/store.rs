@@ -16,7 +16,7 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 ///
 /// `key` is the request's record key ([`Idempotency::record_key`](crate::Idempotency::record_key):
 /// the layer's prefix, the scope and the idempotency key, at most 512 bytes, also the name of
-/// the key's lock). [`RedisStore`](crate::RedisStore) is the default; implement this trait to
+/// the key's lock). [`LockClientStore`](crate::LockClientStore) is the default; implement this trait to
 /// keep records elsewhere (the flash-sale example keeps them in its SQL database, so that a
 /// handler can write its record in its own transaction).
 ///
