@@ -7,7 +7,7 @@
 //! write.
 //!
 //! ```text
-//! cargo run --release --bin quickstart
+//! cargo run -p quickstart
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a private `redis-server` on a free loopback
