@@ -83,6 +83,10 @@ pub fn unique_name(prefix: &str) -> String {
 #[doc = include_str!("../../README.md")]
 struct WorkspaceReadme;
 
+// The guide's chapters, compiled as doc tests in the same way.
+#[cfg(doctest)]
+mod guide;
+
 /// lock-macros' README example, which needs lock-core (lock-macros cannot depend on it).
 #[cfg(doctest)]
 #[doc = include_str!("../../lock-macros/README.md")]

@@ -135,7 +135,7 @@ async fn take_in_turn(a: &LockClient, b: &LockClient, name: &str) {
     assert!(again.unlock().await.unwrap());
 }
 
-/// The usual application user's line, as lock-core's docs and the README show it.
+/// The usual application user's line, as lock-core's docs and the guide (production chapter) show it.
 fn application_user() -> Vec<String> {
     let line = DOCS
         .lines()
@@ -143,8 +143,8 @@ fn application_user() -> Vec<String> {
         .find(|l| l.starts_with("ACL SETUSER app on"))
         .expect("lock-core's docs show the application user's line");
     assert!(
-        include_str!("../../README.md").contains(line),
-        "the README differs"
+        include_str!("../../guide/src/production.md").contains(line),
+        "the guide's production chapter differs"
     );
     assert!(line.ends_with("+@all -@dangerous"), "{line}");
     line.split_whitespace().map(str::to_owned).collect()

@@ -724,7 +724,7 @@ async fn records_are_written_fenced_and_expire() {
     assert_eq!(rb.get("order:1").await.unwrap(), None);
 }
 
-/// The README's fenced write helper, unchanged, on the in-memory backend: the client's own
+/// The guide's fenced write helper (`fenced::set`), unchanged, on the in-memory backend: the client's own
 /// connection is served by the in-memory server, the stale holder's write is refused, and the
 /// plain commands a test reads with are there too.
 #[tokio::test(start_paused = true)]

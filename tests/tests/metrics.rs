@@ -231,7 +231,7 @@ async fn a_wait_that_ends_without_the_lock_is_a_timeout_and_waited() {
     );
     // Every histogram recorded so far (acquire, wait and hold times among them) has bucket
     // bounds in `HISTOGRAMS`, so a Prometheus recorder set up from it renders no summary.
-    // (The README's doc test renders one with those buckets.)
+    // (The guide's operating chapter has a doc test that renders one with those buckets.)
     let histograms: std::collections::BTreeSet<String> = read(|r| {
         r.histograms
             .keys()

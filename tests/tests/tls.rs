@@ -480,11 +480,11 @@ fn the_documented_acl_covers_every_command_the_library_sends() {
     for (documented, needed) in [("`+wait`", "min_replicas"), ("`+role`", "Sentinel")] {
         assert!(DOCS.contains(documented), "{documented} for {needed}");
     }
-    // The README shows the same line.
+    // The guide's production chapter shows the same line.
     let line = data_acl().join(" ");
     assert!(
-        include_str!("../../README.md").contains(&line),
-        "the README's ACL line differs from lock-core's docs: {line}"
+        include_str!("../../guide/src/production.md").contains(&line),
+        "the guide's ACL line (production chapter) differs from lock-core's docs: {line}"
     );
 }
 

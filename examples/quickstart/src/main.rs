@@ -7,18 +7,20 @@
 //! write.
 //!
 //! ```text
-//! cargo run --release --bin quickstart
+//! cargo run -p quickstart
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a private `redis-server` on a free loopback
-//! port and stops it at the end.
+//! port and stops it at the end. Its dependencies are lock-core (without its default
+//! features) and tokio only, so a fresh clone builds it quickly.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod server;
 
 use std::time::{Duration, Instant};
 
 use lock_core::LockClient;
-use lock_tests::RedisServer;
-use redis::AsyncCommands;
+use lock_core::redis::{self, AsyncCommands};
 
 const CLIENTS: usize = 3;
 const TASKS: usize = 16;
@@ -26,14 +28,18 @@ const ROUNDS: usize = 5;
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
-    let server = std::env::var("REDIS_URL").is_err().then(RedisServer::start);
+    let server = match std::env::var("REDIS_URL") {
+        Ok(_) => None,
+        Err(_) => match server::Server::start() {
+            Ok(server) => Some(server),
+            Err(e) => {
+                eprintln!("quickstart: {e}");
+                std::process::exit(2);
+            }
+        },
+    };
     let url = std::env::var("REDIS_URL")
-        .unwrap_or_else(|_| server.as_ref().map(RedisServer::url).unwrap_or_default());
+        .unwrap_or_else(|_| server.as_ref().map(server::Server::url).unwrap_or_default());
     let redis = redis::Client::open(url.as_str()).expect("REDIS_URL");
     let mut conn = redis
         .get_multiplexed_async_connection()
@@ -133,6 +139,7 @@ async fn main() {
         expected - locked
     );
     if locked != expected {
+        drop(server); // exit skips destructors: stop the server first
         std::process::exit(1);
     }
 }
