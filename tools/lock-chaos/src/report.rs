@@ -12,7 +12,7 @@ use super::nemesis::FaultKind;
 
 /// What a run found.
 #[derive(Debug)]
-pub(crate) struct Report {
+pub struct Report {
     pub(crate) seed: u64,
     pub(crate) topology: TopologyKind,
     pub(crate) workers: usize,
@@ -147,11 +147,13 @@ impl Report {
         }
     }
 
-    pub(crate) fn violations(&self) -> usize {
+    /// How many violations the checkers found.
+    pub fn violations(&self) -> usize {
         self.findings.violations.len()
     }
 
-    pub(crate) fn faults_injected(&self) -> usize {
+    /// How many faults the nemesis injected.
+    pub fn faults_injected(&self) -> usize {
         self.faults.values().map(|v| v.0).sum()
     }
 
@@ -180,7 +182,40 @@ impl Report {
             .count()
     }
 
-    pub(crate) fn render(&self) -> String {
+    /// Whether the outside judge found every history linearizable and agreed with the
+    /// checkers on every name.
+    pub fn judge_agrees(&self) -> bool {
+        self.judged.failures().is_empty() && self.judged.disagreements.is_empty()
+    }
+
+    /// How many keys, and operations on them, the outside judge judged as `model` ("lease
+    /// mutex" or "fenced register").
+    pub fn judged(&self, model: &str) -> (usize, usize) {
+        let keys = self
+            .judged
+            .verdicts
+            .iter()
+            .filter(|v| v.model == model)
+            .count();
+        (keys, self.judged.ops(model))
+    }
+
+    /// How many kinds of fault the run planned (injected or skipped).
+    pub fn fault_kinds(&self) -> usize {
+        self.faults.len()
+    }
+
+    /// How many locks of the operation kinds starting with `kind` were acquired.
+    pub fn acquisitions(&self, kind: &str) -> usize {
+        self.ops
+            .iter()
+            .filter(|(k, _)| k.starts_with(kind))
+            .map(|(_, outcomes)| outcomes.get("acquired").copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// The report as text, ending with the `RESULT` line.
+    pub fn render(&self) -> String {
         let f = &self.findings;
         let mut out = String::new();
         let _ = writeln!(

@@ -8,12 +8,13 @@
 //! cargo run --release -p lock-chaos -- --seed 1234 --duration 60s   # replay a schedule
 //! ```
 //!
-//! See `examples/lock-chaos/README.md` for what it checks and how to read the report.
+//! See `tools/lock-chaos/README.md` for what it checks and how to read the report. The runner
+//! is the library (`src/lib.rs`); this is its command line.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-mod chaos;
+use lock_chaos as chaos;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,7 +27,7 @@ fn main() -> ExitCode {
     };
     match command {
         chaos::Command::Help => {
-            let kinds: Vec<&str> = chaos::FaultKind::ALL.iter().map(|k| k.name()).collect();
+            let kinds = chaos::fault_kind_names();
             let _ = writeln!(
                 std::io::stdout(),
                 "{}\nfault kinds: {}",

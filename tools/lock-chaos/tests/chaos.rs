@@ -1,4 +1,4 @@
-//! The CI form of the randomized fault soak (`examples/lock-chaos`): 30 s of three worker
+//! The CI form of the randomized fault soak (`tools/lock-chaos`): 30 s of three worker
 //! processes taking every kind of lock (and the tower layer over HTTP) on a few shared names,
 //! each critical section writing fenced at the check server and, through the lock client, at
 //! the lock server (`fenced::set` on the client's connection, the lock's record), while the
@@ -10,16 +10,14 @@
 //! write lock's history a lease mutex and every fenced-store key's a fenced register; after
 //! every server restart the stores on the lock server answer again within 5 s.
 //!
-//! It compiles the example's runner itself (`#[path]` below) and runs it in-process; the
-//! worker processes are this test binary again, started with `--exact chaos_worker_process`
-//! and their arguments in `LOCK_CHAOS_WORKER_ARGS`.
+//! It runs the tool's runner (this crate's library) in-process; the worker processes are this
+//! test binary again, started with `--exact chaos_worker_process` and their arguments in
+//! `LOCK_CHAOS_WORKER_ARGS`.
 //!
 //! `LOCK_CHAOS_SEED=N` replays a seed's fault schedule (the report of a failure names it);
 //! `LOCK_CHAOS_DURATION=2m` runs longer. The full tool: `cargo run --release -p lock-chaos`.
 
-#[allow(dead_code)]
-#[path = "../../examples/lock-chaos/src/chaos/mod.rs"]
-mod chaos;
+use lock_chaos as chaos;
 
 const WORKER_ENV: &str = "LOCK_CHAOS_WORKER_ARGS";
 
@@ -87,14 +85,12 @@ fn a_randomized_fault_soak_finds_no_violation() {
     );
     // The outside judge (stateright's linearizability tester) agrees, on a history of
     // some size: every mutex, fair and write lock name and every fenced-store key judged.
-    let judged = &report.judged;
     assert!(
-        judged.failures().is_empty() && judged.disagreements.is_empty(),
+        report.judge_agrees(),
         "the outside judge (replay with LOCK_CHAOS_SEED={seed}):\n{text}"
     );
     for model in ["lease mutex", "fenced register"] {
-        let keys = judged.verdicts.iter().filter(|v| v.model == model).count();
-        let ops = judged.ops(model);
+        let (keys, ops) = report.judged(model);
         assert!(
             keys >= 5 && ops >= 100,
             "{model}: {keys} keys, {ops} ops judged:\n{text}"
@@ -102,7 +98,7 @@ fn a_randomized_fault_soak_finds_no_violation() {
     }
     // The run did something: faults of most kinds, and locks of every kind taken.
     assert!(report.faults_injected() >= 40, "too few faults:\n{text}");
-    assert!(report.faults.len() >= 8, "too few kinds of fault:\n{text}");
+    assert!(report.fault_kinds() >= 8, "too few kinds of fault:\n{text}");
     for kind in [
         "mutex",
         "fair",
@@ -112,12 +108,7 @@ fn a_randomized_fault_soak_finds_no_violation() {
         "multi",
         "http",
     ] {
-        let acquired: usize = report
-            .ops
-            .iter()
-            .filter(|(k, _)| k.starts_with(kind))
-            .map(|(_, outcomes)| outcomes.get("acquired").copied().unwrap_or(0))
-            .sum();
+        let acquired = report.acquisitions(kind);
         assert!(acquired >= 5, "{kind}: {acquired} acquisitions:\n{text}");
     }
 }

@@ -29,17 +29,19 @@ use super::topology::{self, Topo};
 /// How a worker process is started: this binary with `worker ...`, or (in the test suite)
 /// the test binary with its arguments in an environment variable.
 #[derive(Debug, Clone)]
-pub(crate) struct Launcher {
-    pub(crate) program: PathBuf,
-    pub(crate) args: Vec<String>,
+pub struct Launcher {
+    /// The program to start.
+    pub program: PathBuf,
+    /// Its first arguments.
+    pub args: Vec<String>,
     /// When set, the worker's arguments go into this environment variable (separated by
     /// `\u{1f}`) instead of the command line.
-    pub(crate) env: Option<String>,
+    pub env: Option<String>,
 }
 
 impl Launcher {
     /// This very binary, `worker` sub-command.
-    pub(crate) fn this_binary() -> Result<Launcher, String> {
+    pub fn this_binary() -> Result<Launcher, String> {
         let program = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         Ok(Launcher {
             program,
@@ -115,7 +117,7 @@ fn say(line: &str) {
 }
 
 /// Runs a whole soak on a runtime of its own and returns its report.
-pub(crate) fn run_blocking(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
+pub fn run_blocking(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

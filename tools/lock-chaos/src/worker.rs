@@ -85,7 +85,7 @@ impl Ctx {
 }
 
 /// Runs a worker until the coordinator says `exit` (or goes away). Returns the exit code.
-pub(crate) fn worker_main(args: WorkerArgs) -> i32 {
+pub fn worker_main(args: WorkerArgs) -> i32 {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()

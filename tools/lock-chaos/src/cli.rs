@@ -30,7 +30,7 @@ impl TopologyKind {
 
 /// `lock-chaos run`.
 #[derive(Debug, Clone)]
-pub(crate) struct RunConfig {
+pub struct RunConfig {
     pub(crate) duration: Duration,
     pub(crate) seed: u64,
     pub(crate) workers: usize,
@@ -112,7 +112,7 @@ impl Deploy {
 
 /// `lock-chaos worker`: everything a worker process needs, given by the coordinator.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WorkerArgs {
+pub struct WorkerArgs {
     pub(crate) id: usize,
     pub(crate) incarnation: u32,
     pub(crate) deploy: Deploy,
@@ -187,13 +187,17 @@ impl WorkerArgs {
 
 /// What the command line asks for.
 #[derive(Debug)]
-pub(crate) enum Command {
+pub enum Command {
+    /// `lock-chaos [run]`: a soak.
     Run(RunConfig),
+    /// `lock-chaos worker ...`: a worker process of a soak.
     Worker(WorkerArgs),
+    /// `--help`.
     Help,
 }
 
-pub(crate) const USAGE: &str = "\
+/// The command line's help text.
+pub const USAGE: &str = "\
 lock-chaos: a randomized fault soak of lock-core (Jepsen-style)
 
 usage: lock-chaos [run] [options]
@@ -216,7 +220,7 @@ options:
 ";
 
 /// Parses `args` (without the program name).
-pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
+pub fn parse(args: &[String]) -> Result<Command, String> {
     let (first, rest) = match args.split_first() {
         Some((first, rest)) => (first.as_str(), rest),
         None => ("run", args),
@@ -328,7 +332,7 @@ fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
 }
 
 /// A seed from the clock, for a run that was given none.
-pub(crate) fn default_seed() -> u64 {
+pub fn default_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

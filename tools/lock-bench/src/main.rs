@@ -495,7 +495,7 @@ async fn bench(args: Args) -> bool {
     let json_path = args.json.clone();
     let svg_path = args.svg.clone().unwrap_or_else(|| match &json_path {
         Some(j) => j.with_file_name("handoff.svg"),
-        // The workspace's target directory (this crate is examples/lock-bench).
+        // The workspace's target directory (this crate is tools/lock-bench).
         None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .ancestors()
             .nth(2)
