@@ -22,9 +22,10 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
 use crate::contender::{Kind, Locker, Opts};
+use crate::measure::{Cost, Frame};
 use crate::monitor::{Counts, Watch, mono_to_unix_us};
-use crate::stats::{CmdDelta, CmdStats, Sample};
-use crate::sys::mono_ns;
+use crate::stats::Sample;
+use crate::sys::{cpu_us, mono_ns};
 
 /// Bound on one acquisition, and on waiting for the next section to be taken.
 const STEP_TIMEOUT: Duration = Duration::from_secs(15);
@@ -204,8 +205,9 @@ pub(crate) struct HandoffRun {
     pub(crate) sample: Sample,
     /// Mean time from an acquire returning to its release starting, µs.
     pub(crate) mean_hold_us: f64,
-    /// `INFO commandstats` over the run (including the tasks draining after the last section).
-    pub(crate) delta: CmdDelta,
+    /// `INFO commandstats` over the run (including the tasks draining after the last
+    /// section), and the client's CPU time over it.
+    pub(crate) cost: Cost,
     /// What `MONITOR` saw from the start to the release of the last section, if watched.
     pub(crate) counts: Option<Counts>,
 }
@@ -259,7 +261,7 @@ pub(crate) async fn run_local(
         taken: Arc::new(watch::channel(0).0),
     };
     let watching = watch(monitor).await?;
-    let before = CmdStats::read(admin).await;
+    let frame = Frame::start(admin).await;
     let start = mono_ns();
     let handles: Vec<_> = (0..tasks)
         .map(|_| {
@@ -289,13 +291,13 @@ pub(crate) async fn run_local(
     if let Some(e) = joined {
         return Err(e);
     }
-    let delta = CmdStats::read(admin).await.since(&before);
+    let cost = frame.stop(admin).await;
     let (sample, end, mean_hold_us) = handoffs(all, start, sections)?;
     let counts = finish(watching, admin, start, end, &[]).await?;
     Ok(HandoffRun {
         sample,
         mean_hold_us,
-        delta,
+        cost,
         counts,
     })
 }
@@ -359,33 +361,39 @@ impl ChildArgs {
 }
 
 /// The W3x child process: connects, reports ready, waits for the start, runs its tasks and
-/// prints its sections as one JSON line.
+/// prints its sections and its CPU time over them as one JSON line.
 pub(crate) async fn child_main(args: ChildArgs) {
     let result = child_run(&args).await;
     let line = match result {
-        Ok(sections) => serde_json::json!({
+        Ok((sections, cpu_us)) => serde_json::json!({
             "sections": sections
                 .iter()
                 .map(|s| [s.k, s.acquired, s.release_started, s.released])
                 .collect::<Vec<_>>(),
+            "cpu_us": cpu_us,
         }),
         Err(e) => serde_json::json!({ "error": e }),
     };
     println!("{line}");
 }
 
-async fn child_run(args: &ChildArgs) -> Result<Vec<Section>, String> {
-    let client = redis::Client::open(args.opts.url.as_str()).map_err(|e| e.to_string())?;
-    let mut con = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
-    let chan = format!("{}:taken", args.coord_key);
+/// Subscribes to the section announcements (and the start signal, "0") from every process:
+/// the highest section taken, the start, and the task that listens.
+async fn listen(
+    client: &redis::Client,
+    chan: &str,
+) -> Result<
+    (
+        Arc<watch::Sender<u64>>,
+        Arc<tokio::sync::Notify>,
+        tokio::task::JoinHandle<()>,
+    ),
+    String,
+> {
     let taken = Arc::new(watch::channel(0u64).0);
     let go = Arc::new(tokio::sync::Notify::new());
-    // Section announcements (and the start signal, "0") from every process.
     let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
-    pubsub.subscribe(&chan).await.map_err(|e| e.to_string())?;
+    pubsub.subscribe(chan).await.map_err(|e| e.to_string())?;
     let (taken2, go2) = (taken.clone(), go.clone());
     let listener = tokio::spawn(async move {
         let mut stream = pubsub.into_on_message();
@@ -398,22 +406,25 @@ async fn child_run(args: &ChildArgs) -> Result<Vec<Section>, String> {
             }
         }
     });
-    let locker = Locker::connect(args.kind, &args.opts).await;
-    // Warm up the contender's connections on a name of its own.
-    let warm = format!("{}:warm:{}", args.name, std::process::id());
-    let held = locker.lock(&warm, STEP_TIMEOUT).await?;
-    locker.unlock(held).await?;
+    Ok((taken, go, listener))
+}
 
+/// Reports this process ready in the coordination hash and waits for the start: it is
+/// published, and polling the hash as well covers a lost message.
+async fn ready_and_wait(
+    con: &mut MultiplexedConnection,
+    coord_key: &str,
+    go: &tokio::sync::Notify,
+) -> Result<(), String> {
     let notified = go.notified();
     let _: i64 = con
-        .hincr(&args.coord_key, "ready", 1)
+        .hincr(coord_key, "ready", 1)
         .await
         .map_err(|e| e.to_string())?;
-    // The start is published; polling the hash as well covers a lost message.
-    let started = tokio::time::timeout(Duration::from_secs(30), async {
+    tokio::time::timeout(Duration::from_secs(30), async {
         tokio::pin!(notified);
         loop {
-            let go: Option<u64> = con.hget(&args.coord_key, "go").await.unwrap_or(None);
+            let go: Option<u64> = con.hget(coord_key, "go").await.unwrap_or(None);
             if go.is_some() {
                 return;
             }
@@ -425,24 +436,27 @@ async fn child_run(args: &ChildArgs) -> Result<Vec<Section>, String> {
             }
         }
     })
-    .await;
-    if started.is_err() {
-        return Err("no start signal".into());
-    }
-    let coord = Coord::Redis {
-        con: con.clone(),
-        key: args.coord_key.clone(),
-        chan,
-        taken,
-    };
-    let handles: Vec<_> = (0..args.tasks)
+    .await
+    .map_err(|_| "no start signal".to_owned())
+}
+
+/// Runs `tasks` hand-off workers on `coord` and returns their sections.
+async fn run_workers(
+    locker: &Locker,
+    coord: &Coord,
+    name: &str,
+    tasks: usize,
+    sections: u64,
+    hold: Duration,
+) -> Result<Vec<Section>, String> {
+    let handles: Vec<_> = (0..tasks)
         .map(|_| {
             tokio::spawn(worker(
                 locker.clone(),
                 coord.clone(),
-                args.name.clone(),
-                args.sections,
-                args.hold,
+                name.to_owned(),
+                sections,
+                hold,
             ))
         })
         .collect();
@@ -455,36 +469,41 @@ async fn child_run(args: &ChildArgs) -> Result<Vec<Section>, String> {
             Err(_) => return Err("timed out".into()),
         }
     }
-    listener.abort();
     Ok(all)
 }
 
-/// W3x: `procs` child processes of `tasks` tasks each, all on one name; with `monitor`,
-/// counts the requests with `MONITOR`.
-pub(crate) async fn run_processes(
-    kind: Kind,
-    opts: &Opts,
-    admin: &mut MultiplexedConnection,
-    monitor: Option<&str>,
-    name: &str,
-    shape: Shape,
-) -> Result<HandoffRun, String> {
-    let Shape {
-        procs,
-        tasks,
-        sections,
-        hold,
-    } = shape;
-    let coord_key = format!("{name}:coord");
-    let args = ChildArgs {
-        kind,
-        opts: opts.clone(),
-        coord_key: coord_key.clone(),
-        name: name.to_owned(),
-        tasks,
-        sections,
-        hold,
+/// The child's sections, and its CPU time (µs) from the start to its last task's end.
+async fn child_run(args: &ChildArgs) -> Result<(Vec<Section>, f64), String> {
+    let client = redis::Client::open(args.opts.url.as_str()).map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let chan = format!("{}:taken", args.coord_key);
+    let (taken, go, listener) = listen(&client, &chan).await?;
+    let locker = Locker::connect(args.kind, &args.opts).await;
+    // Warm up the contender's connections on a name of its own.
+    let warm = format!("{}:warm:{}", args.name, std::process::id());
+    let held = locker.lock(&warm, STEP_TIMEOUT).await?;
+    locker.unlock(held).await?;
+
+    ready_and_wait(&mut con, &args.coord_key, &go).await?;
+    let cpu0 = cpu_us();
+    let coord = Coord::Redis {
+        con: con.clone(),
+        key: args.coord_key.clone(),
+        chan,
+        taken,
     };
+    let (tasks, sections, hold) = (args.tasks, args.sections, args.hold);
+    let all = run_workers(&locker, &coord, &args.name, tasks, sections, hold).await?;
+    let cpu = cpu_us() - cpu0;
+    listener.abort();
+    Ok((all, cpu))
+}
+
+/// Starts `procs` W3x child processes with `args`.
+fn spawn_children(args: &ChildArgs, procs: usize) -> Result<Vec<tokio::process::Child>, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut children = Vec::new();
     for _ in 0..procs {
@@ -498,33 +517,34 @@ pub(crate) async fn run_processes(
             .map_err(|e| format!("spawn child: {e}"))?;
         children.push(child);
     }
-    // Wait until every child is connected and warmed up.
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+    Ok(children)
+}
+
+/// Waits until every child is connected and warmed up.
+async fn wait_ready(
+    admin: &mut MultiplexedConnection,
+    coord_key: &str,
+    procs: usize,
+) -> Result<(), String> {
+    tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            let n: Option<usize> = admin.hget(&coord_key, "ready").await.unwrap_or(None);
+            let n: Option<usize> = admin.hget(coord_key, "ready").await.unwrap_or(None);
             if n == Some(procs) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
-    .await;
-    if ready.is_err() {
-        return Err("W3x children did not get ready".into());
-    }
-    let watching = watch(monitor).await?;
-    let before = CmdStats::read(admin).await;
-    let start = mono_ns();
-    let _: i64 = admin
-        .hset(&coord_key, "go", start)
-        .await
-        .map_err(|e| e.to_string())?;
-    let _: i64 = admin
-        .publish(format!("{coord_key}:taken"), 0u64)
-        .await
-        .map_err(|e| e.to_string())?;
+    .await
+    .map_err(|_| "W3x children did not get ready".to_owned())
+}
 
+/// Reads every child's JSON line: all their sections, and their CPU time summed (µs).
+async fn collect_children(
+    children: Vec<tokio::process::Child>,
+) -> Result<(Vec<Section>, f64), String> {
     let mut all = Vec::new();
+    let mut cpu_us = 0.0;
     let mut error = None;
     for mut child in children {
         let mut stdout = child.stdout.take().ok_or("no child stdout")?;
@@ -542,6 +562,7 @@ pub(crate) async fn run_processes(
             error = Some(format!("W3x child: {e}"));
             continue;
         }
+        cpu_us += v["cpu_us"].as_f64().unwrap_or(0.0);
         for s in v["sections"].as_array().into_iter().flatten() {
             let f = |i: usize| s[i].as_u64().unwrap_or(0);
             all.push(Section {
@@ -552,16 +573,55 @@ pub(crate) async fn run_processes(
             });
         }
     }
-    if let Some(e) = error {
-        return Err(e);
+    match error {
+        Some(e) => Err(e),
+        None => Ok((all, cpu_us)),
     }
-    let delta = CmdStats::read(admin).await.since(&before);
-    let (sample, end, mean_hold_us) = handoffs(all, start, sections)?;
+}
+
+/// W3x: `procs` child processes of `tasks` tasks each, all on one name; with `monitor`,
+/// counts the requests with `MONITOR`. The client CPU is the children's (over their timed
+/// sections) plus this process's over the run.
+pub(crate) async fn run_processes(
+    kind: Kind,
+    opts: &Opts,
+    admin: &mut MultiplexedConnection,
+    monitor: Option<&str>,
+    name: &str,
+    shape: Shape,
+) -> Result<HandoffRun, String> {
+    let coord_key = format!("{name}:coord");
+    let args = ChildArgs {
+        kind,
+        opts: opts.clone(),
+        coord_key: coord_key.clone(),
+        name: name.to_owned(),
+        tasks: shape.tasks,
+        sections: shape.sections,
+        hold: shape.hold,
+    };
+    let children = spawn_children(&args, shape.procs)?;
+    wait_ready(admin, &coord_key, shape.procs).await?;
+    let watching = watch(monitor).await?;
+    let frame = Frame::start(admin).await;
+    let start = mono_ns();
+    let _: i64 = admin
+        .hset(&coord_key, "go", start)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _: i64 = admin
+        .publish(format!("{coord_key}:taken"), 0u64)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (all, children_cpu_us) = collect_children(children).await?;
+    let mut cost = frame.stop(admin).await;
+    cost.cpu_us += children_cpu_us;
+    let (sample, end, mean_hold_us) = handoffs(all, start, shape.sections)?;
     let counts = finish(watching, admin, start, end, &[coord_key]).await?;
     Ok(HandoffRun {
         sample,
         mean_hold_us,
-        delta,
+        cost,
         counts,
     })
 }

@@ -18,8 +18,9 @@ use redis::aio::MultiplexedConnection;
 
 use crate::contender::Locker;
 use crate::handoff::hold_for;
+use crate::measure::{Cost, Frame};
 use crate::monitor::{Counts, Watch};
-use crate::stats::{CmdDelta, CmdStats, Sample};
+use crate::stats::Sample;
 
 /// Bound on one acquisition.
 const WAIT: Duration = Duration::from_secs(30);
@@ -105,8 +106,8 @@ pub(crate) struct MixRun {
     pub(crate) hit_time_limit: bool,
     /// How many of the names were taken at least once.
     pub(crate) distinct_names: usize,
-    /// `INFO commandstats` over the run.
-    pub(crate) delta: CmdDelta,
+    /// `INFO commandstats` over the run, and the client's CPU time over it.
+    pub(crate) cost: Cost,
     /// What `MONITOR` saw during the run, if watched.
     pub(crate) counts: Option<Counts>,
 }
@@ -200,7 +201,7 @@ pub(crate) async fn run(
         Some(url) => Some(Watch::start(url).await?),
         None => None,
     };
-    let before = CmdStats::read(admin).await;
+    let frame = Frame::start(admin).await;
     let start = Instant::now();
     let handles: Vec<_> = (0..mix.tasks)
         .map(|t| {
@@ -238,7 +239,7 @@ pub(crate) async fn run(
     if let Some(e) = joined {
         return Err(e);
     }
-    let delta = CmdStats::read(admin).await.since(&before);
+    let cost = frame.stop(admin).await;
     let counts = match watching {
         Some(w) => Some(w.stop(admin, None, None, &[]).await?),
         None => None,
@@ -257,7 +258,7 @@ pub(crate) async fn run(
             .iter()
             .filter(|s| s.load(Ordering::Relaxed))
             .count(),
-        delta,
+        cost,
         counts,
     })
 }

@@ -18,8 +18,9 @@ use redis::aio::MultiplexedConnection;
 
 use crate::contender::{Held, Kind, Locker, Opts};
 use crate::floor::Watchdog;
-use crate::stats::CmdStats;
-use crate::sys::{cpu_ms, rss_bytes};
+use crate::measure::{Cost, Frame};
+use crate::stats::CmdDelta;
+use crate::sys::rss_bytes;
 
 /// Locks per renewal call of lock-core's watchdog (its batch size, 256).
 const RENEWAL_BATCH: f64 = 256.0;
@@ -88,6 +89,95 @@ fn name(prefix: &str, i: usize) -> String {
     format!("{prefix}:{i}")
 }
 
+/// Takes the locks in two halves: the RSS growth over the second half is the marginal cost of
+/// a lock, without what taking locks at all costs once (task and buffer memory the allocator
+/// keeps). Returns them and the RSS between the halves.
+async fn take_all(locker: &Locker, args: &ChildArgs) -> Result<(Holding, u64), String> {
+    let half = args.count / 2;
+    match args.kind {
+        Kind::Rslock => {
+            let failed = Arc::new(AtomicU64::new(0));
+            let (stop, stop_rx) = tokio::sync::watch::channel(false);
+            hold_rslock(locker, args, 0..half, &failed, &stop_rx).await?;
+            let rss_mid = rss_bytes();
+            hold_rslock(locker, args, half..args.count, &failed, &stop_rx).await?;
+            let holding = Holding::Rslock {
+                failed,
+                _stop: stop,
+            };
+            Ok((holding, rss_mid))
+        }
+        _ => {
+            let mut guards = acquire_all(locker, args, 0..half).await?;
+            let rss_mid = rss_bytes();
+            guards.extend(acquire_all(locker, args, half..args.count).await?);
+            Ok((Holding::Guards(guards), rss_mid))
+        }
+    }
+}
+
+/// The floor's watchdog over its guards (the other contenders renew by themselves).
+fn floor_watchdog(locker: &Locker, holding: &Holding, lease: Duration) -> Option<Watchdog> {
+    match (locker, holding) {
+        (Locker::Floor(f), Holding::Guards(guards)) => {
+            let held: Vec<(String, String)> = guards
+                .iter()
+                .map(|h| match h {
+                    Held::Floor(g) => (g.key().to_owned(), g.token().to_owned()),
+                    _ => unreachable!(),
+                })
+                .collect();
+            Some(Watchdog::start(f, Arc::new(held), lease))
+        }
+        _ => None,
+    }
+}
+
+/// Renewal calls over the measured periods and round trips per period. The native protocol
+/// renews with pipelines of `SET … IFEQ`, one command per lock and at most `RENEWAL_BATCH`
+/// per pipeline, which the server counts command by command: its round trips are derived from
+/// the commands (nothing else sends SET while the locks are held).
+fn renewals(delta: &CmdDelta, periods: u32) -> (u64, f64) {
+    let scripted = delta.calls(&["evalsha", "eval", "fcall"]);
+    let native_sets = delta.calls(&["set"]);
+    if scripted == 0 && native_sets > 0 {
+        let per_period = native_sets as f64 / periods as f64;
+        (native_sets, (per_period / RENEWAL_BATCH).ceil())
+    } else {
+        (scripted, scripted as f64 / periods as f64)
+    }
+}
+
+/// Every lock still held? (lost on the client's side, lost on the server, names checked).
+async fn lost(
+    locker: &Locker,
+    admin: &mut MultiplexedConnection,
+    holding: &Holding,
+    watchdog: Option<&Watchdog>,
+    args: &ChildArgs,
+) -> Result<(u64, u64, usize), String> {
+    match holding {
+        Holding::Guards(guards) => {
+            let lost_client = match (locker, watchdog) {
+                (Locker::Ours(_), _) => guards
+                    .iter()
+                    .filter(|h| matches!(h, Held::Ours(g) if !g.is_held()))
+                    .count() as u64,
+                (_, Some(w)) => w.lost(),
+                _ => 0,
+            };
+            let (lost_server, checked) = check_server(locker, admin, guards).await?;
+            Ok((lost_client, lost_server, checked))
+        }
+        Holding::Rslock { failed, .. } => {
+            let failed = failed.load(Ordering::Relaxed);
+            let names: Vec<String> = (0..args.count).map(|i| name(&args.prefix, i)).collect();
+            let missing = count_missing(admin, &names).await?;
+            Ok((failed, missing, names.len()))
+        }
+    }
+}
+
 async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
     let client = redis::Client::open(args.opts.url.as_str()).map_err(|e| e.to_string())?;
     let mut admin = client
@@ -104,89 +194,22 @@ async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
     let rss_base = rss_bytes();
 
     let t0 = Instant::now();
-    // In two halves: the RSS growth over the second half is the marginal cost of a lock,
-    // without what taking locks at all costs once (task and buffer memory the allocator keeps).
-    let half = args.count / 2;
-    let rss_mid;
-    let holding = match args.kind {
-        Kind::Rslock => {
-            let failed = Arc::new(AtomicU64::new(0));
-            let (stop, stop_rx) = tokio::sync::watch::channel(false);
-            hold_rslock(&locker, args, 0..half, &failed, &stop_rx).await?;
-            rss_mid = rss_bytes();
-            hold_rslock(&locker, args, half..args.count, &failed, &stop_rx).await?;
-            Holding::Rslock {
-                failed,
-                _stop: stop,
-            }
-        }
-        _ => {
-            let mut guards = acquire_all(&locker, args, 0..half).await?;
-            rss_mid = rss_bytes();
-            guards.extend(acquire_all(&locker, args, half..args.count).await?);
-            Holding::Guards(guards)
-        }
-    };
+    let (holding, rss_mid) = take_all(&locker, args).await?;
     let rss_acquired = rss_bytes();
-    let floor_watchdog = match (&locker, &holding) {
-        (Locker::Floor(f), Holding::Guards(guards)) => {
-            let held: Vec<(String, String)> = guards
-                .iter()
-                .map(|h| match h {
-                    Held::Floor(g) => (g.key().to_owned(), g.token().to_owned()),
-                    _ => unreachable!(),
-                })
-                .collect();
-            Some(Watchdog::start(f, Arc::new(held), args.lease))
-        }
-        _ => None,
-    };
+    let watchdog = floor_watchdog(&locker, &holding, args.lease);
     let acquire_s = t0.elapsed().as_secs_f64();
     // Let one renewal round pass so that every lock is in its steady state.
     tokio::time::sleep(args.lease / 3).await;
 
     let period = args.lease / 3;
-    let before = CmdStats::read(&mut admin).await;
-    let cpu0 = cpu_ms();
+    let frame = Frame::start(&mut admin).await;
     tokio::time::sleep(period * args.periods).await;
-    let cpu1 = cpu_ms();
-    let delta = CmdStats::read(&mut admin).await.since(&before);
+    let Cost { delta, cpu_us } = frame.stop(&mut admin).await;
     let rss_end = rss_bytes();
-
-    let scripted = delta.calls(&["evalsha", "eval", "fcall"]);
-    // The native protocol renews with pipelines of `SET … IFEQ`, one command per lock and at
-    // most `RENEWAL_BATCH` per pipeline, which the server counts command by command: its round
-    // trips are derived from the commands (nothing else sends SET while the locks are held).
-    let native_sets = delta.calls(&["set"]);
-    let (renew_calls, per_period) = if scripted == 0 && native_sets > 0 {
-        let per_period = native_sets as f64 / args.periods as f64;
-        (native_sets, (per_period / RENEWAL_BATCH).ceil())
-    } else {
-        (scripted, scripted as f64 / args.periods as f64)
-    };
-
-    // Every lock still held?
-    let (lost_client, lost_server, checked) = match &holding {
-        Holding::Guards(guards) => {
-            let lost_client = match (&locker, &floor_watchdog) {
-                (Locker::Ours(_), _) => guards
-                    .iter()
-                    .filter(|h| matches!(h, Held::Ours(g) if !g.is_held()))
-                    .count() as u64,
-                (_, Some(w)) => w.lost(),
-                _ => 0,
-            };
-            let (lost_server, checked) = check_server(&locker, &mut admin, guards).await?;
-            (lost_client, lost_server, checked)
-        }
-        Holding::Rslock { failed, .. } => {
-            let failed = failed.load(Ordering::Relaxed);
-            let names: Vec<String> = (0..args.count).map(|i| name(&args.prefix, i)).collect();
-            let missing = count_missing(&mut admin, &names).await?;
-            (failed, missing, names.len())
-        }
-    };
-
+    let (renew_calls, per_period) = renewals(&delta, args.periods);
+    let (lost_client, lost_server, checked) =
+        lost(&locker, &mut admin, &holding, watchdog.as_ref(), args).await?;
+    let half = args.count / 2;
     Ok(serde_json::json!({
         "contender": args.kind.name(),
         "locks": args.count,
@@ -196,7 +219,7 @@ async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
         "renew_round_trips_per_period": per_period,
         "renew_server_commands_per_period": renew_calls as f64 / args.periods as f64,
         "round_trips_per_100_locks_per_period": per_period / (args.count as f64 / 100.0),
-        "cpu_ms_per_period": (cpu1 - cpu0) / args.periods as f64,
+        "cpu_ms_per_period": cpu_us / 1e3 / args.periods as f64,
         "rss_base_bytes": rss_base,
         "rss_end_bytes": rss_end,
         "bytes_per_lock": (rss_end.saturating_sub(rss_base)) as f64 / args.count as f64,
