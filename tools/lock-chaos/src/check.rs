@@ -201,6 +201,13 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
     check_liveness(h, ctx, &mut f);
     check_kills(h, ctx, &mut f);
     check_restarts(h, ctx, &mut f);
+    check_crashes(h, &mut f);
+    f
+}
+
+/// A worker's panic or fatal error is a crash; the coordinator's problems are violations of
+/// their own kind.
+fn check_crashes(h: &History, f: &mut Findings) {
     for life in &h.lives {
         for note in &life.notes {
             if note.starts_with("panic") || note.starts_with("fatal") {
@@ -224,7 +231,6 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
             excerpt: Vec::new(),
         });
     }
-    f
 }
 
 /// Whether two parts exclude each other on one name.
@@ -485,54 +491,75 @@ fn check_permits(h: &History, ctx: &Ctx, name: &str, ivs: &[Iv], f: &mut Finding
     f.unfenced_stale_overlaps += episodes[1].saturating_sub(episodes[0]);
 }
 
+/// An operation's time against its bound, for the liveness check.
+struct Timed {
+    what: String,
+    /// µs, the time its workers were stopped left out.
+    took: i64,
+    /// µs.
+    bound: i64,
+    worker: usize,
+    t0: i64,
+    hung: bool,
+}
+
+/// Keeps the slowest operation relative to its bound, and makes one over its bound (or
+/// abandoned as hung) a violation.
+fn note(h: &History, ctx: &Ctx, f: &mut Findings, t: Timed) {
+    let Timed {
+        what,
+        took,
+        bound,
+        worker,
+        t0,
+        hung,
+    } = t;
+    let ratio = took as f64 / bound.max(1) as f64;
+    if ratio > f.worst_liveness {
+        f.worst_liveness = ratio;
+        f.worst_liveness_what = what.clone();
+    }
+    if hung || took > bound {
+        f.violations.push(Violation {
+            kind: "liveness",
+            name: None,
+            summary: format!(
+                "{what} took {:.0} ms (bound {:.0} ms, time its workers were stopped left out){}",
+                took as f64 / 1000.0,
+                bound as f64 / 1000.0,
+                if hung { ": abandoned as hung" } else { "" }
+            ),
+            excerpt: excerpt_worker(h, ctx, worker, t0 - 1_000_000, t0 + took + 1_000_000),
+        });
+    }
+}
+
 fn check_liveness(h: &History, ctx: &Ctx, f: &mut Findings) {
-    let note = |f: &mut Findings,
-                what: String,
-                took: i64,
-                bound: i64,
-                worker: usize,
-                t0: i64,
-                hung: bool| {
-        let ratio = took as f64 / bound.max(1) as f64;
-        if ratio > f.worst_liveness {
-            f.worst_liveness = ratio;
-            f.worst_liveness_what = what.clone();
-        }
-        if hung || took > bound {
-            f.violations.push(Violation {
-                kind: "liveness",
-                name: None,
-                summary: format!(
-                    "{what} took {:.0} ms (bound {:.0} ms, time its workers were stopped left out){}",
-                    took as f64 / 1000.0,
-                    bound as f64 / 1000.0,
-                    if hung { ": abandoned as hung" } else { "" }
-                ),
-                excerpt: excerpt_worker(h, ctx, worker, t0 - 1_000_000, t0 + took + 1_000_000),
-            });
-        }
-    };
     for op in &h.ops {
         let took = op.t1 - op.t0 - h.stopped_within(op.worker, op.t0, op.t1, ctx.run_end);
         note(
+            h,
+            ctx,
             f,
-            format!(
-                "acquisition {} {} {} ({}, wait {}) by worker {}.{} ({})",
-                op.req,
-                op.prim,
-                op.name,
-                op.via,
-                op.wait_ms
-                    .map_or("none: one try".to_owned(), |w| format!("{w} ms")),
-                op.worker,
-                op.inc,
-                op.out
-            ),
-            took,
-            op.bound_ms as i64 * 1000,
-            op.worker,
-            op.t0,
-            op.out == "hung",
+            Timed {
+                what: format!(
+                    "acquisition {} {} {} ({}, wait {}) by worker {}.{} ({})",
+                    op.req,
+                    op.prim,
+                    op.name,
+                    op.via,
+                    op.wait_ms
+                        .map_or("none: one try".to_owned(), |w| format!("{w} ms")),
+                    op.worker,
+                    op.inc,
+                    op.out
+                ),
+                took,
+                bound: op.bound_ms as i64 * 1000,
+                worker: op.worker,
+                t0: op.t0,
+                hung: op.out == "hung",
+            },
         );
     }
     for r in &h.http {
@@ -540,32 +567,46 @@ fn check_liveness(h: &History, ctx: &Ctx, f: &mut Findings) {
             + h.stopped_within(r.peer, r.t0, r.t1, ctx.run_end);
         let took = r.t1 - r.t0 - stopped;
         note(
+            h,
+            ctx,
             f,
-            format!(
-                "HTTP {} /{}/{} {} from worker {}.{} to worker {} ({} {})",
-                r.req, r.route, r.key, r.method, r.worker, r.inc, r.peer, r.status, r.out
-            ),
-            took,
-            r.bound_ms as i64 * 1000,
-            r.worker,
-            r.t0,
-            r.out == "hung",
+            Timed {
+                what: format!(
+                    "HTTP {} /{}/{} {} from worker {}.{} to worker {} ({} {})",
+                    r.req, r.route, r.key, r.method, r.worker, r.inc, r.peer, r.status, r.out
+                ),
+                took,
+                bound: r.bound_ms as i64 * 1000,
+                worker: r.worker,
+                t0: r.t0,
+                hung: r.out == "hung",
+            },
         );
     }
     for sec in &h.secs {
         if let Some((t0, t1, res)) = &sec.rel {
             let took = t1 - t0 - h.stopped_within(sec.worker, *t0, *t1, ctx.run_end);
             note(
+                h,
+                ctx,
                 f,
-                format!("release of {} ({})", sec.id, res),
-                took,
-                UNLOCK_BOUND.as_micros() as i64,
-                sec.worker,
-                *t0,
-                res == "hung",
+                Timed {
+                    what: format!("release of {} ({})", sec.id, res),
+                    took,
+                    bound: UNLOCK_BOUND.as_micros() as i64,
+                    worker: sec.worker,
+                    t0: *t0,
+                    hung: res == "hung",
+                },
             );
         }
     }
+    check_errors(h, f);
+}
+
+/// An acquisition that failed with an untyped error, or an HTTP request answered with one,
+/// is a violation.
+fn check_errors(h: &History, f: &mut Findings) {
     for op in h.ops.iter().filter(|op| op.out == "unexpected") {
         f.violations.push(Violation {
             kind: "error",
@@ -635,6 +676,44 @@ fn check_kills(h: &History, ctx: &Ctx, f: &mut Findings) {
 /// worker lives around `[from, to]`, in time order.
 pub(crate) fn excerpt(h: &History, ctx: &Ctx, secs: &[usize], from: i64, to: i64) -> Vec<String> {
     let mut lines: Vec<(i64, String)> = Vec::new();
+    for &k in shown_sections(h, ctx, secs, from, to).keys() {
+        push_section(&mut lines, ctx, &h.secs[k]);
+    }
+    for fault in &h.faults {
+        if fault.t0 <= to && fault.t1 >= from {
+            lines.push((
+                fault.t0,
+                format!(
+                    "nemesis {} {}until {}: {}",
+                    fault.kind.name(),
+                    fault
+                        .target
+                        .map_or(String::new(), |t| format!("worker {t} ")),
+                    ctx.rel(fault.t1),
+                    fault.detail
+                ),
+            ));
+        }
+    }
+    let workers: Vec<usize> = secs.iter().map(|&k| h.secs[k].worker).collect();
+    for life in h.lives.iter().filter(|l| workers.contains(&l.worker)) {
+        push_life(&mut lines, ctx, life, from, to);
+    }
+    lines.sort_by_key(|(t, _)| *t);
+    lines
+        .into_iter()
+        .map(|(t, l)| format!("{:>12} {l}", ctx.rel(t)))
+        .collect()
+}
+
+/// Sections `secs` and (at most 12) others on their names within `[from, to]`.
+fn shown_sections(
+    h: &History,
+    ctx: &Ctx,
+    secs: &[usize],
+    from: i64,
+    to: i64,
+) -> HashMap<usize, ()> {
     let names: Vec<(String, String)> = secs
         .iter()
         .flat_map(|&k| {
@@ -666,79 +745,56 @@ pub(crate) fn excerpt(h: &History, ctx: &Ctx, secs: &[usize], from: i64, to: i64
             neighbours += 1;
         }
     }
-    for &k in shown.keys() {
-        let sec = &h.secs[k];
-        let parts: Vec<String> = sec
-            .parts
-            .iter()
-            .map(|p| {
-                format!(
-                    "{}:{}@{}",
-                    p.family,
-                    p.name,
-                    p.token.map_or("-".to_owned(), |t| t.to_string())
-                )
-            })
-            .collect();
-        let who = format!("w{}.{} {}", sec.worker, sec.inc, sec.id);
-        lines.push((
-            sec.start,
+    shown
+}
+
+/// A section's events: acquired, its writes, lost, ended, released.
+fn push_section(lines: &mut Vec<(i64, String)>, ctx: &Ctx, sec: &Sec) {
+    let parts: Vec<String> = sec
+        .parts
+        .iter()
+        .map(|p| {
             format!(
-                "{who} acquired ({} {}, request {}) {} believed until {}",
-                sec.via,
-                sec.kind,
-                sec.req,
-                parts.join(" "),
-                ctx.rel(sec.acq_valid)
+                "{}:{}@{}",
+                p.family,
+                p.name,
+                p.token.map_or("-".to_owned(), |t| t.to_string())
+            )
+        })
+        .collect();
+    let who = format!("w{}.{} {}", sec.worker, sec.inc, sec.id);
+    lines.push((
+        sec.start,
+        format!(
+            "{who} acquired ({} {}, request {}) {} believed until {}",
+            sec.via,
+            sec.kind,
+            sec.req,
+            parts.join(" "),
+            ctx.rel(sec.acq_valid)
+        ),
+    ));
+    for w in &sec.writes {
+        lines.push((w.t0, format!("{who} {}", write_line(w))));
+    }
+    if let Some(l) = sec.lost {
+        lines.push((l, format!("{who} lost() fired")));
+    }
+    if let Some(e) = sec.end {
+        lines.push((
+            e,
+            format!(
+                "{who} ended; believed held until {}",
+                sec.valid.map_or("?".to_owned(), |v| ctx.rel(v))
             ),
         ));
-        for w in &sec.writes {
-            lines.push((w.t0, format!("{who} {}", write_line(w))));
-        }
-        if let Some(l) = sec.lost {
-            lines.push((l, format!("{who} lost() fired")));
-        }
-        if let Some(e) = sec.end {
-            lines.push((
-                e,
-                format!(
-                    "{who} ended; believed held until {}",
-                    sec.valid.map_or("?".to_owned(), |v| ctx.rel(v))
-                ),
-            ));
-        }
-        if let Some((t0, t1, res)) = &sec.rel {
-            lines.push((
-                *t0,
-                format!("{who} release sent; answered {res} at {}", ctx.rel(*t1)),
-            ));
-        }
     }
-    for fault in &h.faults {
-        if fault.t0 <= to && fault.t1 >= from {
-            lines.push((
-                fault.t0,
-                format!(
-                    "nemesis {} {}until {}: {}",
-                    fault.kind.name(),
-                    fault
-                        .target
-                        .map_or(String::new(), |t| format!("worker {t} ")),
-                    ctx.rel(fault.t1),
-                    fault.detail
-                ),
-            ));
-        }
+    if let Some((t0, t1, res)) = &sec.rel {
+        lines.push((
+            *t0,
+            format!("{who} release sent; answered {res} at {}", ctx.rel(*t1)),
+        ));
     }
-    let workers: Vec<usize> = secs.iter().map(|&k| h.secs[k].worker).collect();
-    for life in h.lives.iter().filter(|l| workers.contains(&l.worker)) {
-        push_life(&mut lines, ctx, life, from, to);
-    }
-    lines.sort_by_key(|(t, _)| *t);
-    lines
-        .into_iter()
-        .map(|(t, l)| format!("{:>12} {l}", ctx.rel(t)))
-        .collect()
 }
 
 fn push_life(

@@ -134,25 +134,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| format!("harness call failed: {e}"))
 }
 
-async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
-    let progress = !cfg.progress.is_zero();
-    let kind = cfg.topology;
-    if progress {
-        say(&format!(
-            "lock-chaos: starting a {} deployment, a check server and {} workers ...",
-            kind.name(),
-            cfg.workers
-        ));
-    }
-    let topo = Arc::new(blocking(move || Topo::start(kind)).await?);
-    let check_server = Arc::new(blocking(RedisServer::start).await?);
-    let dir = tempfile::Builder::new()
-        .prefix("lock-chaos-")
-        .tempdir()
-        .map_err(|e| format!("temporary directory: {e}"))?
-        .keep();
+/// One slot per worker: its proxy (standalone runs) and where its client connects.
+async fn slots(topo: &Arc<Topo>, workers: usize) -> Result<Vec<Slot>, String> {
     let mut slots = Vec::new();
-    for _ in 0..cfg.workers {
+    for _ in 0..workers {
         let proxy = match topo.standalone_addr() {
             Some(addr) => Some(FaultProxy::start(addr).await),
             None => None,
@@ -169,6 +154,98 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
             state: StdMutex::new(SlotState::default()),
         });
     }
+    Ok(slots)
+}
+
+impl Coord {
+    /// Waits (bounded) until every worker said hello, so the nemesis starts on a running load.
+    async fn wait_hello(&self) {
+        let hello_deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < hello_deadline {
+            let ready = {
+                let h = lock(&self.hist);
+                h.lives.iter().filter(|l| l.hello.is_some()).count()
+            };
+            if ready >= self.cfg.workers {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Runs the nemesis's plan (and the progress lines and the primaries' watch) for the run's
+    /// duration, then winds the run down. Returns how many faults were planned.
+    async fn soak(self: &Arc<Self>) -> usize {
+        let cfg = &self.cfg;
+        let progress = !cfg.progress.is_zero();
+        let plan = nemesis::plan(cfg);
+        let planned = plan.len();
+        if progress {
+            say(&format!(
+                "lock-chaos: seed {} — {} faults planned over {:?}; workers' logs in {}",
+                cfg.seed,
+                planned,
+                cfg.duration,
+                self.dir.display()
+            ));
+        }
+        let start = Instant::now();
+        let ticker = progress.then(|| tokio::spawn(self.clone().progress(start)));
+        let monitor = (cfg.topology != TopologyKind::Standalone)
+            .then(|| tokio::spawn(self.clone().watch_primaries()));
+        self.nemesis(start, plan).await;
+        let until_end = (start + cfg.duration).saturating_duration_since(Instant::now());
+        tokio::time::sleep(until_end).await;
+        if let Some(t) = ticker {
+            t.abort();
+        }
+        self.finish().await;
+        if let Some(m) = monitor {
+            m.abort();
+        }
+        planned
+    }
+}
+
+/// The checkers' context of a run that ended at `run_end`: failover windows widened by a
+/// lease before and a lease and a second after.
+fn check_ctx(cfg: &RunConfig, hist: &History, t0: i64, run_end: i64) -> Ctx {
+    let failovers = hist
+        .faults
+        .iter()
+        .filter(|f| f.kind.is_failover())
+        .map(|f| {
+            let lease = cfg.lease.as_micros() as i64;
+            (f.t0 - lease, f.t1 + lease + 1_000_000)
+        })
+        .collect();
+    Ctx {
+        t0,
+        run_end,
+        sem_size: SEM_SIZE,
+        failovers,
+        min_replicas: cfg.min_replicas,
+        client_stores: cfg.topology == TopologyKind::Standalone,
+    }
+}
+
+async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
+    let kind = cfg.topology;
+    if !cfg.progress.is_zero() {
+        say(&format!(
+            "lock-chaos: starting a {} deployment, a check server and {} workers ...",
+            kind.name(),
+            cfg.workers
+        ));
+    }
+    let topo = Arc::new(blocking(move || Topo::start(kind)).await?);
+    let check_server = Arc::new(blocking(RedisServer::start).await?);
+    let dir = tempfile::Builder::new()
+        .prefix("lock-chaos-")
+        .tempdir()
+        .map_err(|e| format!("temporary directory: {e}"))?
+        .keep();
+    let slots = slots(&topo, cfg.workers).await?;
     let coord = Arc::new(Coord {
         cfg: cfg.clone(),
         launcher,
@@ -188,43 +265,8 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
     for slot in 0..cfg.workers {
         coord.spawn(slot).await?;
     }
-    // Wait (bounded) until every worker said hello, so the nemesis starts on a running load.
-    let hello_deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < hello_deadline {
-        let ready = {
-            let h = lock(&coord.hist);
-            h.lives.iter().filter(|l| l.hello.is_some()).count()
-        };
-        if ready >= cfg.workers {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let plan = nemesis::plan(&cfg);
-    let planned = plan.len();
-    if progress {
-        say(&format!(
-            "lock-chaos: seed {} — {} faults planned over {:?}; workers' logs in {}",
-            cfg.seed,
-            planned,
-            cfg.duration,
-            coord.dir.display()
-        ));
-    }
-    let start = Instant::now();
-    let ticker = progress.then(|| tokio::spawn(coord.clone().progress(start)));
-    let monitor =
-        (kind != TopologyKind::Standalone).then(|| tokio::spawn(coord.clone().watch_primaries()));
-    coord.nemesis(start, plan).await;
-    let until_end = (start + cfg.duration).saturating_duration_since(Instant::now());
-    tokio::time::sleep(until_end).await;
-    if let Some(t) = ticker {
-        t.abort();
-    }
-    coord.finish().await;
-    if let Some(m) = monitor {
-        m.abort();
-    }
+    coord.wait_hello().await;
+    let planned = coord.soak().await;
     let run_end = now_us();
     let clock_step_ms = ((run_end - coord.t0) - mono_start.elapsed().as_micros() as i64) / 1000;
 
@@ -233,23 +275,7 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
     if let (Some(path), Some(raw)) = (&cfg.history, &hist.raw) {
         write_history(path, raw, &hist).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let failovers = hist
-        .faults
-        .iter()
-        .filter(|f| f.kind.is_failover())
-        .map(|f| {
-            let lease = cfg.lease.as_micros() as i64;
-            (f.t0 - lease, f.t1 + lease + 1_000_000)
-        })
-        .collect();
-    let ctx = Ctx {
-        t0: coord.t0,
-        run_end,
-        sem_size: SEM_SIZE,
-        failovers,
-        min_replicas: cfg.min_replicas,
-        client_stores: cfg.topology == TopologyKind::Standalone,
-    };
+    let ctx = check_ctx(&cfg, &hist, coord.t0, run_end);
     let mut findings = check::check(&hist, &ctx);
     let judged = judge::judge(&hist, &ctx, &mut findings);
     let keep = cfg.keep_logs || !findings.violations.is_empty();
@@ -261,12 +287,13 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
     };
     drop(check_server);
     drop(topo);
+    let seconds = (run_end - ctx.t0) as f64 / 1e6;
     let mut report = Report::new(
         &cfg,
         planned,
         &hist,
         findings,
-        (run_end - ctx.t0) as f64 / 1e6,
+        seconds,
         clock_step_ms,
         log_dir,
     );
@@ -652,132 +679,22 @@ impl Coord {
     /// Injects one fault and waits until it is over.
     async fn inject(self: Arc<Self>, p: Planned) {
         let t0 = now_us();
-        let mut target = None;
+        let target = match p.kind {
+            FaultKind::ClientStop
+            | FaultKind::ClientStopPastLease
+            | FaultKind::ClientKill
+            | FaultKind::ProxyDelay
+            | FaultKind::ProxyBlackhole
+            | FaultKind::ProxyReset
+            | FaultKind::ProxyLoseReply => Some(p.target),
+            _ => None,
+        };
         let (done, detail) = match p.kind {
-            FaultKind::ClientStop | FaultKind::ClientStopPastLease => {
-                target = Some(p.target);
-                match self.running(p.target) {
-                    None => (false, "skipped: the worker was not running".to_owned()),
-                    Some((inc, pid)) => match Coord::signal(pid, "-STOP").await {
-                        Err(e) => (false, e),
-                        Ok(()) => {
-                            let stopped = now_us();
-                            if let Some(life) = lock(&self.hist).life_mut(p.target, inc) {
-                                life.stops.push((stopped, None));
-                            }
-                            tokio::time::sleep(p.duration).await;
-                            let cont = Coord::signal(pid, "-CONT").await;
-                            let resumed = now_us();
-                            if let Some(life) = lock(&self.hist).life_mut(p.target, inc)
-                                && let Some(last) = life.stops.last_mut()
-                            {
-                                last.1 = Some(resumed);
-                            }
-                            match cont {
-                                Ok(()) => (
-                                    true,
-                                    format!(
-                                        "pid {pid} stopped for {} ms",
-                                        (resumed - stopped) / 1000
-                                    ),
-                                ),
-                                Err(e) => (false, e),
-                            }
-                        }
-                    },
-                }
-            }
-            FaultKind::ClientKill => {
-                target = Some(p.target);
-                match self.kill(p.target).await {
-                    None => (false, "skipped: the worker was not running".to_owned()),
-                    Some((inc, killed)) => {
-                        let check = tokio::spawn(self.clone().post_kill(p.target, inc, killed));
-                        lock(&self.checks).push(check);
-                        tokio::time::sleep(p.duration).await;
-                        if self.finishing.load(Ordering::SeqCst) {
-                            (
-                                true,
-                                format!(
-                                    "incarnation {inc} killed; not replaced (the run is ending)"
-                                ),
-                            )
-                        } else {
-                            match self.spawn(p.target).await {
-                                Ok(new) => (
-                                    true,
-                                    format!(
-                                        "incarnation {inc} killed; {new} started after {} ms",
-                                        p.duration.as_millis()
-                                    ),
-                                ),
-                                Err(e) => (
-                                    true,
-                                    format!("incarnation {inc} killed; restart failed: {e}"),
-                                ),
-                            }
-                        }
-                    }
-                }
-            }
-            FaultKind::DebugSleep => {
-                let secs = format!("{:.3}", p.duration.as_secs_f64());
-                let addrs = self.primaries().await;
-                match addrs
-                    .get((p.arg % addrs.len().max(1) as u64) as usize)
-                    .copied()
-                {
-                    None => (false, "no primary".to_owned()),
-                    Some(addr) => {
-                        let timeout = p.duration + Duration::from_secs(5);
-                        let args = secs.clone();
-                        let r = blocking(move || {
-                            topology::query(addr, &["DEBUG", "SLEEP", &args], timeout)
-                        })
-                        .await;
-                        match r {
-                            Ok(Ok(_)) => (true, format!(":{} slept {secs} s", addr.port())),
-                            Ok(Err(e)) => (false, e.to_string()),
-                            Err(e) => (false, e),
-                        }
-                    }
-                }
-            }
-            FaultKind::ClientPause => {
-                let mode = if p.arg == 1 { "WRITE" } else { "ALL" };
-                let ms = p.duration.as_millis().to_string();
-                let mut answers = Vec::new();
-                for addr in self.primaries().await {
-                    let ms = ms.clone();
-                    let r = blocking(move || {
-                        topology::query(
-                            addr,
-                            &["CLIENT", "PAUSE", &ms, mode],
-                            Duration::from_secs(5),
-                        )
-                    })
-                    .await;
-                    answers.push(format!("{r:?}"));
-                }
-                tokio::time::sleep(p.duration).await;
-                (true, format!("CLIENT PAUSE {ms} {mode}"))
-            }
-            FaultKind::ServerStop => match self.topo.standalone_pid() {
-                None => (false, "no standalone server".to_owned()),
-                Some(pid) => match Coord::signal(pid, "-STOP").await {
-                    Err(e) => (false, e),
-                    Ok(()) => {
-                        tokio::time::sleep(p.duration).await;
-                        match Coord::signal(pid, "-CONT").await {
-                            Ok(()) => (
-                                true,
-                                format!("redis-server stopped for {} ms", p.duration.as_millis()),
-                            ),
-                            Err(e) => (false, format!("SIGCONT failed: {e}")),
-                        }
-                    }
-                },
-            },
+            FaultKind::ClientStop | FaultKind::ClientStopPastLease => self.client_stop(&p).await,
+            FaultKind::ClientKill => self.clone().client_kill(&p).await,
+            FaultKind::DebugSleep => self.debug_sleep(&p).await,
+            FaultKind::ClientPause => self.client_pause(&p).await,
+            FaultKind::ServerStop => self.server_stop(&p).await,
             FaultKind::ServerRestart => {
                 let topo = self.topo.clone();
                 match blocking(move || topo.restart_standalone()).await {
@@ -791,60 +708,10 @@ impl Coord {
             FaultKind::ProxyDelay
             | FaultKind::ProxyBlackhole
             | FaultKind::ProxyReset
-            | FaultKind::ProxyLoseReply => {
-                target = Some(p.target);
-                match self.slots[p.target].proxy.as_ref() {
-                    None => (false, "no proxy".to_owned()),
-                    Some(proxy) => match p.kind {
-                        FaultKind::ProxyDelay => {
-                            proxy.delay(Duration::from_millis(p.arg));
-                            tokio::time::sleep(p.duration).await;
-                            proxy.pass();
-                            (
-                                true,
-                                format!("{} ms per chunk for {} ms", p.arg, p.duration.as_millis()),
-                            )
-                        }
-                        FaultKind::ProxyBlackhole => {
-                            // The harness's blackhole drops the bytes it reads, leaving a hole
-                            // in the middle of a TCP stream that stays open: something TCP
-                            // never does (it retransmits, or the connection fails), and after
-                            // which a client pairs replies with the wrong commands. So the
-                            // partition ends the way a long one does: with every connection
-                            // that lived through it cut. First stop dropping (new connections
-                            // are clean from here), then cut, then pass.
-                            proxy.blackhole();
-                            tokio::time::sleep(p.duration).await;
-                            proxy.delay(Duration::from_millis(1));
-                            let cut = proxy.connections();
-                            proxy.reset_all();
-                            proxy.pass();
-                            (
-                                true,
-                                format!(
-                                    "for {} ms, then {cut} connections cut",
-                                    p.duration.as_millis()
-                                ),
-                            )
-                        }
-                        FaultKind::ProxyReset => {
-                            let open = proxy.connections();
-                            proxy.reset_all();
-                            (true, format!("{open} connections cut"))
-                        }
-                        _ => {
-                            let before = proxy.dropped_replies();
-                            proxy.drop_next_reply();
-                            tokio::time::sleep(p.duration).await;
-                            if proxy.mode() == Mode::DropNextReply {
-                                proxy.pass();
-                            }
-                            let lost = proxy.dropped_replies() - before;
-                            (true, format!("{lost} reply lost"))
-                        }
-                    },
-                }
-            }
+            | FaultKind::ProxyLoseReply => match self.slots[p.target].proxy.as_ref() {
+                None => (false, "no proxy".to_owned()),
+                Some(proxy) => proxy_fault(proxy, &p).await,
+            },
             FaultKind::ScriptFlush => (
                 true,
                 self.on_primaries(&["SCRIPT", "FLUSH"], Duration::from_secs(5))
@@ -878,6 +745,125 @@ impl Coord {
             done,
             detail,
         });
+    }
+
+    /// Stops the target worker (`SIGSTOP`) for the fault's duration, recording the stop in its
+    /// life, then resumes it.
+    async fn client_stop(&self, p: &Planned) -> (bool, String) {
+        let Some((inc, pid)) = self.running(p.target) else {
+            return (false, "skipped: the worker was not running".to_owned());
+        };
+        if let Err(e) = Coord::signal(pid, "-STOP").await {
+            return (false, e);
+        }
+        let stopped = now_us();
+        if let Some(life) = lock(&self.hist).life_mut(p.target, inc) {
+            life.stops.push((stopped, None));
+        }
+        tokio::time::sleep(p.duration).await;
+        let cont = Coord::signal(pid, "-CONT").await;
+        let resumed = now_us();
+        if let Some(life) = lock(&self.hist).life_mut(p.target, inc)
+            && let Some(last) = life.stops.last_mut()
+        {
+            last.1 = Some(resumed);
+        }
+        match cont {
+            Ok(()) => (
+                true,
+                format!("pid {pid} stopped for {} ms", (resumed - stopped) / 1000),
+            ),
+            Err(e) => (false, e),
+        }
+    }
+
+    /// Kills the target worker, starts the check that its locks expire, and after the fault's
+    /// duration starts its next incarnation (unless the run is ending).
+    async fn client_kill(self: Arc<Self>, p: &Planned) -> (bool, String) {
+        let Some((inc, killed)) = self.kill(p.target).await else {
+            return (false, "skipped: the worker was not running".to_owned());
+        };
+        let check = tokio::spawn(self.clone().post_kill(p.target, inc, killed));
+        lock(&self.checks).push(check);
+        tokio::time::sleep(p.duration).await;
+        if self.finishing.load(Ordering::SeqCst) {
+            return (
+                true,
+                format!("incarnation {inc} killed; not replaced (the run is ending)"),
+            );
+        }
+        match self.spawn(p.target).await {
+            Ok(new) => (
+                true,
+                format!(
+                    "incarnation {inc} killed; {new} started after {} ms",
+                    p.duration.as_millis()
+                ),
+            ),
+            Err(e) => (
+                true,
+                format!("incarnation {inc} killed; restart failed: {e}"),
+            ),
+        }
+    }
+
+    /// `DEBUG SLEEP` on one primary for the fault's duration.
+    async fn debug_sleep(&self, p: &Planned) -> (bool, String) {
+        let secs = format!("{:.3}", p.duration.as_secs_f64());
+        let addrs = self.primaries().await;
+        let Some(addr) = addrs
+            .get((p.arg % addrs.len().max(1) as u64) as usize)
+            .copied()
+        else {
+            return (false, "no primary".to_owned());
+        };
+        let timeout = p.duration + Duration::from_secs(5);
+        let args = secs.clone();
+        let r = blocking(move || topology::query(addr, &["DEBUG", "SLEEP", &args], timeout)).await;
+        match r {
+            Ok(Ok(_)) => (true, format!(":{} slept {secs} s", addr.port())),
+            Ok(Err(e)) => (false, e.to_string()),
+            Err(e) => (false, e),
+        }
+    }
+
+    /// `CLIENT PAUSE` (writes or all) on every primary for the fault's duration.
+    async fn client_pause(&self, p: &Planned) -> (bool, String) {
+        let mode = if p.arg == 1 { "WRITE" } else { "ALL" };
+        let ms = p.duration.as_millis().to_string();
+        let mut answers = Vec::new();
+        for addr in self.primaries().await {
+            let ms = ms.clone();
+            let r = blocking(move || {
+                topology::query(
+                    addr,
+                    &["CLIENT", "PAUSE", &ms, mode],
+                    Duration::from_secs(5),
+                )
+            })
+            .await;
+            answers.push(format!("{r:?}"));
+        }
+        tokio::time::sleep(p.duration).await;
+        (true, format!("CLIENT PAUSE {ms} {mode}"))
+    }
+
+    /// Stops the standalone server (`SIGSTOP`) for the fault's duration.
+    async fn server_stop(&self, p: &Planned) -> (bool, String) {
+        let Some(pid) = self.topo.standalone_pid() else {
+            return (false, "no standalone server".to_owned());
+        };
+        if let Err(e) = Coord::signal(pid, "-STOP").await {
+            return (false, e);
+        }
+        tokio::time::sleep(p.duration).await;
+        match Coord::signal(pid, "-CONT").await {
+            Ok(()) => (
+                true,
+                format!("redis-server stopped for {} ms", p.duration.as_millis()),
+            ),
+            Err(e) => (false, format!("SIGCONT failed: {e}")),
+        }
     }
 
     /// A lease (and 3 s for commands still in flight: a delayed proxy, a paused server)
@@ -956,6 +942,20 @@ impl Coord {
         for &(slot, inc) in &running {
             self.send(slot, inc, "stop").await;
         }
+        self.wait_drained(&running).await;
+        for &(slot, inc) in &running {
+            self.send(slot, inc, "exit").await;
+        }
+        self.reap().await;
+        let checks: Vec<_> = lock(&self.checks).drain(..).collect();
+        for c in checks {
+            let _ = c.await;
+        }
+        self.final_scan().await;
+    }
+
+    /// Waits (90 s at most) until every worker told to stop has finished its operations.
+    async fn wait_drained(&self, running: &[(usize, u32)]) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let pending: Vec<(usize, u32)> = {
@@ -983,9 +983,10 @@ impl Coord {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        for &(slot, inc) in &running {
-            self.send(slot, inc, "exit").await;
-        }
+    }
+
+    /// Waits for every worker process to exit (15 s each, then kills it).
+    async fn reap(&self) {
         for (k, slot) in self.slots.iter().enumerate() {
             let taken = slot.proc.lock().await.take();
             if let Some(mut p) = taken {
@@ -1006,10 +1007,11 @@ impl Coord {
                 }
             }
         }
-        let checks: Vec<_> = lock(&self.checks).drain(..).collect();
-        for c in checks {
-            let _ = c.await;
-        }
+    }
+
+    /// Scans the lock servers until nothing is left behind (or a lease and 8 s have passed)
+    /// and records what is.
+    async fn final_scan(&self) {
         // Locks of workers killed late, queued fair waiters (dropped at their deadline, 5 s)
         // and released fencing counters (they keep a TTL) are allowed to linger briefly.
         let settle = self.cfg.lease + Duration::from_secs(8);
@@ -1029,37 +1031,90 @@ impl Coord {
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
         let mut h = lock(&self.hist);
-        match last {
-            Err(e) => h.problems.push((
-                "clean",
-                format!("the final scan of the lock servers failed: {e}"),
-            )),
-            Ok(scan) => {
-                for l in &scan.live {
-                    h.problems.push((
-                        "clean",
-                        format!(
-                            "{} s after the run: {} {} (owner {})",
-                            settle.as_secs(),
-                            l.key,
-                            l.what,
-                            l.owner
-                        ),
-                    ));
-                }
-                for c in &scan.channels {
-                    h.problems.push((
-                        "clean",
-                        format!("after the run: channel {c} still subscribed"),
-                    ));
-                }
-                for k in &scan.no_ttl {
-                    h.problems.push((
-                        "clean",
-                        format!("after the run: key {k} has no time to live"),
-                    ));
-                }
+        let scan = match last {
+            Err(e) => {
+                h.problems.push((
+                    "clean",
+                    format!("the final scan of the lock servers failed: {e}"),
+                ));
+                return;
             }
+            Ok(scan) => scan,
+        };
+        for l in &scan.live {
+            h.problems.push((
+                "clean",
+                format!(
+                    "{} s after the run: {} {} (owner {})",
+                    settle.as_secs(),
+                    l.key,
+                    l.what,
+                    l.owner
+                ),
+            ));
+        }
+        for c in &scan.channels {
+            h.problems.push((
+                "clean",
+                format!("after the run: channel {c} still subscribed"),
+            ));
+        }
+        for k in &scan.no_ttl {
+            h.problems.push((
+                "clean",
+                format!("after the run: key {k} has no time to live"),
+            ));
+        }
+    }
+}
+
+/// A fault on a worker's proxy: a delay, a black hole, cut connections or a lost reply.
+async fn proxy_fault(proxy: &FaultProxy, p: &Planned) -> (bool, String) {
+    match p.kind {
+        FaultKind::ProxyDelay => {
+            proxy.delay(Duration::from_millis(p.arg));
+            tokio::time::sleep(p.duration).await;
+            proxy.pass();
+            (
+                true,
+                format!("{} ms per chunk for {} ms", p.arg, p.duration.as_millis()),
+            )
+        }
+        FaultKind::ProxyBlackhole => {
+            // The harness's blackhole drops the bytes it reads, leaving a hole in the middle
+            // of a TCP stream that stays open: something TCP never does (it retransmits, or
+            // the connection fails), and after which a client pairs replies with the wrong
+            // commands. So the partition ends the way a long one does: with every connection
+            // that lived through it cut. First stop dropping (new connections are clean from
+            // here), then cut, then pass.
+            proxy.blackhole();
+            tokio::time::sleep(p.duration).await;
+            proxy.delay(Duration::from_millis(1));
+            let cut = proxy.connections();
+            proxy.reset_all();
+            proxy.pass();
+            (
+                true,
+                format!(
+                    "for {} ms, then {cut} connections cut",
+                    p.duration.as_millis()
+                ),
+            )
+        }
+        FaultKind::ProxyReset => {
+            let open = proxy.connections();
+            proxy.reset_all();
+            (true, format!("{open} connections cut"))
+        }
+        _ => {
+            let before = proxy.dropped_replies();
+            proxy.drop_next_reply();
+            tokio::time::sleep(p.duration).await;
+            if proxy.mode() == Mode::DropNextReply {
+                proxy.pass();
+            }
+            let lost = proxy.dropped_replies() - before;
+            (true, format!("{lost} reply lost"))
         }
     }
 }

@@ -168,43 +168,7 @@ impl History {
             raw.push(format!("{{\"w\":{worker},\"inc\":{inc},\"e\":{json}}}"));
         }
         match s(v, "ev") {
-            "acq" => {
-                let parts = v
-                    .get("parts")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|p| {
-                                let p = p.as_array()?;
-                                Some(Part {
-                                    family: p.first()?.as_str()?.to_owned(),
-                                    name: p.get(1)?.as_str()?.to_owned(),
-                                    token: p.get(2).and_then(Value::as_u64),
-                                })
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let id = s(v, "sec").to_owned();
-                self.index.insert(id.clone(), self.secs.len());
-                self.secs.push(Sec {
-                    id,
-                    worker,
-                    inc,
-                    via: s(v, "via").to_owned(),
-                    kind: s(v, "kind").to_owned(),
-                    n: ou(v, "n").unwrap_or(1) as u32,
-                    parts,
-                    start: i(v, "t"),
-                    acq_valid: i(v, "valid"),
-                    req: s(v, "req").to_owned(),
-                    end: None,
-                    valid: None,
-                    lost: None,
-                    writes: Vec::new(),
-                    rel: None,
-                });
-            }
+            "acq" => self.acquired(worker, inc, v),
             "end" => {
                 if let Some(&k) = self.index.get(s(v, "sec")) {
                     let sec = &mut self.secs[k];
@@ -223,35 +187,8 @@ impl History {
                     self.secs[k].rel = Some((i(v, "t0"), i(v, "t1"), s(v, "res").to_owned()));
                 }
             }
-            "op" => self.ops.push(Op {
-                worker,
-                inc,
-                req: s(v, "req").to_owned(),
-                prim: s(v, "prim").to_owned(),
-                via: s(v, "via").to_owned(),
-                name: s(v, "name").to_owned(),
-                wait_ms: ou(v, "wait"),
-                fixed: v.get("fixed").and_then(Value::as_bool).unwrap_or(false),
-                t0: i(v, "t0"),
-                t1: i(v, "t1"),
-                out: s(v, "out").to_owned(),
-                err: v.get("err").and_then(Value::as_str).map(str::to_owned),
-                bound_ms: ou(v, "bound").unwrap_or(0),
-            }),
-            "http" => self.http.push(HttpOp {
-                worker,
-                inc,
-                req: s(v, "req").to_owned(),
-                route: s(v, "route").to_owned(),
-                method: s(v, "method").to_owned(),
-                key: i(v, "key"),
-                peer: ou(v, "peer").unwrap_or(0) as usize,
-                t0: i(v, "t0"),
-                t1: i(v, "t1"),
-                status: i(v, "status"),
-                out: s(v, "out").to_owned(),
-                bound_ms: ou(v, "bound").unwrap_or(0),
-            }),
+            "op" => self.ops.push(op(worker, inc, v)),
+            "http" => self.http.push(http_op(worker, inc, v)),
             "hello" => {
                 if let Some(life) = self.life_mut(worker, inc) {
                     life.hello = Some(super::event::now_us());
@@ -277,6 +214,45 @@ impl History {
         }
     }
 
+    /// An `acq` event: a critical section begins.
+    fn acquired(&mut self, worker: usize, inc: u32, v: &Value) {
+        let parts = v
+            .get("parts")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| {
+                        let p = p.as_array()?;
+                        Some(Part {
+                            family: p.first()?.as_str()?.to_owned(),
+                            name: p.get(1)?.as_str()?.to_owned(),
+                            token: p.get(2).and_then(Value::as_u64),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let id = s(v, "sec").to_owned();
+        self.index.insert(id.clone(), self.secs.len());
+        self.secs.push(Sec {
+            id,
+            worker,
+            inc,
+            via: s(v, "via").to_owned(),
+            kind: s(v, "kind").to_owned(),
+            n: ou(v, "n").unwrap_or(1) as u32,
+            parts,
+            start: i(v, "t"),
+            acq_valid: i(v, "valid"),
+            req: s(v, "req").to_owned(),
+            end: None,
+            valid: None,
+            lost: None,
+            writes: Vec::new(),
+            rel: None,
+        });
+    }
+
     /// How long worker `worker` (any incarnation) was stopped within `[t0, t1]`, in µs.
     pub(crate) fn stopped_within(&self, worker: usize, t0: i64, t1: i64, run_end: i64) -> i64 {
         self.lives
@@ -288,5 +264,42 @@ impl History {
                 (b.min(t1) - a.max(t0)).max(0)
             })
             .sum()
+    }
+}
+
+/// An `op` event: an acquisition attempt and its outcome.
+fn op(worker: usize, inc: u32, v: &Value) -> Op {
+    Op {
+        worker,
+        inc,
+        req: s(v, "req").to_owned(),
+        prim: s(v, "prim").to_owned(),
+        via: s(v, "via").to_owned(),
+        name: s(v, "name").to_owned(),
+        wait_ms: ou(v, "wait"),
+        fixed: v.get("fixed").and_then(Value::as_bool).unwrap_or(false),
+        t0: i(v, "t0"),
+        t1: i(v, "t1"),
+        out: s(v, "out").to_owned(),
+        err: v.get("err").and_then(Value::as_str).map(str::to_owned),
+        bound_ms: ou(v, "bound").unwrap_or(0),
+    }
+}
+
+/// An `http` event: a request through the tower layer.
+fn http_op(worker: usize, inc: u32, v: &Value) -> HttpOp {
+    HttpOp {
+        worker,
+        inc,
+        req: s(v, "req").to_owned(),
+        route: s(v, "route").to_owned(),
+        method: s(v, "method").to_owned(),
+        key: i(v, "key"),
+        peer: ou(v, "peer").unwrap_or(0) as usize,
+        t0: i(v, "t0"),
+        t1: i(v, "t1"),
+        status: i(v, "status"),
+        out: s(v, "out").to_owned(),
+        bound_ms: ou(v, "bound").unwrap_or(0),
     }
 }

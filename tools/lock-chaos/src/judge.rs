@@ -201,9 +201,9 @@ fn release(sec: &Sec) -> Option<(i64, Option<i64>, Released)> {
     }
 }
 
-/// Judges every key, compares with what `check.rs` found, and adds a violation per key found
-/// not linearizable outside a failover window.
-pub(crate) fn judge(h: &History, ctx: &Ctx, f: &mut Findings) -> Judged {
+/// Every key's verdict (and the time it took), and where each mutex history found not
+/// linearizable first breaks (the section granted, when).
+fn verdicts(h: &History, ctx: &Ctx) -> (Judged, HashMap<String, (u64, i64)>) {
     let started = Instant::now();
     let (mutexes, registers) = histories(h, ctx);
     let mut judged = Judged::default();
@@ -221,7 +221,47 @@ pub(crate) fn judge(h: &History, ctx: &Ctx, f: &mut Findings) -> Judged {
         judged.verdicts.push(r.check(DEFAULT_BUDGET));
     }
     judged.seconds = started.elapsed().as_secs_f64();
+    (judged, located)
+}
 
+/// A failed verdict's summary and history excerpt (around the grant where it breaks, where
+/// that was found).
+fn describe(
+    h: &History,
+    ctx: &Ctx,
+    v: &KeyVerdict,
+    located: Option<(u64, i64)>,
+) -> (String, Vec<String>) {
+    match located {
+        Some((owner, at)) => {
+            let sec = &h.secs[owner as usize];
+            (
+                format!(
+                    "{v}: the history up to the grant of {} (worker {}.{}, {}, answered at {}) is not",
+                    sec.id,
+                    sec.worker,
+                    sec.inc,
+                    sec.via,
+                    ctx.rel(at)
+                ),
+                check::excerpt(h, ctx, &[owner as usize], at - 3_000_000, at + 500_000),
+            )
+        }
+        None => (
+            format!(
+                "{v} (history from {} to {})",
+                ctx.rel(v.span.0),
+                ctx.rel(v.span.1)
+            ),
+            Vec::new(),
+        ),
+    }
+}
+
+/// Judges every key, compares with what `check.rs` found, and adds a violation per key found
+/// not linearizable outside a failover window.
+pub(crate) fn judge(h: &History, ctx: &Ctx, f: &mut Findings) -> Judged {
+    let (mut judged, located) = verdicts(h, ctx);
     let judged_names: BTreeSet<&str> = judged.verdicts.iter().map(|v| lock_name(&v.key)).collect();
     let ours = |list: &[Violation]| -> BTreeSet<String> {
         list.iter()
@@ -255,30 +295,7 @@ pub(crate) fn judge(h: &History, ctx: &Ctx, f: &mut Findings) -> Judged {
                 v.key, v.verdict
             ));
         }
-        let (summary, excerpt) = match located.get(&v.key) {
-            Some(&(owner, at)) => {
-                let sec = &h.secs[owner as usize];
-                (
-                    format!(
-                        "{v}: the history up to the grant of {} (worker {}.{}, {}, answered at {}) is not",
-                        sec.id,
-                        sec.worker,
-                        sec.inc,
-                        sec.via,
-                        ctx.rel(at)
-                    ),
-                    check::excerpt(h, ctx, &[owner as usize], at - 3_000_000, at + 500_000),
-                )
-            }
-            None => (
-                format!(
-                    "{v} (history from {} to {})",
-                    ctx.rel(v.span.0),
-                    ctx.rel(v.span.1)
-                ),
-                Vec::new(),
-            ),
-        };
+        let (summary, excerpt) = describe(h, ctx, v, located.get(&v.key).copied());
         f.violations.push(Violation {
             kind: "linearizability",
             name: Some(name.to_owned()),

@@ -204,14 +204,15 @@ pub(crate) fn plan(cfg: &RunConfig) -> Vec<Planned> {
     if cfg.faults.is_empty() || cfg.duration < Duration::from_secs(4) {
         return out;
     }
-    let lease = cfg.lease.as_millis() as u64;
     let topo = cfg.topology != TopologyKind::Standalone;
     let weights: Vec<u32> = cfg.faults.iter().map(|k| k.weight()).collect();
     let mean = cfg.interval.as_millis() as u64;
     let end = cfg.duration - Duration::from_secs(2);
-    let mut worker_busy = vec![Duration::ZERO; cfg.workers];
-    let mut proxy_busy = vec![Duration::ZERO; cfg.workers];
-    let mut server_busy = Duration::ZERO;
+    let mut busy = Busy {
+        worker: vec![Duration::ZERO; cfg.workers],
+        proxy: vec![Duration::ZERO; cfg.workers],
+        server: Duration::ZERO,
+    };
     let mut at = Duration::from_secs(1);
     loop {
         at += rng.ms(mean / 2, mean * 3 / 2);
@@ -228,75 +229,97 @@ pub(crate) fn plan(cfg: &RunConfig) -> Vec<Planned> {
             duration: Duration::ZERO,
             arg,
         };
-        use FaultKind::*;
-        match kind {
-            ClientStop | ClientStopPastLease | ClientKill => {
-                planned.duration = match kind {
-                    ClientStop => rng.ms(50, lease * 6 / 10),
-                    ClientStopPastLease => rng.ms(lease * 13 / 10, lease * 25 / 10),
-                    _ => rng.ms(100, 800),
-                };
-                let free = (0..cfg.workers)
-                    .map(|k| (first + k) % cfg.workers)
-                    .find(|&w| worker_busy[w] <= at);
-                let Some(w) = free else { continue };
-                planned.target = w;
-                let grace = if kind == ClientKill {
-                    RESTART_GRACE
-                } else {
-                    Duration::from_millis(200)
-                };
-                worker_busy[w] = at + planned.duration + grace;
-            }
-            ProxyDelay | ProxyBlackhole | ProxyLoseReply => {
-                planned.duration = match kind {
-                    ProxyDelay => rng.ms(300, 3000),
-                    ProxyBlackhole => rng.ms(200, lease * 2),
-                    _ => Duration::from_millis(500),
-                };
-                if kind == ProxyDelay {
-                    planned.arg = rng.range(10, 300);
-                }
-                let free = (0..cfg.workers)
-                    .map(|k| (first + k) % cfg.workers)
-                    .find(|&w| proxy_busy[w] <= at);
-                let Some(w) = free else { continue };
-                planned.target = w;
-                proxy_busy[w] = at + planned.duration + Duration::from_millis(100);
-            }
-            ProxyReset | ScriptFlush | PubsubKill | PrimaryChanged => {}
-            ServerRestart => {
-                if server_busy > at {
-                    continue;
-                }
-                // A restart takes a moment, its reconnections a few more.
-                server_busy = at + Duration::from_secs(1);
-            }
-            DebugSleep | ClientPause | ServerStop => {
-                if server_busy > at {
-                    continue;
-                }
-                let longest = if topo { 400 } else { 1500 };
-                planned.duration = rng.ms(100, longest);
-                if kind == ClientPause {
-                    planned.arg = rng.range(0, 1);
-                }
-                server_busy = at + planned.duration + Duration::from_millis(100);
-            }
-            SentinelFailover
-            | SentinelCrash
-            | ClusterFailover
-            | ClusterManualFailover
-            | SlotMigration => {
-                if server_busy > at {
-                    continue;
-                }
-                server_busy = at + TOPOLOGY_GAP;
-            }
+        if schedule(&mut planned, &mut rng, &mut busy, cfg, topo) {
+            out.push(planned);
         }
-        out.push(planned);
     }
     out
+}
+
+/// Until when each worker, each proxy and the server are taken by a fault already planned.
+struct Busy {
+    worker: Vec<Duration>,
+    proxy: Vec<Duration>,
+    server: Duration,
+}
+
+/// Draws the fault's duration (and argument), picks a free target starting at `p.target`,
+/// and marks what it takes as busy; false when there is nothing free to inject it on (the
+/// fault is dropped).
+fn schedule(p: &mut Planned, rng: &mut Rng, busy: &mut Busy, cfg: &RunConfig, topo: bool) -> bool {
+    let (at, kind, first) = (p.at, p.kind, p.target);
+    let lease = cfg.lease.as_millis() as u64;
+    use FaultKind::*;
+    match kind {
+        ClientStop | ClientStopPastLease | ClientKill => {
+            p.duration = match kind {
+                ClientStop => rng.ms(50, lease * 6 / 10),
+                ClientStopPastLease => rng.ms(lease * 13 / 10, lease * 25 / 10),
+                _ => rng.ms(100, 800),
+            };
+            let free = (0..cfg.workers)
+                .map(|k| (first + k) % cfg.workers)
+                .find(|&w| busy.worker[w] <= at);
+            let Some(w) = free else {
+                return false;
+            };
+            p.target = w;
+            let grace = if kind == ClientKill {
+                RESTART_GRACE
+            } else {
+                Duration::from_millis(200)
+            };
+            busy.worker[w] = at + p.duration + grace;
+        }
+        ProxyDelay | ProxyBlackhole | ProxyLoseReply => {
+            p.duration = match kind {
+                ProxyDelay => rng.ms(300, 3000),
+                ProxyBlackhole => rng.ms(200, lease * 2),
+                _ => Duration::from_millis(500),
+            };
+            if kind == ProxyDelay {
+                p.arg = rng.range(10, 300);
+            }
+            let free = (0..cfg.workers)
+                .map(|k| (first + k) % cfg.workers)
+                .find(|&w| busy.proxy[w] <= at);
+            let Some(w) = free else {
+                return false;
+            };
+            p.target = w;
+            busy.proxy[w] = at + p.duration + Duration::from_millis(100);
+        }
+        ProxyReset | ScriptFlush | PubsubKill | PrimaryChanged => {}
+        ServerRestart => {
+            if busy.server > at {
+                return false;
+            }
+            // A restart takes a moment, its reconnections a few more.
+            busy.server = at + Duration::from_secs(1);
+        }
+        DebugSleep | ClientPause | ServerStop => {
+            if busy.server > at {
+                return false;
+            }
+            let longest = if topo { 400 } else { 1500 };
+            p.duration = rng.ms(100, longest);
+            if kind == ClientPause {
+                p.arg = rng.range(0, 1);
+            }
+            busy.server = at + p.duration + Duration::from_millis(100);
+        }
+        SentinelFailover
+        | SentinelCrash
+        | ClusterFailover
+        | ClusterManualFailover
+        | SlotMigration => {
+            if busy.server > at {
+                return false;
+            }
+            busy.server = at + TOPOLOGY_GAP;
+        }
+    }
+    true
 }
 
 #[cfg(test)]

@@ -50,75 +50,7 @@ impl Report {
         clock_step_ms: i64,
         log_dir: Option<String>,
     ) -> Report {
-        let mut faults: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
-        for f in h
-            .faults
-            .iter()
-            .filter(|f| f.kind != FaultKind::PrimaryChanged)
-        {
-            let e = faults.entry(f.kind.name()).or_default();
-            if f.done {
-                e.0 += 1;
-            } else {
-                e.1 += 1;
-            }
-        }
-        let mut ops: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
-        for op in &h.ops {
-            let kind = if op.fixed {
-                format!("{} (fixed lease)", op.prim)
-            } else {
-                op.prim.clone()
-            };
-            *ops.entry(kind)
-                .or_default()
-                .entry(op.out.clone())
-                .or_default() += 1;
-        }
-        for r in &h.http {
-            let kind = format!("http {} /{}", r.method, r.route);
-            *ops.entry(kind)
-                .or_default()
-                .entry(r.out.clone())
-                .or_default() += 1;
-        }
-        let mut releases: BTreeMap<String, usize> = BTreeMap::new();
-        let mut sections: BTreeMap<String, usize> = BTreeMap::new();
-        for sec in &h.secs {
-            if let Some((_, _, res)) = &sec.rel {
-                *releases.entry(res.clone()).or_default() += 1;
-            }
-            let family = sec.parts.first().map_or("?", |p| p.family.as_str());
-            let key = if sec.via == "direct" {
-                family.to_owned()
-            } else {
-                format!("{family} ({})", sec.via)
-            };
-            *sections.entry(key).or_default() += 1;
-        }
-        let mut replay = format!(
-            "lock-chaos --seed {} --duration {}s",
-            cfg.seed,
-            cfg.duration.as_secs()
-        );
-        if cfg.topology != TopologyKind::Standalone {
-            let _ = write!(replay, " --topology {}", cfg.topology.name());
-        }
-        if cfg.min_replicas > 0 {
-            let _ = write!(replay, " --min-replicas {}", cfg.min_replicas);
-        }
-        if cfg.workers != 3 || cfg.tasks != 4 {
-            let _ = write!(replay, " --workers {} --tasks {}", cfg.workers, cfg.tasks);
-        }
-        if cfg.lease.as_millis() != 1500 {
-            let _ = write!(replay, " --lease {}ms", cfg.lease.as_millis());
-        }
-        if cfg.interval.as_millis() != 300 {
-            let _ = write!(replay, " --interval {}ms", cfg.interval.as_millis());
-        }
-        if !cfg.http {
-            replay.push_str(" --no-http");
-        }
+        let (releases, sections) = section_counts(h);
         Report {
             seed: cfg.seed,
             topology: cfg.topology,
@@ -129,8 +61,8 @@ impl Report {
             seconds,
             clock_step_ms,
             planned_faults: planned,
-            faults,
-            ops,
+            faults: fault_counts(h),
+            ops: op_counts(h),
             releases,
             sections,
             worker_processes: h.lives.len(),
@@ -143,7 +75,7 @@ impl Report {
             findings,
             judged: Judged::default(),
             log_dir,
-            replay,
+            replay: replay_line(cfg),
         }
     }
 
@@ -216,8 +148,32 @@ impl Report {
 
     /// The report as text, ending with the `RESULT` line.
     pub fn render(&self) -> String {
-        let f = &self.findings;
         let mut out = String::new();
+        self.render_header(&mut out);
+        self.render_faults(&mut out);
+        self.render_ops(&mut out);
+        self.render_checks(&mut out);
+        self.render_documented(&mut out);
+        self.render_judge(&mut out);
+        let _ = writeln!(out, "\nviolations: {}", self.violations());
+        let f = &self.findings;
+        for v in f.violations.iter().take(20) {
+            render_violation(&mut out, v);
+        }
+        if f.violations.len() > 20 {
+            let _ = writeln!(out, "  ... and {} more", f.violations.len() - 20);
+        }
+        if let Some(dir) = &self.log_dir {
+            let _ = writeln!(out, "worker logs: {dir}");
+        }
+        out.push('\n');
+        out.push_str(&self.result_line());
+        out.push('\n');
+        out
+    }
+
+    /// The run's line, the replay line and a clock warning.
+    fn render_header(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "lock-chaos: seed {} ({} deployment, {} worker processes x {} tasks{}, lease {} ms), {:.1} s, {} worker processes in all",
@@ -238,6 +194,10 @@ impl Report {
                 self.clock_step_ms
             );
         }
+    }
+
+    /// Faults injected, by kind.
+    fn render_faults(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "\nfaults injected, by kind ({} planned):",
@@ -259,6 +219,11 @@ impl Report {
                 self.primary_changes.join("; ")
             );
         }
+    }
+
+    /// Operations by kind and outcome, releases and critical sections.
+    fn render_ops(&self, out: &mut String) {
+        let f = &self.findings;
         let _ = writeln!(out, "\noperations, by kind and outcome:");
         for (kind, outcomes) in &self.ops {
             let total: usize = outcomes.values().sum();
@@ -285,6 +250,11 @@ impl Report {
             f.writes_accepted,
             f.writes_refused
         );
+    }
+
+    /// Every checker's verdict.
+    fn render_checks(&self, out: &mut String) {
+        let f = &self.findings;
         let ok = |n: usize| {
             if n == 0 {
                 "ok".to_owned()
@@ -336,6 +306,11 @@ impl Report {
             "  no crash, panic or untyped error ......................... {}",
             ok(self.count("crash") + self.count("error") + self.count("run"))
         );
+    }
+
+    /// The documented overlaps (not violations).
+    fn render_documented(&self, out: &mut String) {
+        let f = &self.findings;
         let _ = writeln!(
             out,
             "\ndocumented overlaps (DESIGN.md, \"What this does not promise\"; not violations):"
@@ -360,21 +335,6 @@ impl Report {
                 let _ = writeln!(out, "    [{}] {}", v.kind, v.summary);
             }
         }
-        self.render_judge(&mut out);
-        let _ = writeln!(out, "\nviolations: {}", self.violations());
-        for v in f.violations.iter().take(20) {
-            render_violation(&mut out, v);
-        }
-        if f.violations.len() > 20 {
-            let _ = writeln!(out, "  ... and {} more", f.violations.len() - 20);
-        }
-        if let Some(dir) = &self.log_dir {
-            let _ = writeln!(out, "worker logs: {dir}");
-        }
-        out.push('\n');
-        out.push_str(&self.result_line());
-        out.push('\n');
-        out
     }
 }
 
@@ -445,4 +405,95 @@ fn render_violation(out: &mut String, v: &Violation) {
     if v.excerpt.len() > shown {
         let _ = writeln!(out, "      | ... {} more lines", v.excerpt.len() - shown);
     }
+}
+
+/// Fault kind → (injected, skipped); the observed changes of primary are not faults.
+fn fault_counts(h: &History) -> BTreeMap<&'static str, (usize, usize)> {
+    let mut faults: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
+    for f in h
+        .faults
+        .iter()
+        .filter(|f| f.kind != FaultKind::PrimaryChanged)
+    {
+        let e = faults.entry(f.kind.name()).or_default();
+        if f.done {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+    }
+    faults
+}
+
+/// Operation kind (fixed-lease ones apart, HTTP requests by method and route) → outcome →
+/// count.
+fn op_counts(h: &History) -> BTreeMap<String, BTreeMap<String, usize>> {
+    let mut ops: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for op in &h.ops {
+        let kind = if op.fixed {
+            format!("{} (fixed lease)", op.prim)
+        } else {
+            op.prim.clone()
+        };
+        *ops.entry(kind)
+            .or_default()
+            .entry(op.out.clone())
+            .or_default() += 1;
+    }
+    for r in &h.http {
+        let kind = format!("http {} /{}", r.method, r.route);
+        *ops.entry(kind)
+            .or_default()
+            .entry(r.out.clone())
+            .or_default() += 1;
+    }
+    ops
+}
+
+/// (release outcome → count, sections by family and path → count).
+fn section_counts(h: &History) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let mut releases: BTreeMap<String, usize> = BTreeMap::new();
+    let mut sections: BTreeMap<String, usize> = BTreeMap::new();
+    for sec in &h.secs {
+        if let Some((_, _, res)) = &sec.rel {
+            *releases.entry(res.clone()).or_default() += 1;
+        }
+        let family = sec.parts.first().map_or("?", |p| p.family.as_str());
+        let key = if sec.via == "direct" {
+            family.to_owned()
+        } else {
+            format!("{family} ({})", sec.via)
+        };
+        *sections.entry(key).or_default() += 1;
+    }
+    (releases, sections)
+}
+
+/// The command line that replays the run's schedule (options left at their defaults left
+/// out).
+fn replay_line(cfg: &RunConfig) -> String {
+    let mut replay = format!(
+        "lock-chaos --seed {} --duration {}s",
+        cfg.seed,
+        cfg.duration.as_secs()
+    );
+    if cfg.topology != TopologyKind::Standalone {
+        let _ = write!(replay, " --topology {}", cfg.topology.name());
+    }
+    if cfg.min_replicas > 0 {
+        let _ = write!(replay, " --min-replicas {}", cfg.min_replicas);
+    }
+    if cfg.workers != 3 || cfg.tasks != 4 {
+        let _ = write!(replay, " --workers {} --tasks {}", cfg.workers, cfg.tasks);
+    }
+    if cfg.lease.as_millis() != 1500 {
+        let _ = write!(replay, " --lease {}ms", cfg.lease.as_millis());
+    }
+    if cfg.interval.as_millis() != 300 {
+        let _ = write!(replay, " --interval {}ms", cfg.interval.as_millis());
+    }
+    if !cfg.http {
+        replay.push_str(" --no-http");
+    }
+    replay
 }

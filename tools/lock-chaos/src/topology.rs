@@ -303,101 +303,7 @@ pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> 
             {
                 continue;
             }
-            let replies = query_many(
-                addr,
-                &[
-                    vec!["TYPE".into(), key.clone()],
-                    vec!["PTTL".into(), key.clone()],
-                ],
-                timeout,
-            )?;
-            let kind = replies[0].to_string();
-            let pttl = int(&replies[1]);
-            if pttl == -1 {
-                scan.no_ttl.push(key.clone());
-            }
-            match kind.as_str() {
-                "string" => {
-                    let value = query(addr, &["GET", &key], timeout)?.to_string();
-                    if let Some((owner, rest)) = value.split_once('|') {
-                        if !owner.is_empty() {
-                            scan.live.push(Live {
-                                key: key.clone(),
-                                owner: owner.to_owned(),
-                                what: format!("held: {owner}|{rest}, PTTL {pttl} ms"),
-                                waiter: false,
-                                left_ms: Some(pttl),
-                            });
-                        }
-                    } else if value != "(nil)" {
-                        // A waiting writer's mark, and a native mutex, hold an owner id.
-                        let what = if key.ends_with(":writer-waiting") {
-                            format!("writer-waiting mark of {value}, PTTL {pttl} ms")
-                        } else {
-                            format!("held (native): {value}, PTTL {pttl} ms")
-                        };
-                        scan.live.push(Live {
-                            key: key.clone(),
-                            owner: value.clone(),
-                            what,
-                            waiter: false,
-                            left_ms: Some(pttl),
-                        });
-                    }
-                }
-                "hash" => {
-                    let fields = strings(query(addr, &["HGETALL", &key], timeout)?);
-                    for pair in fields.chunks(2) {
-                        if let [owner, share] = pair {
-                            let expiry: i64 = share
-                                .split_once('|')
-                                .and_then(|(_, e)| e.parse().ok())
-                                .unwrap_or(0);
-                            if expiry > now_ms {
-                                scan.live.push(Live {
-                                    key: key.clone(),
-                                    owner: owner.clone(),
-                                    what: format!(
-                                        "read share {share}, {} ms left",
-                                        expiry - now_ms
-                                    ),
-                                    waiter: false,
-                                    left_ms: Some(expiry - now_ms),
-                                });
-                            }
-                        }
-                    }
-                }
-                "zset" if key.ends_with(":permits") || key.ends_with(":fair:deadlines") => {
-                    let entries = strings(query(
-                        addr,
-                        &["ZRANGE", &key, "0", "-1", "WITHSCORES"],
-                        timeout,
-                    )?);
-                    for pair in entries.chunks(2) {
-                        if let [member, score] = pair {
-                            let expiry = score.parse::<f64>().unwrap_or(0.0) as i64;
-                            if expiry > now_ms {
-                                let (owner, what) = if key.ends_with(":permits") {
-                                    let owner =
-                                        member.rsplit_once(':').map_or(member.as_str(), |(o, _)| o);
-                                    (owner.to_owned(), "permit")
-                                } else {
-                                    (member.clone(), "queued fair waiter")
-                                };
-                                scan.live.push(Live {
-                                    key: key.clone(),
-                                    owner,
-                                    what: format!("{what} {member}, {} ms left", expiry - now_ms),
-                                    waiter: what != "permit",
-                                    left_ms: Some(expiry - now_ms),
-                                });
-                            }
-                        }
-                    }
-                }
-                _ => {}
-            }
+            scan_key(&mut scan, addr, &key, now_ms, timeout)?;
         }
         let mut channels = strings(query(addr, &["PUBSUB", "CHANNELS"], timeout)?);
         if let Ok(reply) = query(addr, &["PUBSUB", "SHARDCHANNELS"], timeout)
@@ -413,6 +319,128 @@ pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> 
         );
     }
     Ok(scan)
+}
+
+/// What one lock key holds: a time to live or not, and what is live in it (by its type).
+fn scan_key(
+    scan: &mut Scan,
+    addr: SocketAddr,
+    key: &str,
+    now_ms: i64,
+    timeout: Duration,
+) -> io::Result<()> {
+    let replies = query_many(
+        addr,
+        &[
+            vec!["TYPE".into(), key.to_owned()],
+            vec!["PTTL".into(), key.to_owned()],
+        ],
+        timeout,
+    )?;
+    let kind = replies[0].to_string();
+    let pttl = int(&replies[1]);
+    if pttl == -1 {
+        scan.no_ttl.push(key.to_owned());
+    }
+    match kind.as_str() {
+        "string" => {
+            let value = query(addr, &["GET", key], timeout)?.to_string();
+            scan.live.extend(string_live(key, &value, pttl));
+        }
+        "hash" => {
+            let fields = strings(query(addr, &["HGETALL", key], timeout)?);
+            scan.live.extend(hash_live(key, &fields, now_ms));
+        }
+        "zset" if key.ends_with(":permits") || key.ends_with(":fair:deadlines") => {
+            let entries = strings(query(
+                addr,
+                &["ZRANGE", key, "0", "-1", "WITHSCORES"],
+                timeout,
+            )?);
+            scan.live.extend(zset_live(key, &entries, now_ms));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A lock string: a held scripted lock (`owner|...`), a waiting writer's mark or a native
+/// mutex (an owner id).
+fn string_live(key: &str, value: &str, pttl: i64) -> Option<Live> {
+    if let Some((owner, rest)) = value.split_once('|') {
+        (!owner.is_empty()).then(|| Live {
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            what: format!("held: {owner}|{rest}, PTTL {pttl} ms"),
+            waiter: false,
+            left_ms: Some(pttl),
+        })
+    } else if value != "(nil)" {
+        // A waiting writer's mark, and a native mutex, hold an owner id.
+        let what = if key.ends_with(":writer-waiting") {
+            format!("writer-waiting mark of {value}, PTTL {pttl} ms")
+        } else {
+            format!("held (native): {value}, PTTL {pttl} ms")
+        };
+        Some(Live {
+            key: key.to_owned(),
+            owner: value.to_owned(),
+            what,
+            waiter: false,
+            left_ms: Some(pttl),
+        })
+    } else {
+        None
+    }
+}
+
+/// A read-write lock's read shares (owner → `...|expiry`) not yet expired.
+fn hash_live(key: &str, fields: &[String], now_ms: i64) -> Vec<Live> {
+    let mut live = Vec::new();
+    for pair in fields.chunks(2) {
+        if let [owner, share] = pair {
+            let expiry: i64 = share
+                .split_once('|')
+                .and_then(|(_, e)| e.parse().ok())
+                .unwrap_or(0);
+            if expiry > now_ms {
+                live.push(Live {
+                    key: key.to_owned(),
+                    owner: owner.clone(),
+                    what: format!("read share {share}, {} ms left", expiry - now_ms),
+                    waiter: false,
+                    left_ms: Some(expiry - now_ms),
+                });
+            }
+        }
+    }
+    live
+}
+
+/// A semaphore's permits or a fair lock's queued waiters (member → expiry) not yet expired.
+fn zset_live(key: &str, entries: &[String], now_ms: i64) -> Vec<Live> {
+    let mut live = Vec::new();
+    for pair in entries.chunks(2) {
+        if let [member, score] = pair {
+            let expiry = score.parse::<f64>().unwrap_or(0.0) as i64;
+            if expiry > now_ms {
+                let (owner, what) = if key.ends_with(":permits") {
+                    let owner = member.rsplit_once(':').map_or(member.as_str(), |(o, _)| o);
+                    (owner.to_owned(), "permit")
+                } else {
+                    (member.clone(), "queued fair waiter")
+                };
+                live.push(Live {
+                    key: key.to_owned(),
+                    owner,
+                    what: format!("{what} {member}, {} ms left", expiry - now_ms),
+                    waiter: what != "permit",
+                    left_ms: Some(expiry - now_ms),
+                });
+            }
+        }
+    }
+    live
 }
 
 /// The client id that owns the mutex `name` (read from its lock string on whichever node

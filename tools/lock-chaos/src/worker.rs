@@ -164,40 +164,16 @@ async fn retry<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
     Err(format!("{what}: {last}"))
 }
 
-async fn run(args: WorkerArgs) -> i32 {
-    let max_life = args.max_life;
-    tokio::spawn(async move {
-        tokio::time::sleep(max_life).await;
-        emit(&json!({"ev": "fatal", "msg": "maximum lifetime reached"}));
-        std::process::exit(3);
-    });
-    let mut input = stdin_lines();
-    let client = match retry("connect", 60, || connect(&args)).await {
-        Ok(c) => c,
-        Err(e) => {
-            emit(&json!({"ev": "fatal", "msg": e}));
-            return 2;
-        }
-    };
-    let fence = match retry("check server", 20, || Fence::connect(&args.check_url)).await {
-        Ok(f) => f,
-        Err(e) => {
-            emit(&json!({"ev": "fatal", "msg": e}));
-            return 2;
-        }
-    };
-    let http = match reqwest::Client::builder()
+/// Connects the lock client, the fenced store and the HTTP client.
+async fn setup(args: &WorkerArgs) -> Result<Arc<Ctx>, String> {
+    let client = retry("connect", 60, || connect(args)).await?;
+    let fence = retry("check server", 20, || Fence::connect(&args.check_url)).await?;
+    let http = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(4)
         .build()
-    {
-        Ok(h) => h,
-        Err(e) => {
-            emit(&json!({"ev": "fatal", "msg": format!("http client: {e}")}));
-            return 2;
-        }
-    };
-    let ctx = Arc::new(Ctx {
+        .map_err(|e| format!("http client: {e}"))?;
+    Ok(Arc::new(Ctx {
         client_stores: matches!(args.deploy, Deploy::Standalone(_)),
         args: args.clone(),
         client,
@@ -206,27 +182,92 @@ async fn run(args: WorkerArgs) -> i32 {
         peers: StdMutex::new(Vec::new()),
         stopping: AtomicBool::new(false),
         seq: AtomicU64::new(0),
-    });
+    }))
+}
 
-    // The HTTP side.
-    let shutdown = Arc::new(Notify::new());
-    let mut http_port = None;
-    let mut server = None;
-    if args.http {
-        match tokio::net::TcpListener::bind(("127.0.0.1", 0)).await {
-            Ok(listener) => {
-                http_port = listener.local_addr().ok().map(|a| a.port());
-                let app = router(&ctx);
-                let stop = shutdown.clone();
-                server = Some(tokio::spawn(async move {
-                    let _ = axum::serve(listener, app)
-                        .with_graceful_shutdown(async move { stop.notified().await })
-                        .await;
-                }));
-            }
-            Err(e) => emit(&json!({"ev": "note", "msg": format!("no HTTP listener: {e}")})),
+/// The HTTP side: the worker's routes on a free port until `shutdown`. Returns the port and
+/// the server's task (none where no listener could be bound).
+async fn serve_http(
+    ctx: &Arc<Ctx>,
+    shutdown: &Arc<Notify>,
+) -> (Option<u16>, Option<tokio::task::JoinHandle<()>>) {
+    match tokio::net::TcpListener::bind(("127.0.0.1", 0)).await {
+        Ok(listener) => {
+            let port = listener.local_addr().ok().map(|a| a.port());
+            let app = router(ctx);
+            let stop = shutdown.clone();
+            let server = tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { stop.notified().await })
+                    .await;
+            });
+            (port, Some(server))
+        }
+        Err(e) => {
+            emit(&json!({"ev": "note", "msg": format!("no HTTP listener: {e}")}));
+            (None, None)
         }
     }
+}
+
+/// Follows the coordinator's messages until `stop` (false) or until it is gone (true).
+async fn follow(
+    input: &mut mpsc::UnboundedReceiver<Option<String>>,
+    ctx: &Ctx,
+    probe: &mut Option<lock_core::LockGuard>,
+) -> bool {
+    loop {
+        match input.recv().await {
+            Some(Some(line)) => {
+                let line = line.trim();
+                if line == "probed" {
+                    if let Some(g) = probe.take() {
+                        let _ = tokio::time::timeout(UNLOCK_BOUND, g.unlock()).await;
+                    }
+                } else if let Some(list) = line.strip_prefix("peers ") {
+                    *ctx.peers.lock().unwrap_or_else(|p| p.into_inner()) = parse_peers(list);
+                } else if line == "stop" {
+                    return false;
+                }
+            }
+            Some(None) | None => return true,
+        }
+    }
+}
+
+/// Every operation is bounded, so the tasks end; waits for them (and says if one did not).
+async fn drain(mut tasks: tokio::task::JoinSet<()>) {
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(60), drain)
+        .await
+        .is_err()
+    {
+        emit(&json!({"ev": "note", "msg": "tasks still running 60 s after stop; aborted"}));
+        tasks.abort_all();
+    }
+}
+
+async fn run(args: WorkerArgs) -> i32 {
+    let max_life = args.max_life;
+    tokio::spawn(async move {
+        tokio::time::sleep(max_life).await;
+        emit(&json!({"ev": "fatal", "msg": "maximum lifetime reached"}));
+        std::process::exit(3);
+    });
+    let mut input = stdin_lines();
+    let ctx = match setup(&args).await {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            emit(&json!({"ev": "fatal", "msg": e}));
+            return 2;
+        }
+    };
+    let shutdown = Arc::new(Notify::new());
+    let (http_port, server) = if args.http {
+        serve_http(&ctx, &shutdown).await
+    } else {
+        (None, None)
+    };
 
     // The probe: a lock held until the coordinator has read its owner id from Redis (the
     // client id it needs to check that a killed worker's locks expire).
@@ -250,42 +291,12 @@ async fn run(args: WorkerArgs) -> i32 {
     for task in 0..args.tasks {
         tasks.spawn(task_loop(ctx.clone(), task));
     }
-
-    // Until `stop`: follow the coordinator's messages.
-    let mut gone = false;
-    loop {
-        match input.recv().await {
-            Some(Some(line)) => {
-                let line = line.trim();
-                if line == "probed" {
-                    if let Some(g) = probe.take() {
-                        let _ = tokio::time::timeout(UNLOCK_BOUND, g.unlock()).await;
-                    }
-                } else if let Some(list) = line.strip_prefix("peers ") {
-                    *ctx.peers.lock().unwrap_or_else(|p| p.into_inner()) = parse_peers(list);
-                } else if line == "stop" {
-                    break;
-                }
-            }
-            Some(None) | None => {
-                gone = true;
-                break;
-            }
-        }
-    }
+    let gone = follow(&mut input, &ctx, &mut probe).await;
     ctx.stopping.store(true, Ordering::Relaxed);
     if let Some(g) = probe.take() {
         let _ = tokio::time::timeout(UNLOCK_BOUND, g.unlock()).await;
     }
-    // Every operation is bounded, so the tasks end; wait for them (and say if one did not).
-    let drain = async { while tasks.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(60), drain)
-        .await
-        .is_err()
-    {
-        emit(&json!({"ev": "note", "msg": "tasks still running 60 s after stop; aborted"}));
-        tasks.abort_all();
-    }
+    drain(tasks).await;
     emit(&json!({"ev": "drained", "t": now_us()}));
     // Keep serving the other workers' last requests until `exit`.
     if !gone {
@@ -447,26 +458,29 @@ async fn run_op(ctx: &Arc<Ctx>, rng: &mut Rng, op: Op) {
                 attempt(ctx, rng, a, some(r.into_future())).await;
             }
         }
-        Op::Multi => {
-            let first = rng.index(MUTEX_NAMES.len());
-            let second = (first + 1 + rng.index(MUTEX_NAMES.len() - 1)) % MUTEX_NAMES.len();
-            let names = [MUTEX_NAMES[first], MUTEX_NAMES[second]];
-            let mut a = attempt_of(
-                "multi",
-                "mutex",
-                &names.join("+"),
-                op,
-                wait,
-                fixed,
-                "excl",
-                1,
-            );
-            a.via = "multi";
-            let r = with_lease(client.multi_lock(names).lock().wait(wait), fixed);
-            attempt(ctx, rng, a, some(r.into_future())).await;
-        }
+        Op::Multi => multi_op(ctx, rng, wait, fixed).await,
         Op::Http => http_op(ctx, rng).await,
     }
+}
+
+/// A multi-lock of two different mutex names.
+async fn multi_op(ctx: &Arc<Ctx>, rng: &mut Rng, wait: Duration, fixed: Option<Duration>) {
+    let first = rng.index(MUTEX_NAMES.len());
+    let second = (first + 1 + rng.index(MUTEX_NAMES.len() - 1)) % MUTEX_NAMES.len();
+    let names = [MUTEX_NAMES[first], MUTEX_NAMES[second]];
+    let mut a = attempt_of(
+        "multi",
+        "mutex",
+        &names.join("+"),
+        Op::Multi,
+        wait,
+        fixed,
+        "excl",
+        1,
+    );
+    a.via = "multi";
+    let r = with_lease(ctx.client.multi_lock(names).lock().wait(wait), fixed);
+    attempt(ctx, rng, a, some(r.into_future())).await;
 }
 
 #[allow(clippy::too_many_arguments)]
