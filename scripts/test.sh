@@ -5,10 +5,10 @@
 # 1. Redis (installed by scripts/ensure-redis.sh if missing; REDIS_SERVER_BIN for another
 #    build): every test of the workspace. The mutex speaks the scripted protocol there.
 # 2. Valkey 9 (built once from Debian's source package by scripts/ensure-valkey.sh, about 4
-#    minutes on 2 cores, then cached): lock-core's and lock-tests' suites again, where the
-#    mutex speaks the native protocol (SET … IFEQ, DELIFEQ) and tests/tests/native.rs runs in
-#    full. Skipped only with LOCK_TESTS_VALKEY=0, or when REDIS_SERVER_BIN already names the
-#    server to test.
+#    minutes on 2 cores, then cached): lock-core's, lock-tests' and lock-chaos's suites
+#    again, where the mutex speaks the native protocol (SET … IFEQ, DELIFEQ) and
+#    tests/tests/native.rs runs in full. Skipped only with LOCK_TESTS_VALKEY=0, or when
+#    REDIS_SERVER_BIN already names the server to test.
 #
 # Extra arguments go to both `cargo test` runs (after `--`: to the test binaries).
 set -euo pipefail
@@ -22,7 +22,7 @@ if [ "${LOCK_TESTS_VALKEY:-1}" = 0 ] || [ -n "${REDIS_SERVER_BIN:-}" ]; then
   exit 0
 fi
 valkey="$(scripts/ensure-valkey.sh | tail -n1)"
-echo "the Valkey 9 lane: lock-core's and lock-tests' suites on $valkey/valkey-server" \
-  "(about 6 minutes) ..." >&2
+echo "the Valkey 9 lane: lock-core's, lock-tests' and lock-chaos's suites on" \
+  "$valkey/valkey-server (about 6 minutes) ..." >&2
 REDIS_SERVER_BIN="$valkey/valkey-server" REDIS_CLI_BIN="$valkey/valkey-cli" \
-  cargo test -p lock-core -p lock-tests "$@"
+  cargo test -p lock-core -p lock-tests -p lock-chaos "$@"

@@ -1,0 +1,87 @@
+//! The command line: which scenarios to run, how much of them, and where.
+
+use std::path::PathBuf;
+
+/// Every scenario, in the order they run.
+pub(crate) const SCENARIOS: [&str; 8] = ["W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7"];
+
+/// The parsed command line.
+pub(crate) struct Args {
+    pub(crate) quick: bool,
+    pub(crate) redis: Option<String>,
+    pub(crate) json: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
+    pub(crate) only: Option<Vec<String>>,
+    pub(crate) rslock_retry_ms: u64,
+    pub(crate) pool: u32,
+}
+
+const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
+                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7] [--rslock-retry-ms N] [--pool N]";
+
+/// Parses `argv` (with the program name); exits with usage on a bad argument.
+pub(crate) fn parse_args(argv: &[String]) -> Args {
+    let mut args = Args {
+        quick: false,
+        redis: None,
+        json: None,
+        svg: None,
+        only: None,
+        rslock_retry_ms: 10,
+        pool: 16,
+    };
+    let mut it = argv[1.min(argv.len())..].iter();
+    let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| -> String {
+        it.next().cloned().unwrap_or_else(|| {
+            eprintln!("{flag} needs a value; {USAGE}");
+            std::process::exit(2)
+        })
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => args.quick = true,
+            "--redis" => args.redis = Some(value(&mut it, a)),
+            "--json" => args.json = Some(value(&mut it, a).into()),
+            "--svg" => args.svg = Some(value(&mut it, a).into()),
+            "--only" => {
+                let list = value(&mut it, a);
+                let only: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).collect();
+                if let Some(bad) = only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+                    eprintln!("unknown scenario {bad:?}; known: {SCENARIOS:?}");
+                    std::process::exit(2);
+                }
+                args.only = Some(only);
+            }
+            "--rslock-retry-ms" => {
+                args.rslock_retry_ms = value(&mut it, a).parse().unwrap_or_else(|_| {
+                    eprintln!("--rslock-retry-ms needs a number of milliseconds");
+                    std::process::exit(2)
+                })
+            }
+            "--pool" => {
+                args.pool = value(&mut it, a).parse().unwrap_or_else(|_| {
+                    eprintln!("--pool needs a number");
+                    std::process::exit(2)
+                })
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => {
+                eprintln!("unknown argument {other:?}; {USAGE}");
+                std::process::exit(2);
+            }
+        }
+    }
+    args
+}
+
+impl Args {
+    /// Whether `--only` (if given) names `scenario`.
+    pub(crate) fn wants(&self, scenario: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == scenario))
+    }
+}

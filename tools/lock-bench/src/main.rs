@@ -1,0 +1,102 @@
+//! `lock-bench`: lock-core ("ours") against the floor (the minimal correct lock, written in
+//! this crate: `SET key token NX PX` + a compare-and-delete script on one multiplexed
+//! connection, pub/sub wake-ups where it waits) and against rslock (crates.io), measured in
+//! one run on one private redis-server. Every figure is also reported as a ratio.
+//!
+//! W1, W2 and W6 also run a fourth row that is not a contender: the floor's client sending
+//! lock-core's own server calls (`FCALL` of the acquire and release functions lock-core
+//! loaded). Its rate over the floor's is what lock-core's server side alone leaves (no client
+//! of those calls does better); ours over its rate is what lock-core's client keeps of that.
+//!
+//! On a server with `DELIFEQ` (Valkey 9; `REDIS_SERVER_BIN` picks the binary the bench
+//! starts) every scenario but W5 also runs the *native floor* last: the floor without scripts
+//! (`SET NX PX`, `DELIFEQ`, a waiters flag; see `floor.rs`). Every `BENCH` line ends with the
+//! server µs per cycle of each row, then the client's CPU µs per cycle of each row (this
+//! process's user + system CPU over the row's timed run, over its cycles; see `measure.rs`).
+//!
+//! ```text
+//! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
+//!                                      [--only W1,W3h,...] [--rslock-retry-ms N] [--pool N]
+//! ```
+//!
+//! | scenario | what |
+//! |---|---|
+//! | W1 | 1 task, 20,000 acquire + release cycles on distinct names |
+//! | W2 | 64 tasks, 100,000 cycles on distinct names |
+//! | W3h | 16 tasks in this process on one name, 2,000 sections of 1 ms, strict hand-off |
+//! | W3x | the same across 4 processes × 4 tasks (this binary run as child processes) |
+//! | W4 | one waiter on another client; the holder releases after 100 ms; 20 trials |
+//! | W5 | 100,000 watchdog-leased locks (9 s lease; quick: 25,000 on 3 s) held for 3 renewal periods |
+//! | W6 | axum handler behind `DistributedLockLayer` vs the same handler locking itself (W6n: the layer vs the handler calling the floor, both on a `TCP_NODELAY` server) |
+//! | W7 | a realistic mix: 64 tasks over 10,000 names drawn Zipf(1.0), 1 ms hold, 200,000 sections or 30 s |
+//!
+//! `--quick` runs a quarter of the cycles, sections, locks and requests, and W7 for a quarter
+//! of its sections and time (≤ 90 s); the full run takes about 4 minutes. See the README of
+//! this directory for what each number means.
+//!
+//! The modules: `cli` and `plan` (what to run), `run` (a whole run), one per scenario family
+//! (`cycles`: W1 and W2; `w3`: W3h and W3x; `w4` to `w7`), `measure` (the measuring frame of
+//! every timed run), `report` (tables, targets, `BENCH` lines, files), and the contenders and
+//! their drivers (`contender`, `floor`, `handoff`, `mix`, `watchdog`, `http`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod chart;
+mod cli;
+mod contender;
+mod cycles;
+mod floor;
+mod handoff;
+mod http;
+mod measure;
+mod mix;
+mod monitor;
+mod plan;
+mod report;
+mod run;
+mod server;
+mod stats;
+mod sys;
+mod w3;
+mod w4;
+mod w5;
+mod w6;
+mod w7;
+mod watchdog;
+
+use std::time::Duration;
+
+fn main() {
+    // With the `metrics` feature, lock-core records into a recorder that keeps nothing, so a
+    // run measures what the calls cost (every process: W3x and W5 children too).
+    #[cfg(feature = "metrics")]
+    metrics::set_global_recorder(metrics::NoopRecorder).expect("the first recorder of the process");
+    let argv: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match argv.get(1).map(String::as_str) {
+        Some("__w3x-child") => {
+            let Some(args) = handoff::ChildArgs::parse(&argv[2..]) else {
+                eprintln!("bad __w3x-child arguments");
+                std::process::exit(2);
+            };
+            rt.block_on(handoff::child_main(args));
+        }
+        Some("__w5-child") => {
+            let Some(args) = watchdog::ChildArgs::parse(&argv[2..]) else {
+                eprintln!("bad __w5-child arguments");
+                std::process::exit(2);
+            };
+            rt.block_on(watchdog::child_main(args));
+        }
+        _ => {
+            let args = cli::parse_args(&argv);
+            let ok = rt.block_on(run::bench(args));
+            // Child processes and the redis-server are gone by now; do not wait for stray
+            // background tasks (W5's rslock holders, watchdogs) to notice.
+            rt.shutdown_timeout(Duration::from_secs(1));
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+    }
+}

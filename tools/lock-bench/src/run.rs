@@ -1,0 +1,190 @@
+//! A whole run: the server, the contenders' clients, every scenario asked for, the output.
+
+use std::time::{Duration, Instant};
+
+use lock_tests::RedisServer;
+use redis::aio::MultiplexedConnection;
+
+use crate::cli::Args;
+use crate::contender::{Kind, Locker, Opts};
+use crate::plan::Plan;
+use crate::report::{self, NO_DELIFEQ, Report, RunInfo};
+use crate::server::ServerVersion;
+use crate::{cycles, floor, w3, w4, w5, w6, w7};
+
+/// What every scenario runs with.
+pub(crate) struct Ctx<'a> {
+    /// The three contenders' clients: ours, the floor, rslock.
+    pub(crate) lockers: &'a [Locker],
+    /// The floor's client sending lock-core's server calls, where lock-core's functions are
+    /// loaded.
+    pub(crate) core_calls: Option<&'a Locker>,
+    /// The native floor, on a server with `DELIFEQ`.
+    pub(crate) native: Option<&'a Locker>,
+    pub(crate) opts: &'a Opts,
+    /// The server's URL.
+    pub(crate) url: &'a str,
+    /// This run's id, in every lock name.
+    pub(crate) run: &'a str,
+    pub(crate) plan: &'a Plan,
+}
+
+impl<'a> Ctx<'a> {
+    /// The three contenders, then the native floor where it runs.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = (Kind, &'a Locker)> + use<'a> {
+        Kind::ALL
+            .into_iter()
+            .zip(self.lockers)
+            .chain(self.native.map(|l| (Kind::NativeFloor, l)))
+    }
+}
+
+/// The clients of a run.
+struct Clients {
+    lockers: Vec<Locker>,
+    core_calls: Option<Locker>,
+    native: Option<Locker>,
+}
+
+async fn connect(opts: &Opts, has_delifeq: bool) -> Clients {
+    let mut lockers = Vec::new();
+    for kind in Kind::ALL {
+        lockers.push(Locker::connect(kind, opts).await);
+    }
+    // After lock-core's client, which loads its functions.
+    let core_calls = match &lockers[1] {
+        Locker::Floor(floor) => floor.with_lock_core_calls().await.map(Locker::Floor),
+        _ => None,
+    };
+    // Connected last, so the three contenders' clients are set up as before it existed.
+    let native = if has_delifeq {
+        Some(Locker::connect(Kind::NativeFloor, opts).await)
+    } else {
+        None
+    };
+    Clients {
+        lockers,
+        core_calls,
+        native,
+    }
+}
+
+/// Runs every scenario `args` asks for; returns the failures.
+async fn scenarios(
+    args: &Args,
+    ctx: &Ctx<'_>,
+    report: &mut Report,
+    admin: &mut MultiplexedConnection,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    macro_rules! scenario {
+        ($name:literal, $body:expr) => {
+            if args.wants($name) {
+                let t = Instant::now();
+                eprintln!("lock-bench: {} ...", $name);
+                if let Err(e) = $body.await {
+                    eprintln!("lock-bench: {} failed: {e}", $name);
+                    failures.push(format!("{}: {e}", $name));
+                }
+                eprintln!(
+                    "lock-bench: {} done in {:.1} s",
+                    $name,
+                    t.elapsed().as_secs_f64()
+                );
+            }
+        };
+    }
+    let plan = ctx.plan;
+    scenario!(
+        "W1",
+        cycles::cycles(report, ctx, admin, "W1", 1, plan.w1_cycles)
+    );
+    scenario!(
+        "W2",
+        cycles::cycles(report, ctx, admin, "W2", plan.w2_tasks, plan.w2_cycles)
+    );
+    scenario!("W3h", w3::w3h(report, ctx, admin));
+    scenario!("W3x", w3::w3x(report, ctx, admin));
+    scenario!("W4", w4::w4(report, ctx, admin));
+    scenario!("W5", w5::w5(report, ctx));
+    scenario!("W6", w6::w6(report, ctx, admin));
+    scenario!("W7", w7::w7(report, ctx, admin));
+    failures
+}
+
+/// Output: tables, targets, files, then the BENCH lines last.
+fn output(args: &Args, report: &Report, info: &RunInfo<'_>) {
+    report::print_tables(report, info);
+    let svg_path = report::svg_path(args.svg.as_deref(), args.json.as_deref());
+    report::write_chart(report, &svg_path);
+    if let Some(path) = &args.json {
+        report::write_json(report, info, path, &svg_path);
+    }
+    println!();
+    for b in &report.benches {
+        println!("{}", b.line());
+    }
+}
+
+/// The whole run; whether every scenario succeeded.
+pub(crate) async fn bench(args: Args) -> bool {
+    let t_start = Instant::now();
+    let server = match &args.redis {
+        Some(_) => None,
+        None => Some(RedisServer::start()),
+    };
+    let url = args
+        .redis
+        .clone()
+        .unwrap_or_else(|| server.as_ref().map(RedisServer::url).unwrap_or_default());
+    let opts = Opts {
+        url: url.clone(),
+        pool: args.pool,
+        rslock_retry: Duration::from_millis(args.rslock_retry_ms),
+    };
+    let plan = Plan::new(args.quick);
+    let mut admin = redis::Client::open(url.as_str())
+        .expect("redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis");
+    let version = ServerVersion::read(&mut admin).await;
+    let has_delifeq = floor::server_has_delifeq(&mut admin).await;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let clients = connect(&opts, has_delifeq).await;
+    eprintln!(
+        "lock-bench: {} at {url}, {} run, run id {run}, lock-core metrics {}, native floor {}",
+        version.describe(),
+        if args.quick { "quick" } else { "full" },
+        if cfg!(feature = "metrics") {
+            "on (no-op recorder)"
+        } else {
+            "off"
+        },
+        if has_delifeq { "on" } else { NO_DELIFEQ }
+    );
+    let ctx = Ctx {
+        lockers: &clients.lockers,
+        core_calls: clients.core_calls.as_ref(),
+        native: clients.native.as_ref(),
+        opts: &opts,
+        url: &url,
+        run: &run,
+        plan: &plan,
+    };
+    let mut report = Report::default();
+    let failures = scenarios(&args, &ctx, &mut report, &mut admin).await;
+    let info = RunInfo {
+        quick: args.quick,
+        seconds: t_start.elapsed().as_secs_f64(),
+        version: &version,
+        has_delifeq,
+        pool: opts.pool,
+        rslock_retry_ms: args.rslock_retry_ms,
+        failures: &failures,
+    };
+    output(&args, &report, &info);
+    drop(clients);
+    drop(server);
+    failures.is_empty()
+}
