@@ -211,7 +211,7 @@ struct Giveback {
 /// all of them).
 fn apply_release(hold: &Hold, generation: u64, reply: GaveBack) -> Result<bool, LockError> {
     let (released, held) = match (hold.kind, reply) {
-        (Kind::Permits(n), GaveBack::Permits(held)) => (Released::Yes, held == n),
+        (Kind::Permits(n), GaveBack::Permits(held)) => (Released::Yes, held == i64::from(n)),
         (Kind::Permits(_), _) | (_, GaveBack::Permits(_)) => {
             return Err(LockError::UnexpectedReply(format!(
                 "a release of a {} answered {reply:?}",

@@ -70,8 +70,9 @@ pub(crate) enum GaveBack {
     Held,
     /// The owner no longer held it.
     NotHeld,
-    /// A semaphore's release: how many of the owner's permits were still held.
-    Permits(u32),
+    /// A semaphore's release: how many of the owner's permits were still held, as the
+    /// script counted them (any number: only a count equal to the owner's means all).
+    Permits(i64),
 }
 
 impl Answer {

@@ -109,7 +109,7 @@ impl Command {
 pub(crate) fn script_gave_back(op: Op, reply: Value) -> Result<GaveBack, LockError> {
     let n: i64 = convert(reply)?;
     let gave_back = match op {
-        Op::SemRelease => u32::try_from(n).ok().map(GaveBack::Permits),
+        Op::SemRelease => Some(GaveBack::Permits(n)),
         Op::Release | Op::ReleaseKeep | Op::FairRelease | Op::RwReadRelease => match n {
             1..=3 => Some(GaveBack::Held),
             0 => Some(GaveBack::NotHeld),
