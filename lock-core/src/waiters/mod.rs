@@ -21,6 +21,7 @@
 //!
 //! The backend says where the connection goes ([`PubSubSource`]).
 
+#[cfg(feature = "testing")]
 mod memory;
 mod pubsub;
 mod sharded;
@@ -94,6 +95,7 @@ impl Waiters {
             PubSubSource::Cluster(seeds) => {
                 tokio::spawn(sharded::run(task, seeds.builder()));
             }
+            #[cfg(feature = "testing")]
             PubSubSource::Memory(link) => {
                 tokio::spawn(memory::run(task, link));
             }

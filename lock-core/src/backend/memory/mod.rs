@@ -1,31 +1,34 @@
-//! The in-memory backend, for tests: a server kept in this process ([`Server`]: strings with
-//! TTLs, hashes, sorted sets, pub/sub) whose time is tokio's clock, so `tokio::time::pause()`
-//! and `advance()` drive expiry, renewals and losses without sleeping.
+//! The in-memory backend, for tests (lock-core's `testing` feature): a server kept in this
+//! process ([`Server`]: strings with TTLs, hashes, sorted sets, pub/sub) whose time is tokio's
+//! clock, so `tokio::time::pause()` and `advance()` drive expiry, renewals and losses without
+//! sleeping.
 //!
-//! It speaks what the engine sends a Redis server: the native mutex protocol's commands
-//! (`commands`), and every operation of the Lua code, each run by its Rust twin (`script`,
-//! `prelude`, `mutex`, `fair`, `rwlock`, `semaphore`) with the semantics and reply shapes of
-//! its `.lua` file. There is no Lua interpreter. A call runs under the server's one lock, so
-//! it is atomic as a script or a `MULTI`/`EXEC` is.
+//! It implements commands, not operations: its command table (`commands`: `strings`,
+//! `hashes`, `zsets`, and the key, pub/sub, server and scripting commands) answers what the
+//! engine sends a Redis server, the native mutex protocol's commands and each Lua operation,
+//! which runs as its script (prelude in front) in an embedded Lua 5.1 (`lua`) whose
+//! `redis.call` reaches the same table. A call runs under the server's one lock, so it is
+//! atomic as a script or a `MULTI`/`EXEC` is.
 //!
 //! Tests set faults on the server or on one client's [`Link`]: unreachable (calls fail with
 //! [`LockError::Unavailable`] and are not applied; the client's pub/sub subscriptions drop),
 //! and replies delayed on tokio's clock (applied at once, answered later; a delay of the
 //! response timeout or more answers [`LockError::ResponseTimeout`]).
+//!
+//! The modules import each other one way only (none imports one that imports it back):
+//! `keyspace` ← `reply` ← `lua`; `keyspace` and `lua` ← `server` ← `strings`, `hashes`,
+//! `zsets` ← `commands` ← this module (and the test-only `fuzz`).
 
 mod commands;
-mod fair;
-mod fenced;
 #[cfg(test)]
 mod fuzz;
+mod hashes;
 mod keyspace;
-mod mutex;
-mod prelude;
-mod record;
-mod rwlock;
-mod script;
-mod semaphore;
+mod lua;
+mod reply;
 mod server;
+mod strings;
+mod zsets;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,19 +44,10 @@ use crate::error::LockError;
 use crate::scripts::{Mode, Scripts};
 
 impl Server {
-    /// Runs the Lua operation of `call` as its Rust twin does (for the conformance suite).
-    pub(crate) fn run_script(&self, call: &crate::scripts::Call) -> Value {
-        self.call(|ctx| script::run(ctx, call))
-    }
-
-    /// Runs one plain command (for the conformance suite).
-    pub(crate) fn run_command(&self, cmd: &redis::Cmd) -> Value {
-        self.call(|ctx| commands::command(ctx, cmd))
-    }
-
-    /// Every key with its type, value and `PTTL` (see `Keyspace::dump`).
-    pub(crate) fn dump(&self) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
-        self.call(|ctx| ctx.ks.dump())
+    /// Runs one command as a client's connection would: any the command table has, `EVAL`,
+    /// `EVALSHA` and `SCRIPT` included; an error is an error value.
+    pub(crate) fn command(&self, cmd: &redis::Cmd) -> Value {
+        self.call(|ctx, lua| commands::command(ctx, lua, cmd))
     }
 }
 
@@ -87,7 +81,7 @@ impl Memory {
     /// as the redis crate reads a reply.
     async fn call(
         &self,
-        call: impl FnOnce(&mut server::Ctx<'_>) -> Value,
+        call: impl FnOnce(&mut server::Ctx<'_>, &mut lua::Interpreter) -> Value,
     ) -> Result<Value, LockError> {
         match self.reply(call).await? {
             Value::Array(replies) => Value::Array(replies)
@@ -101,7 +95,7 @@ impl Memory {
     /// [`Memory::call`]'s reply as the server gave it, error replies included.
     async fn reply(
         &self,
-        call: impl FnOnce(&mut server::Ctx<'_>) -> Value,
+        call: impl FnOnce(&mut server::Ctx<'_>, &mut lua::Interpreter) -> Value,
     ) -> Result<Value, LockError> {
         if !self.link.reachable() {
             let refused = std::io::Error::new(
@@ -128,26 +122,26 @@ impl Memory {
 
 /// What the server answers to `request`: a pipeline's replies one per command (a
 /// transaction's as `EXEC`'s one array), each error in its place.
-fn run(ctx: &mut server::Ctx<'_>, request: Request<'_>) -> Value {
+fn run(ctx: &mut server::Ctx<'_>, lua: &mut lua::Interpreter, request: Request<'_>) -> Value {
     match request {
-        Request::User(cmd) | Request::Command(cmd) => commands::command(ctx, cmd),
-        Request::UserPipeline(pipe, offset, _) => match commands::pipeline(ctx, pipe) {
+        Request::User(cmd) | Request::Command(cmd) => commands::command(ctx, lua, cmd),
+        Request::UserPipeline(pipe, offset, _) => match commands::pipeline(ctx, lua, pipe) {
             exec if offset > 0 => Value::Array(vec![exec]),
             replies => replies,
         },
         Request::Call(invocation) => match invocation.command {
-            Wire::Script(call) => script::run(ctx, call),
-            Wire::Native(native) => commands::pipeline(ctx, native.pipeline()),
+            Wire::Script(call) => commands::op(ctx, lua, call),
+            Wire::Native(native) => commands::pipeline(ctx, lua, native.pipeline()),
         },
     }
 }
 
 impl Topology for Memory {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        self.call(|ctx| {
+        self.call(|ctx, lua| {
             // Counted once it reaches the server, as a connection's send is.
             invocation.sends.fetch_add(1, Ordering::Relaxed);
-            run(ctx, Request::Call(invocation))
+            run(ctx, lua, Request::Call(invocation))
         })
         .await
     }
@@ -167,8 +161,8 @@ impl Topology for Memory {
     }
 
     async fn load_scripts(&self, _scripts: &'static Scripts) -> Result<Mode, LockError> {
-        // Every operation is built in; this only proves the server answers.
-        self.call(|_| Value::Okay).await.map(|_| Mode::Function)
+        // Each operation is compiled on its first call; this only proves the server answers.
+        self.call(|_, _| Value::Okay).await.map(|_| Mode::Function)
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
@@ -176,13 +170,13 @@ impl Topology for Memory {
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        self.call(|ctx| commands::command(ctx, cmd)).await
+        self.call(|ctx, lua| commands::command(ctx, lua, cmd)).await
     }
 
     /// As [`run`] answers it, errors in a pipeline's replies left in their places, as a
     /// connection gives them.
     async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
-        let reply = self.reply(|ctx| run(ctx, request));
+        let reply = self.reply(|ctx, lua| run(ctx, lua, request));
         match reply.await.map_err(LockError::into_redis)? {
             Value::ServerError(error) => Err(error.into()),
             reply => Ok(reply),
