@@ -46,7 +46,7 @@ fn hset(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
     let [key, pairs @ ..] = args else {
         return Err(wrong_arity("HSET"));
     };
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return Err(wrong_arity("HSET"));
     }
     let key = text(key);

@@ -147,7 +147,7 @@ fn mget(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
 
 /// `MSETNX key value …`: all written (1) when no key exists, else none (0).
 fn msetnx(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
-    if args.is_empty() || args.len() % 2 != 0 {
+    if args.is_empty() || !args.len().is_multiple_of(2) {
         return Err(wrong_arity("MSETNX"));
     }
     let free = args.chunks(2).all(|pair| !ctx.ks.exists(&text(pair[0])));

@@ -54,7 +54,7 @@ fn zadd(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
         }
         rest = more;
     }
-    if rest.is_empty() || rest.len() % 2 != 0 {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
         return Err(syntax());
     }
     if nx && xx {
