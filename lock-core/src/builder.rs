@@ -8,11 +8,11 @@ use std::time::Duration;
 use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 
-#[cfg(feature = "testing")]
-use crate::backend::memory::{Memory, Server};
 use crate::backend::primaries::{self, Timeouts};
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
+#[cfg(feature = "testing")]
+use crate::backend::{Memory, memory::Server};
 use crate::capabilities::MutexProtocol;
 use crate::client::LockClient;
 use crate::connect_retry::{self, ConnectRetry};

@@ -5,8 +5,8 @@
 //! - [`Sentinel`]: the primary that a group of sentinels names, followed across failovers.
 //! - [`Cluster`]: a Redis Cluster through the redis crate's cluster connection (slots,
 //!   `MOVED`/`ASK` and topology refreshes handled there).
-//! - `Memory`: a server kept in this process, on tokio's clock, for tests (`memory`; only
-//!   with the `testing` feature).
+//! - `Memory`: a server kept in this process, on tokio's clock, for tests (`in_memory`, the
+//!   link to a `memory` server; only with the `testing` feature).
 //!
 //! Each also says where the client's pub/sub connection goes ([`PubSubSource`]), so the waiters
 //! need nothing else of it; the four modules are private to this one.
@@ -27,6 +27,8 @@ use crate::scripts::{Call, Mode, Scripts};
 
 mod cluster;
 #[cfg(feature = "testing")]
+mod in_memory;
+#[cfg(feature = "testing")]
 pub(crate) mod memory;
 pub(crate) mod primaries;
 mod probe;
@@ -37,7 +39,7 @@ pub(crate) mod tls;
 
 pub(crate) use cluster::{Cluster, Seeds};
 #[cfg(feature = "testing")]
-pub(crate) use memory::Memory;
+pub(crate) use in_memory::Memory;
 pub(crate) use request::{Request, replies};
 pub(crate) use sentinel::{Discovery, Sentinel, Settings as SentinelSettings};
 pub(crate) use standalone::Standalone;

@@ -3,7 +3,9 @@
 //! clock, so `tokio::time::pause()` and `advance()` drive expiry, renewals and losses without
 //! sleeping.
 //!
-//! It implements commands, not operations: its command table (`commands`: `strings`,
+//! A client reaches it through its link (`backend::in_memory`, the `Topology`, outside this
+//! module so that nothing here imports the backend module that declares it). It implements
+//! commands, not operations: its command table (`commands`: `strings`,
 //! `hashes`, `zsets`, and the key, pub/sub, server and scripting commands) answers what the
 //! engine sends a Redis server, the native mutex protocol's commands and each Lua operation,
 //! which runs as its script (prelude in front) in an embedded Lua 5.1 (`lua`) whose
@@ -11,13 +13,14 @@
 //! atomic as a script or a `MULTI`/`EXEC` is.
 //!
 //! Tests set faults on the server or on one client's [`Link`]: unreachable (calls fail with
-//! [`LockError::Unavailable`] and are not applied; the client's pub/sub subscriptions drop),
+//! `LockError::Unavailable` and are not applied; the client's pub/sub subscriptions drop),
 //! and replies delayed on tokio's clock (applied at once, answered later; a delay of the
-//! response timeout or more answers [`LockError::ResponseTimeout`]).
+//! response timeout or more answers `LockError::ResponseTimeout`).
 //!
 //! The modules import each other one way only (none imports one that imports it back):
 //! `keyspace` ← `reply` ← `lua`; `keyspace` and `lua` ← `server` ← `strings`, `hashes`,
-//! `zsets` ← `commands` ← this module (and the test-only `fuzz`).
+//! `zsets` ← `commands` ← this module (and the test-only `fuzz`). None imports the backend
+//! module above it.
 
 mod commands;
 #[cfg(test)]
@@ -30,172 +33,27 @@ mod server;
 mod strings;
 mod zsets;
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
 use redis::Value;
-use redis::cluster_routing::Slot;
 
 pub(crate) use self::server::{Changes, Link, Server, Subscription};
-use super::{Invocation, PubSubSource, Request, Topology};
-use crate::command::Wire;
-use crate::error::LockError;
-use crate::scripts::{Mode, Scripts};
+use crate::scripts::Call;
 
+// What a client's link runs (`backend::in_memory`), each call atomic.
 impl Server {
     /// Runs one command as a client's connection would: any the command table has, `EVAL`,
     /// `EVALSHA` and `SCRIPT` included; an error is an error value.
     pub(crate) fn command(&self, cmd: &redis::Cmd) -> Value {
         self.call(|ctx, lua| commands::command(ctx, lua, cmd))
     }
-}
 
-/// One client's backend: its link to an in-memory server.
-pub(crate) struct Memory {
-    link: Arc<Link>,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-}
-
-impl Memory {
-    pub(crate) fn new(
-        server: Arc<Server>,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Self {
-        Self {
-            link: Link::new(server),
-            connect_timeout,
-            response_timeout,
-        }
+    /// A pipeline's (or a `MULTI`/`EXEC`'s) replies, one per command, each error in its
+    /// place; the whole pipeline is one call.
+    pub(crate) fn pipeline(&self, pipe: &redis::Pipeline) -> Value {
+        self.call(|ctx, lua| commands::pipeline(ctx, lua, pipe))
     }
 
-    /// This client's link to its server.
-    pub(crate) fn link(&self) -> &Arc<Link> {
-        &self.link
-    }
-
-    /// Runs `call` on the server, as the faults allow: not at all while unreachable, and
-    /// answered after the reply delay. An error reply (alone, or in a pipeline) fails the call,
-    /// as the redis crate reads a reply.
-    async fn call(
-        &self,
-        call: impl FnOnce(&mut server::Ctx<'_>, &mut lua::Interpreter) -> Value,
-    ) -> Result<Value, LockError> {
-        match self.reply(call).await? {
-            Value::Array(replies) => Value::Array(replies)
-                .extract_error()
-                .map_err(LockError::Redis),
-            Value::ServerError(error) => Err(LockError::Redis(error.into())),
-            reply => Ok(reply),
-        }
-    }
-
-    /// [`Memory::call`]'s reply as the server gave it, error replies included.
-    async fn reply(
-        &self,
-        call: impl FnOnce(&mut server::Ctx<'_>, &mut lua::Interpreter) -> Value,
-    ) -> Result<Value, LockError> {
-        if !self.link.reachable() {
-            let refused = std::io::Error::new(
-                std::io::ErrorKind::ConnectionRefused,
-                "the in-memory server is unreachable (a test's fault)",
-            );
-            return Err(LockError::Unavailable {
-                waited: self.connect_timeout,
-                source: Some(refused.into()),
-            });
-        }
-        let reply = self.link.server().call(call);
-        let delay = self.link.server().faults().delay;
-        if delay >= self.response_timeout {
-            tokio::time::sleep(self.response_timeout).await;
-            return Err(LockError::ResponseTimeout(self.response_timeout));
-        }
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        Ok(reply)
-    }
-}
-
-/// What the server answers to `request`: a pipeline's replies one per command (a
-/// transaction's as `EXEC`'s one array), each error in its place.
-fn run(ctx: &mut server::Ctx<'_>, lua: &mut lua::Interpreter, request: Request<'_>) -> Value {
-    match request {
-        Request::User(cmd) | Request::Command(cmd) => commands::command(ctx, lua, cmd),
-        Request::UserPipeline(pipe, offset, _) => match commands::pipeline(ctx, lua, pipe) {
-            exec if offset > 0 => Value::Array(vec![exec]),
-            replies => replies,
-        },
-        Request::Call(invocation) => match invocation.command {
-            Wire::Script(call) => commands::op(ctx, lua, call),
-            Wire::Native(native) => commands::pipeline(ctx, lua, native.pipeline()),
-        },
-    }
-}
-
-impl Topology for Memory {
-    async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        self.call(|ctx, lua| {
-            // Counted once it reaches the server, as a connection's send is.
-            invocation.sends.fetch_add(1, Ordering::Relaxed);
-            run(ctx, lua, Request::Call(invocation))
-        })
-        .await
-    }
-
-    async fn invoke_acked(
-        &self,
-        _invocation: &Invocation<'_>,
-        _key: &str,
-        _replicas: u32,
-        _timeout: Duration,
-    ) -> Result<(Value, u32), LockError> {
-        Err(LockError::Unsupported {
-            feature: "min_replicas",
-            missing: "the WAIT command",
-            detail: Some("the in-memory server has no replicas".to_owned()),
-        })
-    }
-
-    async fn load_scripts(&self, _scripts: &'static Scripts) -> Result<Mode, LockError> {
-        // Each operation is compiled on its first call; this only proves the server answers.
-        self.call(|_, _| Value::Okay).await.map(|_| Mode::Function)
-    }
-
-    async fn max_memory_policy(&self) -> Result<Value, LockError> {
-        self.command(&super::policy_cmd()).await
-    }
-
-    async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        self.call(|ctx, lua| commands::command(ctx, lua, cmd)).await
-    }
-
-    /// As [`run`] answers it, errors in a pipeline's replies left in their places, as a
-    /// connection gives them.
-    async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
-        let reply = self.reply(|ctx, lua| run(ctx, lua, request));
-        match reply.await.map_err(LockError::into_redis)? {
-            Value::ServerError(error) => Err(error.into()),
-            reply => Ok(reply),
-        }
-    }
-
-    async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
-        Ok(vec![self.command(cmd).await?])
-    }
-
-    fn slot(&self, _key: &str) -> Option<Slot> {
-        None
-    }
-
-    fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
-
-    fn pubsub_source(&self) -> PubSubSource {
-        PubSubSource::Memory(self.link.clone())
+    /// Runs lock-core's operation `call`: its script, as `EVAL` runs it.
+    pub(crate) fn op(&self, call: &Call) -> Value {
+        self.call(|ctx, lua| commands::op(ctx, lua, call))
     }
 }
