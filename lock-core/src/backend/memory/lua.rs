@@ -312,10 +312,7 @@ fn from_lua(value: &Lua5, depth: usize) -> Value {
         Lua5::Number(n) => Value::Int(*n as i64),
         Lua5::Integer(n) => Value::Int(*n),
         Lua5::Boolean(true) => Value::Int(1),
-        Lua5::Table(table) if depth >= MAX_DEPTH => {
-            let _ = table;
-            error_value("ERR reached lua stack limit")
-        }
+        Lua5::Table(_) if depth >= MAX_DEPTH => error_value("ERR reached lua stack limit"),
         Lua5::Table(table) => {
             if let Ok(Lua5::String(err)) = table.raw_get::<Lua5>("err") {
                 let err = err.to_string_lossy();
