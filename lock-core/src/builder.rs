@@ -8,10 +8,11 @@ use std::time::Duration;
 use bb8::Pool;
 use bb8_redis::RedisConnectionManager;
 
-use crate::backend::memory::{Memory, Server};
 use crate::backend::primaries::{self, Timeouts};
 use crate::backend::tls::{self, TlsOptions};
 use crate::backend::{Backend, Cluster, Discovery, Seeds, Sentinel, SentinelSettings, Standalone};
+#[cfg(feature = "testing")]
+use crate::backend::{Memory, memory::Server};
 use crate::capabilities::MutexProtocol;
 use crate::client::LockClient;
 use crate::connect_retry::{self, ConnectRetry};
@@ -26,7 +27,7 @@ use crate::util::{MAX_LEASE, check_range};
 use crate::waiters::Waiters;
 use crate::watchdog;
 
-const DEFAULT_KEY_PREFIX: &str = "lock:";
+pub(crate) const DEFAULT_KEY_PREFIX: &str = "lock:";
 const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 const DEFAULT_FENCE_TTL: Duration = Duration::from_secs(3600);
 const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
@@ -57,6 +58,7 @@ enum Deployment {
         primary_url: Option<String>,
     },
     /// A server in this process (`lock_core::testing`).
+    #[cfg(feature = "testing")]
     Memory(Arc<Server>),
 }
 
@@ -81,6 +83,7 @@ pub struct LockClientBuilder {
 
 impl LockClientBuilder {
     /// A builder for a client of the in-memory `server` (see `lock_core::testing`).
+    #[cfg(feature = "testing")]
     pub(crate) fn memory(server: Arc<Server>) -> LockClientBuilder {
         LockClientBuilder::new(Deployment::Memory(server))
     }
@@ -587,6 +590,7 @@ impl LockClientBuilder {
                 Ok(Backend::Cluster(backend))
             }
             Prepared::Sentinel(discovery) => Ok(Backend::Sentinel(Sentinel::new(discovery))),
+            #[cfg(feature = "testing")]
             Prepared::Memory(server) => Ok(Backend::Memory(Memory::new(
                 server,
                 connect_timeout,
@@ -662,6 +666,7 @@ impl LockClientBuilder {
                     response_timeout: self.response_timeout,
                 })))
             }
+            #[cfg(feature = "testing")]
             Deployment::Memory(server) => {
                 self.tls.check(false)?;
                 Ok(Prepared::Memory(server.clone()))
@@ -717,6 +722,7 @@ impl LockClientBuilder {
                 primaries::cluster(urls, &seeds, &self.tls, timeouts).await?
             }
             Prepared::Sentinel(discovery) => primaries::sentinel(discovery, timeouts).await?,
+            #[cfg(feature = "testing")]
             Prepared::Memory(_) => {
                 return Err(LockError::Unsupported {
                     feature: "connect_primaries",
@@ -738,6 +744,7 @@ enum Prepared<'a> {
     },
     /// How to find the primary (not started).
     Sentinel(Arc<Discovery>),
+    #[cfg(feature = "testing")]
     Memory(Arc<Server>),
 }
 

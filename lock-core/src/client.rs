@@ -193,8 +193,8 @@ impl LockClient {
 
     /// A connection for the application's own commands on this client's deployment (its
     /// [fenced](crate::fenced) writes, say), through this client's connections: it works
-    /// again by itself after a server restart or a failover, and on
-    /// [`in_memory`](Self::in_memory) it talks to the in-memory server. See [`Connection`].
+    /// again by itself after a server restart or a failover, and on `in_memory` (the
+    /// `testing` feature) it talks to the in-memory server. See [`Connection`].
     pub fn connection(&self) -> Connection {
         Connection::new(self.engine.clone())
     }

@@ -17,10 +17,10 @@ use crate::engine::Engine;
 ///
 /// Commands go through the client's own connections: on a standalone server its pool, under
 /// Sentinel the current primary (a failover is followed), on a Cluster the primary of each
-/// command's slot, and on [`LockClient::in_memory`](crate::LockClient::in_memory) the
-/// in-memory server (which answers `GET`, `SET`, `DEL`, `EXISTS`, `INCR`, `PTTL`, `HGET`,
-/// `HMGET`, `HSET` and [`fenced::set`](crate::fenced::set)'s script; anything else is an
-/// unknown command there). Each is bounded by the client's response timeout (1 s by default).
+/// command's slot, and on `LockClient::in_memory` (the `testing` feature) the in-memory
+/// server (which answers the commands the lock code sends, hashes' and sorted sets' among
+/// them, and scripts with `EVAL`/`EVALSHA`, so [`fenced::set`](crate::fenced::set) works;
+/// `MemoryServer::command` lists them; anything else is an unknown command there). Each is bounded by the client's response timeout (1 s by default).
 ///
 /// **After a fault it works again by itself.** A command whose connection fails under it (a
 /// server restart, a reset, a timeout) is answered with that error, because it may have been

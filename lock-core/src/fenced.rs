@@ -88,11 +88,6 @@ return 0
     )
 });
 
-/// The SHA1 of [`set`]'s script, by which the in-memory server knows it.
-pub(crate) fn set_script_hash() -> &'static str {
-    SET.get_hash()
-}
-
 /// Writes `value` to `key` with the fencing token `token`, unless `key` holds a value written
 /// with a greater token: then nothing is written and [`Fenced::Refused`] says which token
 /// holds it. An equal token is accepted (see the module docs).

@@ -63,7 +63,7 @@
 //! | Redis Sentinel | [`LockClient::builder_sentinel`] | asks the sentinels for the primary, follows failovers (commands, renewals, pub/sub); [`LockError::NoPrimary`] while none is known |
 //! | Redis Cluster (7.0+) | [`LockClient::builder_cluster`] | one slot per lock (hash tag `{name}`), MOVED/ASK followed, sharded pub/sub, renewals grouped by slot; a multi-lock across slots is taken in a stable order with rollback |
 //!
-//! | this process (tests) | [`LockClient::in_memory`], [`testing::MemoryServer`] | no Redis: locks kept in the process on tokio's clock, with fault hooks (see [Testing your service](#testing-your-service-without-redis)) |
+//! | this process (tests) | `LockClient::in_memory`, `testing::MemoryServer` (the `testing` feature) | no Redis: locks kept in the process on tokio's clock, with fault hooks (see [Testing your service](#testing-your-service-without-redis)) |
 //!
 //! The lock logic is the same on all of them: only how a call reaches its node differs.
 //!
@@ -304,21 +304,24 @@
 //!
 //! # Testing your service without Redis
 //!
-//! [`LockClient::in_memory`] gives a client whose locks live in the process, with the same
-//! API for every primitive, so code under `#[distributed_lock]` or lock-tower's layer runs
-//! unchanged in a unit test. Its time is tokio's: under a paused clock
-//! (`#[tokio::test(start_paused = true)]`, tokio's `test-util` feature) leases run out and
-//! the watchdog renews without the test sleeping. A [`testing::MemoryServer`] shares one
-//! server between clients (two instances contending) and has the fault hooks: cut a client
-//! off, take the server away, delay replies, evict a key. See [`testing`] for what it does
-//! not honour.
+//! With the `testing` feature (off by default; turn it on in your `[dev-dependencies]`:
+//! `lock-core = { version = "0.1", features = ["testing"] }`), `LockClient::in_memory`
+//! gives a client whose locks live in the process, with the same API for every primitive, so
+//! code under `#[distributed_lock]` or lock-tower's layer runs unchanged in a unit test. Its
+//! time is tokio's: under a paused clock (`#[tokio::test(start_paused = true)]`, tokio's
+//! `test-util` feature) leases run out and the watchdog renews without the test sleeping. A
+//! `testing::MemoryServer` shares one server between clients (two instances contending) and
+//! has the fault hooks: cut a client off, take the server away, delay replies, evict a lock.
+//! It runs the same Lua scripts as Redis, in an embedded Lua 5.1. The `testing` module's
+//! docs say what it does not honour.
 //!
 //! ```
+//! # #[cfg(feature = "testing")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), lock_core::LockError> {
 //! use std::time::Duration;
 //! use lock_core::testing::MemoryServer;
 //!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() -> Result<(), lock_core::LockError> {
 //! let server = MemoryServer::new();
 //! let client = server.client().await?;
 //! let guard = client.lock("report:daily").await?;
@@ -327,6 +330,8 @@
 //! assert!(!guard.is_held());
 //! guard.lost().await;
 //! # Ok(()) }
+//! # #[cfg(not(feature = "testing"))]
+//! # fn main() {}
 //! ```
 //!
 //! # Defaults and limits
@@ -403,13 +408,15 @@
 //!
 //! Every key of a lock named `N` starts with `P{N}` (`P` the client's key prefix), so a Redis
 //! Cluster keeps them in one slot; each primitive's docs list its keys. The scripts live in
-//! `src/scripts/*.lua`, behind one prelude that defines the lock-string format.
+//! `src/wire/scripts/*.lua`, behind one prelude that defines the lock-string format.
 //!
 //! For operators and tools such as `lockctl`: [`layout`] names every key and channel of a
 //! lock and reads keys and channels back, and [`LockClientBuilder::connect_primaries`] gives
 //! plain connections to each primary of a deployment, TLS included, without building a client.
 
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): items of a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 // A lock guard kept alive by a `match` that then locks the same mutex deadlocks: it happened.
 #![warn(clippy::significant_drop_in_scrutinee)]
@@ -450,6 +457,8 @@ mod run;
 mod rwlock;
 mod scope;
 mod semaphore;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod url;
 mod util;

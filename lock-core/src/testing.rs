@@ -1,4 +1,12 @@
 //! Testing your service without Redis: a lock server kept in the process, on tokio's clock.
+//! Only with lock-core's `testing` feature (off by default), which you turn on where your
+//! tests are built:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! lock-core = { version = "0.1", features = ["testing"] }
+//! tokio = { version = "1", features = ["macros", "rt", "test-util"] }
+//! ```
 //!
 //! [`LockClient::in_memory`] gives a client whose locks live in this process. A
 //! [`MemoryServer`] is that server made explicit: shared by several clients, so two
@@ -17,9 +25,9 @@
 //! speaks the native protocol ([`MutexProtocol::Native`](crate::MutexProtocol)) unless the
 //! builder asks for [`Scripted`](crate::MutexProtocol::Scripted) (so a mutex's `info()` shows
 //! its hold count and token to the holder's own client only, as on Valkey 9); every other
-//! operation is a Rust twin of its Lua script (there is no Lua interpreter), keeping the same
-//! keys in the same formats. Fencing tokens strictly increase per name, across releases,
-//! expiries and force-unlocks.
+//! operation runs its real Lua script, the one sent to Redis, in an embedded Lua 5.1 whose
+//! `redis.call` reaches the server's commands, so the keys are the same in the same formats.
+//! Fencing tokens strictly increase per name, across releases, expiries and force-unlocks.
 //!
 //! **Time is tokio's.** Leases expire, the watchdog renews and [`lost()`](crate::Guard::lost)
 //! fires on `tokio::time`, so in a test with a paused clock (`#[tokio::test(start_paused =
@@ -56,7 +64,7 @@
 //! ```
 //!
 //! `#[distributed_lock]` on it (lock-tower's layer works the same way, given the client: the
-//! workspace README's *Testing your service* sends `tower::ServiceExt::oneshot` requests
+//! workspace guide's *Testing without Redis* chapter sends `tower::ServiceExt::oneshot` requests
 //! through one, as do the workspace's `tests/tests/memory.rs`):
 //!
 //! ```
@@ -106,10 +114,11 @@
 //!   ([`connect_primaries`](crate::LockClientBuilder::connect_primaries) fails with
 //!   [`LockError::Unsupported`]);
 //! - **Redis's limits and costs**: memory, eviction (`maxmemory-policy` reads `noeviction`),
-//!   the cost of a call, Lua's number precision;
-//! - **the Lua code itself**, which is not run: its Rust twins are held to it by the
-//!   workspace's `memory_vs_redis` suite (the same random calls to a real server and to this
-//!   one, replies and keys compared), but not at the very millisecond a lease runs out.
+//!   the cost of a call, a script's time limit;
+//! - **commands the lock code does not send**: the server answers the ones it sends (and an
+//!   application's [`fenced`](crate::fenced) and [`Connection`](crate::Connection) commands),
+//!   held to a real server's by the workspace's `memory_vs_redis` suite (the same random
+//!   commands and scripts to both, replies and keys compared), not every Redis command.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,6 +127,7 @@ use crate::backend::memory::Server;
 use crate::builder::LockClientBuilder;
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::layout::LockKeys;
 
 /// A lock server kept in this process, shared by the clients made from it: for tests (see
 /// the [module docs](self)). Cheap to clone (an `Arc` inside); it lives as long as any clone
@@ -200,12 +210,45 @@ impl MemoryServer {
     }
 
     /// Deletes `key` as if the server had evicted it (or an operator had deleted it); returns
-    /// whether there was one. A mutex named `N` under the default prefix is the key
-    /// `lock:{N}`; [`layout::LockKeys`](crate::layout::LockKeys) names every key of every
-    /// kind. The holder learns it at its next renewal (at most a third of its lease later)
-    /// and its guard is lost; nothing is published, so waiters learn it when they look again.
+    /// whether there was one. To evict a lock by its name, see
+    /// [`evict_lock`](Self::evict_lock). The holder learns it at its next renewal (at most a
+    /// third of its lease later) and its guard is lost; nothing is published, so waiters
+    /// learn it when they look again.
     pub fn evict(&self, key: &str) -> bool {
         self.server.evict(key)
+    }
+
+    /// Evicts every key of the lock named `name` under the default key prefix (`"lock:"`),
+    /// whatever its kind (mutex, fair lock, read-write lock, semaphore: the keys
+    /// [`layout::LockKeys`](crate::layout::LockKeys) names), as [`evict`](Self::evict) does
+    /// for one key; returns how many keys there were. A client built with another
+    /// [`key_prefix`](LockClientBuilder::key_prefix) uses
+    /// [`evict_lock_with_prefix`](Self::evict_lock_with_prefix). A name that is not a valid
+    /// lock name ([`validate_name`](crate::validate_name)) has no keys: 0.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let server = lock_core::testing::MemoryServer::new();
+    /// let client = server.client().await?;
+    /// let guard = client.lock("job:nightly").await?;
+    /// assert_eq!(server.evict_lock("job:nightly"), 1);
+    /// guard.lost().await; // at its next renewal
+    /// # Ok(()) }
+    /// ```
+    pub fn evict_lock(&self, name: &str) -> usize {
+        self.evict_lock_with_prefix(crate::builder::DEFAULT_KEY_PREFIX, name)
+    }
+
+    /// [`evict_lock`](Self::evict_lock) for a client whose key prefix is `prefix`. An
+    /// invalid prefix or name ([`validate_prefix`](crate::validate_prefix)) has no keys: 0.
+    pub fn evict_lock_with_prefix(&self, prefix: &str, name: &str) -> usize {
+        let Ok(keys) = LockKeys::new(prefix, name) else {
+            return 0;
+        };
+        keys.keys()
+            .filter(|(_, key)| self.server.evict(key))
+            .count()
     }
 
     /// Every key the server holds now, sorted (a key whose time to live has run out is gone).
@@ -216,6 +259,66 @@ impl MemoryServer {
     pub fn keys(&self) -> Vec<String> {
         self.server.keys()
     }
+
+    /// Runs one command as the server answers a client's connection, and returns its reply
+    /// (an error reply as [`redis::Value::ServerError`]); no fault applies. The server has the
+    /// commands the lock code and [`fenced`](crate::fenced) send, with Redis's semantics:
+    /// `GET`, `SET` (`NX`, `XX`, `IFEQ`, `GET`, `PX`, `EX`, `KEEPTTL`), `INCR`, `MGET`,
+    /// `MSETNX`, `DELIFEQ`, `DEL`, `EXISTS`, `PTTL`, `PEXPIRE`, `TYPE`, `HGET`, `HMGET`,
+    /// `HSET`, `HDEL`, `HGETALL`, `ZADD`, `ZCARD`, `ZSCORE`, `ZRANGE` (by index),
+    /// `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`, `ZREM`, `PUBLISH`, `SPUBLISH`, `TIME`, `PING`,
+    /// `INFO`, `COMMAND INFO`, `CONFIG GET`; and scripts: `EVAL`, `EVALSHA`,
+    /// `SCRIPT LOAD | EXISTS | FLUSH`, run in Lua 5.1 with `redis.call`, `redis.pcall`,
+    /// `redis.error_reply` and `redis.status_reply`. Anything else is an unknown command.
+    ///
+    /// ```
+    /// use redis::Value;
+    ///
+    /// let server = lock_core::testing::MemoryServer::new();
+    /// let mut eval = redis::cmd("EVAL");
+    /// eval.arg("return redis.call('SET', KEYS[1], ARGV[1], 'NX')").arg(1).arg("k").arg("v");
+    /// assert_eq!(server.command(&eval), Value::Okay);
+    /// assert_eq!(server.command(redis::cmd("GET").arg("k")), Value::BulkString(b"v".to_vec()));
+    /// ```
+    pub fn command(&self, cmd: &redis::Cmd) -> redis::Value {
+        self.server.command(cmd)
+    }
+
+    /// Every key the server holds now, sorted, with what it holds (see [`StoredKey`]).
+    pub fn dump(&self) -> Vec<StoredKey> {
+        self.server
+            .dump()
+            .into_iter()
+            .map(|(key, kind, value, pttl)| StoredKey {
+                key,
+                kind,
+                value,
+                pttl,
+            })
+            .collect()
+    }
+
+    /// The channel of every message published since the last call, in order; the first call
+    /// starts recording (and returns nothing).
+    pub fn published(&self) -> Vec<Vec<u8>> {
+        self.server.published()
+    }
+}
+
+/// One key of a [`MemoryServer::dump`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredKey {
+    /// The key.
+    pub key: String,
+    /// Its type, as `TYPE` names it: `string`, `hash` or `zset`.
+    pub kind: &'static str,
+    /// Its value: a string's bytes (one item); a hash's fields and values, in the order they
+    /// were first set; a sorted set's members and scores (as `ZSCORE` writes them), by score
+    /// then member.
+    pub value: Vec<Vec<u8>>,
+    /// Its time to live in ms, as `PTTL` answers it (-1: none).
+    pub pttl: i64,
 }
 
 impl Default for MemoryServer {
@@ -251,60 +354,5 @@ impl LockClient {
     /// ```
     pub async fn in_memory() -> Result<LockClient, LockError> {
         MemoryServer::new().client().await
-    }
-}
-
-/// Not public API: each Lua operation on the in-memory server next to its script, for the
-/// workspace's `memory_vs_redis` suite, which runs both and compares them. May change or go in
-/// any release.
-#[doc(hidden)]
-pub mod __conformance {
-    use redis::Value;
-
-    use super::MemoryServer;
-    use crate::wire::script::{Call, Op, Scripts};
-
-    fn find(op: &str) -> Option<Op> {
-        Op::ALL.iter().copied().find(|o| o.name() == op)
-    }
-
-    /// The name of every Lua operation (its file's).
-    pub fn operations() -> Vec<&'static str> {
-        Op::ALL.iter().map(|op| op.name()).collect()
-    }
-
-    /// The operation `op` as a script (the prelude in front), as `EVALSHA` runs it.
-    pub fn script(op: &str) -> Option<redis::Script> {
-        Some(Scripts::get(false).script(find(op)?).clone())
-    }
-
-    /// Runs `op` on `server` as its Rust twin does; an error is an error value. None for an
-    /// operation that does not exist.
-    pub fn run(server: &MemoryServer, op: &str, keys: &[&[u8]], args: &[&[u8]]) -> Option<Value> {
-        let mut call = Call::new(find(op)?);
-        for key in keys {
-            call.key(*key);
-        }
-        for arg in args {
-            call.arg(*arg);
-        }
-        Some(server.server.run_script(&call))
-    }
-
-    /// Runs one plain command on `server`; an error is an error value.
-    pub fn command(server: &MemoryServer, cmd: &redis::Cmd) -> Value {
-        server.server.run_command(cmd)
-    }
-
-    /// Every key, sorted, with its type, value (a string's bytes; a hash's fields and values
-    /// in insertion order; a sorted set's members and scores in order) and `PTTL`.
-    pub fn dump(server: &MemoryServer) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
-        server.server.dump()
-    }
-
-    /// The channel of every message published since the last call (the first call starts
-    /// recording).
-    pub fn published(server: &MemoryServer) -> Vec<Vec<u8>> {
-        server.server.published()
     }
 }

@@ -563,8 +563,9 @@ async fn delayed_replies_slow_calls_down_and_a_late_grant_is_undone() {
 async fn an_evicted_lock_is_lost_at_the_next_renewal() {
     let (server, a, b) = two_instances().await;
     let guard = a.lock("evicted").await.unwrap();
-    assert!(server.evict("lock:{evicted}"));
-    assert!(!server.evict("lock:{evicted}"));
+    assert_eq!(server.evict_lock("evicted"), 1);
+    assert_eq!(server.evict_lock("evicted"), 0);
+    assert_eq!(server.evict_lock("not a name"), 0);
     guard.lost().await;
     assert!(b.try_lock("evicted").await.unwrap().is_some());
     assert_eq!(MemoryServer::of(&a).map(|s| s.keys()), Some(server.keys()));

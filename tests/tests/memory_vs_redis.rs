@@ -1,7 +1,9 @@
-//! The in-memory backend's Rust twins of the Lua operations against the Lua itself on a real
-//! redis-server.
+//! The in-memory server's commands against a real redis-server's: the same commands to both,
+//! through `MemoryServer::command` on one side and a connection on the other.
 //!
-//! Random sequences of calls of every operation (hold counts right and wrong, tokens current
+//! Random sequences of calls of every Lua operation (sent to both as `EVAL` of its script, the
+//! prelude in front, read from lock-core's sources: the in-memory server runs it in its own
+//! Lua, its `redis.call`s answered by its own commands) (hold counts right and wrong, tokens current
 //! and stale, waiting or not, values lock-core did not write in the way, keys deleted under a
 //! holder) go to both, each call with the same keys and arguments (a token argument is the
 //! token that side last granted). After every call the replies, the channels published on and
@@ -16,12 +18,140 @@ use std::io::Write;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lock_core::testing::{__conformance as twin, MemoryServer};
+use lock_core::testing::MemoryServer;
 use lock_tests::RedisServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 use redis::aio::{MultiplexedConnection, PubSubStream};
+
+/// The helpers every operation's script starts with.
+const PRELUDE: &str = include_str!("../../lock-core/src/wire/scripts/prelude.lua");
+
+/// Every Lua operation, by name, with its body (`operations_are_all_here` checks the list
+/// against the sources).
+const OPERATIONS: &[(&str, &str)] = &[
+    (
+        "acquire",
+        include_str!("../../lock-core/src/wire/scripts/acquire.lua"),
+    ),
+    (
+        "batch",
+        include_str!("../../lock-core/src/wire/scripts/batch.lua"),
+    ),
+    (
+        "fair_acquire",
+        include_str!("../../lock-core/src/wire/scripts/fair_acquire.lua"),
+    ),
+    (
+        "fair_force_unlock",
+        include_str!("../../lock-core/src/wire/scripts/fair_force_unlock.lua"),
+    ),
+    (
+        "fair_inspect",
+        include_str!("../../lock-core/src/wire/scripts/fair_inspect.lua"),
+    ),
+    (
+        "fair_leave",
+        include_str!("../../lock-core/src/wire/scripts/fair_leave.lua"),
+    ),
+    (
+        "fair_release",
+        include_str!("../../lock-core/src/wire/scripts/fair_release.lua"),
+    ),
+    (
+        "force_unlock",
+        include_str!("../../lock-core/src/wire/scripts/force_unlock.lua"),
+    ),
+    (
+        "inspect",
+        include_str!("../../lock-core/src/wire/scripts/inspect.lua"),
+    ),
+    (
+        "multi_acquire",
+        include_str!("../../lock-core/src/wire/scripts/multi_acquire.lua"),
+    ),
+    (
+        "record_put",
+        include_str!("../../lock-core/src/wire/scripts/record_put.lua"),
+    ),
+    (
+        "release",
+        include_str!("../../lock-core/src/wire/scripts/release.lua"),
+    ),
+    (
+        "release_keep",
+        include_str!("../../lock-core/src/wire/scripts/release_keep.lua"),
+    ),
+    (
+        "renew",
+        include_str!("../../lock-core/src/wire/scripts/renew.lua"),
+    ),
+    (
+        "rw_force_unlock",
+        include_str!("../../lock-core/src/wire/scripts/rw_force_unlock.lua"),
+    ),
+    (
+        "rw_inspect",
+        include_str!("../../lock-core/src/wire/scripts/rw_inspect.lua"),
+    ),
+    (
+        "rw_read",
+        include_str!("../../lock-core/src/wire/scripts/rw_read.lua"),
+    ),
+    (
+        "rw_read_release",
+        include_str!("../../lock-core/src/wire/scripts/rw_read_release.lua"),
+    ),
+    (
+        "rw_read_renew",
+        include_str!("../../lock-core/src/wire/scripts/rw_read_renew.lua"),
+    ),
+    (
+        "rw_unmark",
+        include_str!("../../lock-core/src/wire/scripts/rw_unmark.lua"),
+    ),
+    (
+        "rw_write",
+        include_str!("../../lock-core/src/wire/scripts/rw_write.lua"),
+    ),
+    (
+        "sem_acquire",
+        include_str!("../../lock-core/src/wire/scripts/sem_acquire.lua"),
+    ),
+    (
+        "sem_force_unlock",
+        include_str!("../../lock-core/src/wire/scripts/sem_force_unlock.lua"),
+    ),
+    (
+        "sem_inspect",
+        include_str!("../../lock-core/src/wire/scripts/sem_inspect.lua"),
+    ),
+    (
+        "sem_release",
+        include_str!("../../lock-core/src/wire/scripts/sem_release.lua"),
+    ),
+    (
+        "sem_renew",
+        include_str!("../../lock-core/src/wire/scripts/sem_renew.lua"),
+    ),
+];
+
+/// The script of `op` as lock-core sends it to a standalone server: the prelude in front.
+fn script(op: &str) -> String {
+    let (_, body) = OPERATIONS
+        .iter()
+        .find(|(name, _)| *name == op)
+        .unwrap_or_else(|| panic!("no operation {op}"));
+    format!("{PRELUDE}{body}")
+}
+
+/// `EVAL` of `op`'s script with `keys` and `args`.
+fn eval(op: &str, keys: &[String], args: &[Vec<u8>]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script(op)).arg(keys.len()).arg(keys).arg(args);
+    cmd
+}
 
 const OWNERS: [&str; 3] = ["c1:1", "c1:2", "c2:7"];
 const STEPS: usize = 400;
@@ -537,15 +667,8 @@ impl Redis {
     async fn run(&mut self, step: &Step) -> String {
         let value = match step {
             Step::Script { op, keys, args } => {
-                let script = twin::script(op).unwrap();
-                let mut call = script.prepare_invoke();
-                for key in keys {
-                    call.key(key);
-                }
-                for arg in self.side.resolve(args) {
-                    call.arg(arg);
-                }
-                let value = call.invoke_async::<Value>(&mut self.con).await;
+                let cmd = eval(op, keys, &self.side.resolve(args));
+                let value = cmd.query_async::<Value>(&mut self.con).await;
                 let value = value.unwrap_or_else(|e| Value::ServerError(server_error(&e)));
                 self.side.record(op, keys, args, &value);
                 value
@@ -659,29 +782,30 @@ impl Memory {
     fn run(&mut self, step: &Step) -> String {
         let value = match step {
             Step::Script { op, keys, args } => {
-                let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-                let resolved = self.side.resolve(args);
-                let arg_bytes: Vec<&[u8]> = resolved.iter().map(Vec::as_slice).collect();
-                let value = twin::run(&self.server, op, &key_bytes, &arg_bytes).unwrap();
+                let value = self
+                    .server
+                    .command(&eval(op, keys, &self.side.resolve(args)));
                 self.side.record(op, keys, args, &value);
                 value
             }
-            Step::Plain(args) => twin::command(&self.server, redis::cmd(&args[0]).arg(&args[1..])),
+            Step::Plain(args) => self.server.command(redis::cmd(&args[0]).arg(&args[1..])),
         };
         reply(&value)
     }
 
     fn published(&self) -> Vec<String> {
-        twin::published(&self.server)
+        self.server
+            .published()
             .iter()
             .map(|c| String::from_utf8_lossy(c).into_owned())
             .collect()
     }
 
     fn dump(&self) -> Vec<String> {
-        twin::dump(&self.server)
+        self.server
+            .dump()
             .iter()
-            .map(|(key, kind, parts, pttl)| entry(key, kind, parts, *pttl))
+            .map(|k| entry(&k.key, k.kind, &k.value, k.pttl))
             .collect()
     }
 }
@@ -760,16 +884,16 @@ async fn compare(
 async fn every_operation_answers_and_writes_as_its_lua_script_does() {
     let server = RedisServer::start();
     let seen = compare(&server, (SEQUENCES, STEPS), Draw::step).await;
-    let missed: Vec<_> = twin::operations()
-        .into_iter()
+    let missed: Vec<_> = OPERATIONS
+        .iter()
+        .map(|(op, _)| *op)
         .filter(|op| !seen.contains_key(*op))
         .collect();
     assert!(missed.is_empty(), "never called: {missed:?}");
     // Each operation went down more than one path (granted and busy, held and not, ...).
-    let ops = twin::operations();
     let narrow: Vec<_> = seen
         .iter()
-        .filter(|(op, answers)| ops.contains(&op.as_str()) && answers.len() < 2)
+        .filter(|(op, answers)| OPERATIONS.iter().any(|(name, _)| name == op) && answers.len() < 2)
         .collect();
     assert!(narrow.is_empty(), "one answer only: {narrow:?}");
 }
@@ -797,4 +921,20 @@ async fn the_native_protocols_commands_answer_and_write_as_the_servers_do() {
         .filter(|(command, answers)| *command != "PUBLISH" && answers.len() < 2)
         .collect();
     assert!(narrow.is_empty(), "one answer only: {narrow:?}");
+}
+
+/// `OPERATIONS` names every script of lock-core's sources but the prelude.
+#[test]
+fn operations_are_all_here() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lock-core/src/wire/scripts");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|f| f.strip_suffix(".lua").map(str::to_owned))
+        .filter(|f| f != "prelude")
+        .collect();
+    files.sort();
+    let mut listed: Vec<&str> = OPERATIONS.iter().map(|(op, _)| *op).collect();
+    listed.sort();
+    assert_eq!(files, listed);
 }

@@ -5,7 +5,8 @@
 //! - [`Sentinel`]: the primary that a group of sentinels names, followed across failovers.
 //! - [`Cluster`]: a Redis Cluster through the redis crate's cluster connection (slots,
 //!   `MOVED`/`ASK` and topology refreshes handled there).
-//! - [`Memory`]: a server kept in this process, on tokio's clock, for tests (`memory`).
+//! - `Memory`: a server kept in this process, on tokio's clock, for tests (`in_memory`, the
+//!   link to a `memory` server; only with the `testing` feature).
 //!
 //! Each also says where the client's pub/sub connection goes ([`PubSubSource`]), so the waiters
 //! need nothing else of it; the four modules are private to this one.
@@ -26,6 +27,9 @@ pub(crate) use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
 
 mod cluster;
+#[cfg(feature = "testing")]
+mod in_memory;
+#[cfg(feature = "testing")]
 pub(crate) mod memory;
 pub(crate) mod primaries;
 mod probe;
@@ -35,7 +39,8 @@ mod standalone;
 pub(crate) mod tls;
 
 pub(crate) use cluster::{Cluster, Seeds};
-pub(crate) use memory::Memory;
+#[cfg(feature = "testing")]
+pub(crate) use in_memory::Memory;
 pub(crate) use request::{Request, replies};
 pub(crate) use sentinel::{Discovery, Sentinel, Settings as SentinelSettings};
 pub(crate) use standalone::Standalone;
@@ -107,6 +112,7 @@ pub(crate) enum Backend {
     Standalone(Box<Standalone>),
     Sentinel(Sentinel),
     Cluster(Cluster),
+    #[cfg(feature = "testing")]
     Memory(Memory),
 }
 
@@ -116,6 +122,7 @@ macro_rules! each {
             Backend::Standalone($b) => $e,
             Backend::Sentinel($b) => $e,
             Backend::Cluster($b) => $e,
+            #[cfg(feature = "testing")]
             Backend::Memory($b) => $e,
         }
     };
@@ -229,6 +236,7 @@ impl Backend {
     }
 
     /// The in-memory backend, if this is one.
+    #[cfg(feature = "testing")]
     pub(crate) fn memory(&self) -> Option<&Memory> {
         match self {
             Backend::Memory(memory) => Some(memory),
@@ -246,6 +254,7 @@ pub(crate) enum PubSubSource {
     /// and failovers.
     Cluster(Seeds),
     /// An in-memory server's bus, through this client's link to it.
+    #[cfg(feature = "testing")]
     Memory(Arc<memory::Link>),
 }
 

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, watch};
 
+#[cfg(feature = "testing")]
+use super::memory;
 use super::registry::{Channel, ChannelState, Command, Shared, Sub};
 use super::subscription::Subscription;
 use super::task::Task;
-use super::{memory, pubsub, sharded};
+use super::{pubsub, sharded};
 use crate::backend::PubSubSource;
 use crate::util::lock;
 
@@ -35,6 +37,7 @@ impl Waiters {
             PubSubSource::Cluster(seeds) => {
                 tokio::spawn(sharded::run(task, seeds.builder()));
             }
+            #[cfg(feature = "testing")]
             PubSubSource::Memory(link) => {
                 tokio::spawn(memory::run(task, link));
             }

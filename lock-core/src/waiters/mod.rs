@@ -24,6 +24,7 @@
 //! The backend says where the connection goes ([`PubSubSource`]).
 
 mod hub;
+#[cfg(feature = "testing")]
 mod memory;
 mod pubsub;
 mod registry;

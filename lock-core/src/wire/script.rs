@@ -110,6 +110,15 @@ ops!(
     RecordPut => "record_put",
 );
 
+impl Op {
+    /// The operation as a script, the prelude in front: exactly the text the plain flavour
+    /// ([`Scripts::get`]`(false)`) sends with `EVAL`, for the in-memory server's interpreter.
+    #[cfg(feature = "testing")]
+    pub(crate) fn script_text(self) -> String {
+        format!("{PRELUDE}{}", self.source())
+    }
+}
+
 /// How calls reach the Lua code on a deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -240,11 +249,13 @@ impl Call {
     }
 
     /// The keys, as given (for the in-memory backend, which runs the operation itself).
+    #[cfg(feature = "testing")]
     pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
         self.keys.iter()
     }
 
     /// The arguments, as given.
+    #[cfg(feature = "testing")]
     pub(crate) fn args(&self) -> impl Iterator<Item = &[u8]> {
         self.args.iter()
     }

@@ -1,17 +1,23 @@
-//! The plain commands the client sends besides the scripts, as the in-memory server answers
-//! them: the native mutex protocol's (`SET` with `NX`/`XX`/`IFEQ`/`GET`/`PX`/`EX`/`KEEPTTL`,
-//! `INCR`, `PTTL`, `GET`, `MGET`, `MSETNX`, `DEL`, `DELIFEQ`, `PUBLISH`/`SPUBLISH`), the owner description's
-//! (`SET … PX`, `GET`), an application's fenced writes (`fenced`: `EVALSHA` of its script,
-//! `HGET`, `HMGET`, `HSET`), and what is asked at connect (`INFO server`, `COMMAND INFO`, `TIME`,
-//! `CONFIG GET maxmemory-policy`, `PING`). Anything else is an unknown command.
+//! The in-memory server's command table: every command it answers, for a client (the native
+//! mutex protocol, an owner description, an application's [`Connection`](crate::Connection),
+//! what is asked at connect) and for a script's `redis.call` alike.
+//!
+//! - keys: `DEL`, `EXISTS`, `PTTL`, `PEXPIRE`, `TYPE`; strings (`strings`), hashes
+//!   (`hashes`), sorted sets (`zsets`); `PUBLISH`/`SPUBLISH`; `TIME`, `PING`, `INFO server`,
+//!   `COMMAND INFO`, `CONFIG GET maxmemory-policy`;
+//! - scripts (not from a script): `EVAL`, `EVALSHA`, `SCRIPT LOAD | EXISTS | FLUSH`, run by
+//!   the server's Lua interpreter (`lua`), and lock-core's own operations (`op`), each its
+//!   `.lua` file with the prelude in front, as a script is sent to Redis.
+//!
+//! Anything else is an unknown command.
 
 use redis::Value;
 
-use super::fenced;
-use super::keyspace::Ttl;
-use super::prelude::px;
-use super::script::{Fail, Res, bulk, bulk_or_nil, error_value, int};
+use super::lua::Interpreter;
+use super::reply::{Fail, Res, bulk, count, int, integer, text, wrong_arity};
 use super::server::Ctx;
+use super::{hashes, strings, zsets};
+use crate::wire::script::{Call, Scripts};
 
 /// The commands this server has, as `COMMAND INFO` reports them. `WAIT` is not among them:
 /// there are no replicas.
@@ -20,10 +26,13 @@ const KNOWN: &[&str] = &[
     "CONFIG",
     "DEL",
     "DELIFEQ",
+    "EVAL",
     "EVALSHA",
     "EXISTS",
     "GET",
+    "HDEL",
     "HGET",
+    "HGETALL",
     "HMGET",
     "HSET",
     "INCR",
@@ -34,11 +43,20 @@ const KNOWN: &[&str] = &[
     "PING",
     "PTTL",
     "PUBLISH",
+    "SCRIPT",
     "SET",
     "SPUBLISH",
     "SSUBSCRIBE",
     "SUBSCRIBE",
     "TIME",
+    "TYPE",
+    "ZADD",
+    "ZCARD",
+    "ZRANGE",
+    "ZRANGEBYSCORE",
+    "ZREM",
+    "ZREMRANGEBYSCORE",
+    "ZSCORE",
 ];
 
 /// What the server says it is (`INFO server`): the name `lock-core-memory` and this crate's
@@ -52,12 +70,12 @@ fn info() -> String {
 
 /// A pipeline's (or a `MULTI`/`EXEC`'s: the call is atomic either way) replies, one per
 /// command; a command that fails has its error in its place.
-pub(super) fn pipeline(ctx: &mut Ctx<'_>, pipe: &redis::Pipeline) -> Value {
-    Value::Array(pipe.cmd_iter().map(|cmd| command(ctx, cmd)).collect())
+pub(super) fn pipeline(ctx: &mut Ctx<'_>, lua: &mut Interpreter, pipe: &redis::Pipeline) -> Value {
+    Value::Array(pipe.cmd_iter().map(|cmd| command(ctx, lua, cmd)).collect())
 }
 
 /// One command's reply (an error value when it fails).
-pub(super) fn command(ctx: &mut Ctx<'_>, cmd: &redis::Cmd) -> Value {
+pub(super) fn command(ctx: &mut Ctx<'_>, lua: &mut Interpreter, cmd: &redis::Cmd) -> Value {
     let args: Vec<&[u8]> = cmd
         .args_iter()
         .filter_map(|arg| match arg {
@@ -65,74 +83,134 @@ pub(super) fn command(ctx: &mut Ctx<'_>, cmd: &redis::Cmd) -> Value {
             _ => None,
         })
         .collect();
-    run(ctx, &args).unwrap_or_else(|Fail(line)| error_value(&line))
-}
-
-fn run(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
     let Some((name, rest)) = args.split_first() else {
-        return Err(Fail("ERR empty command".to_owned()));
+        return Fail::new("ERR empty command").value();
     };
     let name = String::from_utf8_lossy(name).to_ascii_uppercase();
-    let key = |i: usize| -> Res<String> {
-        rest.get(i)
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .ok_or_else(|| wrong_arity(&name))
+    let reply = match name.as_str() {
+        "EVAL" => eval(ctx, lua, rest, true),
+        "EVALSHA" => eval(ctx, lua, rest, false),
+        "SCRIPT" => script(lua, rest),
+        _ => return plain(ctx, &name, rest),
     };
-    Ok(match name.as_str() {
-        "SET" => return set(ctx, &key(0)?, rest),
-        "GET" => bulk_or_nil(ctx.ks.get(&key(0)?)?),
-        "DEL" | "EXISTS" => {
-            let del = name == "DEL";
-            let keys = rest.iter().map(|k| String::from_utf8_lossy(k));
-            let count = keys
-                .filter(|k| if del { ctx.ks.del(k) } else { ctx.ks.exists(k) })
-                .count();
-            int(i64::try_from(count).unwrap_or(i64::MAX))
+    reply.unwrap_or_else(|fail| fail.value())
+}
+
+/// Runs lock-core's operation `call` as Redis runs its script (`EVAL`): the plain flavour
+/// (`PUBLISH`), compiled once per server.
+pub(super) fn op(ctx: &mut Ctx<'_>, lua: &mut Interpreter, call: &Call) -> Value {
+    let op = call.op();
+    let sha = Scripts::get(false).script(op).get_hash();
+    if let Err(fail) = lua.load(sha, || op.script_text()) {
+        return fail.value();
+    }
+    let keys: Vec<&[u8]> = call.keys().collect();
+    let args: Vec<&[u8]> = call.args().collect();
+    lua.run(sha, &keys, &args, &mut |args| in_script(ctx, args))
+}
+
+/// `EVAL script numkeys key… arg…` (`source`), or `EVALSHA sha numkeys key… arg…`.
+fn eval(ctx: &mut Ctx<'_>, lua: &mut Interpreter, rest: &[&[u8]], source: bool) -> Res<Value> {
+    let name = if source { "EVAL" } else { "EVALSHA" };
+    let [script, numkeys, rest @ ..] = rest else {
+        return Err(wrong_arity(name));
+    };
+    let numkeys = usize::try_from(integer(numkeys)?)
+        .map_err(|_| Fail::new("ERR Number of keys can't be negative"))?;
+    if numkeys > rest.len() {
+        return Err(Fail::new(
+            "ERR Number of keys can't be greater than number of args",
+        ));
+    }
+    let (keys, args) = rest.split_at(numkeys);
+    let sha = if source {
+        let source = text(script);
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        lua.load(&sha, || source)?;
+        sha
+    } else {
+        text(script)
+    };
+    Ok(lua.run(&sha, keys, args, &mut |args| in_script(ctx, args)))
+}
+
+/// `SCRIPT LOAD source`, `SCRIPT EXISTS sha…`, `SCRIPT FLUSH`.
+fn script(lua: &mut Interpreter, rest: &[&[u8]]) -> Res<Value> {
+    let Some((sub, rest)) = rest.split_first() else {
+        return Err(wrong_arity("SCRIPT"));
+    };
+    match (
+        String::from_utf8_lossy(sub).to_ascii_uppercase().as_str(),
+        rest,
+    ) {
+        ("LOAD", [source]) => {
+            let source = text(source);
+            let sha = redis::Script::new(&source).get_hash().to_owned();
+            lua.load(&sha, || source)?;
+            Ok(bulk(sha))
         }
-        "INCR" => return incr(ctx, &key(0)?),
-        "MGET" if !rest.is_empty() => Value::Array(
-            rest.iter()
-                .map(|k| bulk_or_nil(ctx.ks.get(&String::from_utf8_lossy(k)).unwrap_or(None)))
+        ("EXISTS", shas) if !shas.is_empty() => Ok(Value::Array(
+            shas.iter()
+                .map(|sha| int(i64::from(lua.has(&text(sha)))))
                 .collect(),
-        ),
-        "MSETNX" if !rest.is_empty() && rest.len() % 2 == 0 => {
-            let pairs: Vec<(String, &[u8])> = rest
-                .chunks(2)
-                .map(|p| (String::from_utf8_lossy(p[0]).into_owned(), p[1]))
-                .collect();
-            let free = pairs.iter().all(|(k, _)| !ctx.ks.exists(k));
-            if free {
-                for (k, v) in pairs {
-                    ctx.ks.set(&k, v.to_vec(), Ttl::Forever);
-                }
-            }
-            int(i64::from(free))
+        )),
+        ("FLUSH", _) => {
+            lua.flush();
+            Ok(Value::Okay)
         }
-        "MGET" | "MSETNX" => return Err(wrong_arity(&name)),
-        "PTTL" => int(ctx.ks.pttl(&key(0)?)),
-        "PEXPIRE" => {
-            let ms = number(rest.get(1).copied(), &name)?;
-            int(i64::from(ctx.ks.pexpire(&key(0)?, ms)))
+        _ => Err(Fail::new("ERR unknown or malformed SCRIPT subcommand")),
+    }
+}
+
+/// What a script's `redis.call` reaches: every command but the scripting ones.
+fn in_script(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Value {
+    let Some((name, rest)) = args.split_first() else {
+        return Fail::new("ERR empty command").value();
+    };
+    let name = String::from_utf8_lossy(name).to_ascii_uppercase();
+    match name.as_str() {
+        "EVAL" | "EVALSHA" | "SCRIPT" | "SUBSCRIBE" | "SSUBSCRIBE" => {
+            Fail::new("ERR This Redis command is not allowed from script").value()
         }
-        "DELIFEQ" => {
-            let (key, value) = (key(0)?, rest.get(1).ok_or_else(|| wrong_arity(&name))?);
-            let equal = ctx.ks.get(&key)?.is_some_and(|v| v == *value);
-            int(i64::from(equal && ctx.ks.del(&key)))
+        _ => plain(ctx, &name, rest),
+    }
+}
+
+/// A command that is not about scripts: `name` (upper case) with `args`.
+fn plain(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Value {
+    let reply = strings::run(ctx, name, args)
+        .or_else(|| hashes::run(ctx, name, args))
+        .or_else(|| zsets::run(ctx, name, args))
+        .unwrap_or_else(|| keys(ctx, name, args));
+    reply.unwrap_or_else(|fail| fail.value())
+}
+
+/// The commands on keys of any type, and the keyless ones.
+fn keys(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Res<Value> {
+    Ok(match (name, args) {
+        ("DEL" | "EXISTS", keys) if !keys.is_empty() => {
+            let keys = keys.iter().map(|k| text(k));
+            let n = match name {
+                "DEL" => keys.filter(|k| ctx.ks.del(k)).count(),
+                _ => keys.filter(|k| ctx.ks.exists(k)).count(),
+            };
+            count(n)
         }
-        "EVALSHA" => return fenced::evalsha(ctx, rest),
-        "HGET" | "HMGET" => return fenced::hget(ctx, name == "HMGET", rest),
-        "HSET" => return fenced::hset(ctx, rest),
-        "PUBLISH" | "SPUBLISH" => {
-            let channel = rest.first().ok_or_else(|| wrong_arity(&name))?;
-            int(i64::try_from(ctx.publish(channel)).unwrap_or(i64::MAX))
+        ("PTTL", [key]) => int(ctx.ks.pttl(&text(key))),
+        ("PEXPIRE", [key, ms]) => {
+            let ms = integer(ms)?;
+            int(i64::from(ctx.ks.pexpire(&text(key), ms)))
         }
-        _ => return about(ctx, &name, rest),
+        ("PEXPIRE", [_, _, ..]) => return Err(Fail::new("ERR Unsupported option")),
+        ("TYPE", [key]) => Value::SimpleString(ctx.ks.kind(&text(key)).to_owned()),
+        ("PUBLISH" | "SPUBLISH", [channel, _]) => count(ctx.publish(channel)),
+        _ => return about(ctx, name, args),
     })
 }
 
 /// The keyless commands: about the server rather than its keys.
-fn about(ctx: &mut Ctx<'_>, name: &str, rest: &[&[u8]]) -> Res<Value> {
-    let sub = rest
+fn about(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Res<Value> {
+    let sub = args
         .first()
         .map(|s| String::from_utf8_lossy(s).to_ascii_uppercase());
     Ok(match (name, sub.as_deref()) {
@@ -146,7 +224,7 @@ fn about(ctx: &mut Ctx<'_>, name: &str, rest: &[&[u8]]) -> Res<Value> {
         }
         ("INFO", _) => bulk(info()),
         ("COMMAND", Some("INFO")) => Value::Array(
-            rest[1..]
+            args[1..]
                 .iter()
                 .map(|c| {
                     let c = String::from_utf8_lossy(c).to_ascii_uppercase();
@@ -157,100 +235,13 @@ fn about(ctx: &mut Ctx<'_>, name: &str, rest: &[&[u8]]) -> Res<Value> {
                 })
                 .collect(),
         ),
-        ("CONFIG", Some("GET")) => match rest.get(1) {
+        ("CONFIG", Some("GET")) => match args.get(1) {
             Some(p) if p.eq_ignore_ascii_case(b"maxmemory-policy") => {
                 Value::Array(vec![bulk("maxmemory-policy"), bulk("noeviction")])
             }
             _ => Value::Array(vec![]),
         },
+        _ if KNOWN.contains(&name) => return Err(wrong_arity(name)),
         _ => return Err(Fail(format!("ERR unknown command '{name}'"))),
     })
-}
-
-/// When a `SET` writes.
-enum Condition<'a> {
-    Always,
-    Missing,
-    Present,
-    Equal(&'a [u8]),
-}
-
-/// `SET key value [NX | XX | IFEQ v] [GET] [PX ms | EX s | KEEPTTL]`.
-fn set(ctx: &mut Ctx<'_>, key: &str, rest: &[&[u8]]) -> Res<Value> {
-    let value = rest.get(1).ok_or_else(|| wrong_arity("SET"))?;
-    let (mut condition, mut get, mut ttl) = (Condition::Always, false, Ttl::Forever);
-    let mut options = rest[2..].iter();
-    while let Some(option) = options.next() {
-        let option = String::from_utf8_lossy(option).to_ascii_uppercase();
-        let mut operand = || options.next().copied().ok_or_else(syntax);
-        match option.as_str() {
-            "NX" => condition = Condition::Missing,
-            "XX" => condition = Condition::Present,
-            "IFEQ" => condition = Condition::Equal(operand()?),
-            "GET" => get = true,
-            "KEEPTTL" => ttl = Ttl::Keep,
-            "PX" => ttl = Ttl::Px(px(&String::from_utf8_lossy(operand()?))?),
-            "EX" => {
-                let seconds = px(&String::from_utf8_lossy(operand()?))?;
-                ttl = Ttl::Px(seconds.saturating_mul(1000));
-            }
-            _ => return Err(syntax()),
-        }
-    }
-    let exists = ctx.ks.exists(key);
-    let old = match ctx.ks.get(key) {
-        Ok(old) => old,
-        Err(wrong) if get || matches!(condition, Condition::Equal(_)) => return Err(wrong.into()),
-        Err(_) => None,
-    };
-    let write = match condition {
-        Condition::Always => true,
-        Condition::Missing => !exists,
-        Condition::Present => exists,
-        Condition::Equal(expected) => old.as_deref() == Some(expected),
-    };
-    if write {
-        ctx.ks.set(key, value.to_vec(), ttl);
-    }
-    Ok(match (get, write) {
-        (true, _) => bulk_or_nil(old),
-        (false, true) => Value::Okay,
-        (false, false) => Value::Nil,
-    })
-}
-
-/// `INCR`: the counter after the step; a missing key counts from 0 and the key keeps its
-/// time to live.
-fn incr(ctx: &mut Ctx<'_>, key: &str) -> Res<Value> {
-    let not_integer = || Fail("ERR value is not an integer or out of range".to_owned());
-    let current = match ctx.ks.get(key)? {
-        None => 0,
-        Some(text) => std::str::from_utf8(&text)
-            .ok()
-            .and_then(|t| t.parse::<i64>().ok())
-            .ok_or_else(not_integer)?,
-    };
-    let next = current
-        .checked_add(1)
-        .ok_or_else(|| Fail("ERR increment or decrement would overflow".to_owned()))?;
-    ctx.ks.set(key, next.to_string().into_bytes(), Ttl::Keep);
-    Ok(int(next))
-}
-
-fn number(arg: Option<&[u8]>, command: &str) -> Res<i64> {
-    let arg = arg.ok_or_else(|| wrong_arity(command))?;
-    String::from_utf8_lossy(arg)
-        .parse()
-        .map_err(|_| Fail("ERR value is not an integer or out of range".to_owned()))
-}
-
-fn wrong_arity(command: &str) -> Fail {
-    Fail(format!(
-        "ERR wrong number of arguments for '{}' command",
-        command.to_ascii_lowercase()
-    ))
-}
-
-fn syntax() -> Fail {
-    Fail("ERR syntax error".to_owned())
 }

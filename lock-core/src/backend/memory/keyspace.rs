@@ -110,15 +110,23 @@ impl Keyspace {
                 }
                 Some(Data::ZSet(_)) => {
                     let members = self.zrange(&key).unwrap_or_default();
-                    let parts = members
-                        .into_iter()
-                        .flat_map(|(m, s)| [m, super::script::score_text(s)]);
+                    let parts = members.into_iter().flat_map(|(m, s)| [m, score_text(s)]);
                     ("zset", parts.map(String::into_bytes).collect())
                 }
             };
             out.push((key, kind, parts, pttl));
         }
         out
+    }
+
+    /// `TYPE`: `string`, `hash`, `zset`, or `none` without a key.
+    pub(super) fn kind(&mut self, key: &str) -> &'static str {
+        match self.entry(key).map(|e| &e.data) {
+            None => "none",
+            Some(Data::Str(_)) => "string",
+            Some(Data::Hash(_)) => "hash",
+            Some(Data::ZSet(_)) => "zset",
+        }
     }
 
     pub(super) fn exists(&mut self, key: &str) -> bool {
@@ -252,28 +260,36 @@ impl Keyspace {
         Ok(self.zset(key)?.and_then(|z| z.get(member).copied()))
     }
 
-    /// `ZADD` of one member; `only_new` is `NX`, `only_existing` `XX`.
+    /// `ZADD` of one member; `only_new` is `NX`, `only_existing` `XX`. Returns whether the
+    /// member was added, and whether it was added or its score changed (`CH`).
     pub(super) fn zadd(
         &mut self,
         key: &str,
         score: f64,
         member: &str,
         (only_new, only_existing): (bool, bool),
-    ) -> Result<(), WrongType> {
+    ) -> Result<(bool, bool), WrongType> {
         match self.zset(key)? {
-            Some(set) => {
-                let there = set.contains_key(member);
-                if (there && !only_new) || (!there && !only_existing) {
-                    set.insert(member.to_owned(), score);
+            Some(set) => match set.get_mut(member) {
+                Some(old) if !only_new => {
+                    let changed = *old != score;
+                    *old = score;
+                    Ok((false, changed))
                 }
-            }
+                Some(_) => Ok((false, false)),
+                None if !only_existing => {
+                    set.insert(member.to_owned(), score);
+                    Ok((true, true))
+                }
+                None => Ok((false, false)),
+            },
             None if !only_existing => {
                 let set = HashMap::from([(member.to_owned(), score)]);
                 self.insert(key, Data::ZSet(set));
+                Ok((true, true))
             }
-            None => {}
+            None => Ok((false, false)),
         }
-        Ok(())
     }
 
     /// `ZREM` of one member: whether it was there. A set left empty is gone.
@@ -302,25 +318,6 @@ impl Keyspace {
         Ok(all)
     }
 
-    /// The first member in Redis's order (`ZRANGE key 0 0`).
-    pub(super) fn zfirst(&mut self, key: &str) -> Result<Option<(String, f64)>, WrongType> {
-        Ok(self.zrange(key)?.into_iter().next())
-    }
-
-    /// `ZREMRANGEBYSCORE key -inf max`: how many went. A set left empty is gone.
-    pub(super) fn zremrange_upto(&mut self, key: &str, max: f64) -> Result<usize, WrongType> {
-        let Some(set) = self.zset(key)? else {
-            return Ok(0);
-        };
-        let before = set.len();
-        set.retain(|_, score| *score > max);
-        let removed = before - set.len();
-        if set.is_empty() {
-            self.entries.remove(key);
-        }
-        Ok(removed)
-    }
-
     /// A new key without an expiry.
     fn insert(&mut self, key: &str, data: Data) {
         self.entries.insert(
@@ -330,6 +327,19 @@ impl Keyspace {
                 expires: None,
             },
         );
+    }
+}
+
+/// A score as `ZSCORE` and `ZRANGE … WITHSCORES` write it: the shortest text that reads back
+/// as the same number, whole numbers without decimals, `inf` and `-inf` as Redis spells them.
+pub(super) fn score_text(score: f64) -> String {
+    if score.is_infinite() {
+        return if score > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    if score.fract() == 0.0 && score.abs() < 1.0e17 {
+        format!("{score:.0}")
+    } else {
+        format!("{score}")
     }
 }
 
@@ -368,14 +378,16 @@ mod tests {
         assert_eq!(ks.get("h"), Err(WrongType));
         assert!(ks.hdel("h", "f").unwrap());
         assert!(!ks.exists("h"));
-        ks.zadd("z", 2.0, "b", (false, false)).unwrap();
-        ks.zadd("z", 2.0, "a", (false, false)).unwrap();
-        ks.zadd("z", 1.0, "a", (true, false)).unwrap();
-        ks.zadd("z", 9.0, "c", (false, true)).unwrap();
-        assert_eq!(ks.zfirst("z").unwrap(), Some(("a".into(), 2.0)));
+        assert_eq!(ks.zadd("z", 2.0, "b", (false, false)), Ok((true, true)));
+        assert_eq!(ks.zadd("z", 2.0, "a", (false, false)), Ok((true, true)));
+        assert_eq!(ks.zadd("z", 1.0, "a", (true, false)), Ok((false, false)));
+        assert_eq!(ks.zadd("z", 9.0, "c", (false, true)), Ok((false, false)));
+        assert_eq!(ks.zrange("z").unwrap()[0], ("a".into(), 2.0));
         assert_eq!(ks.zcard("z").unwrap(), 2);
         assert_eq!(ks.hget("z", "a"), Err(WrongType));
-        assert_eq!(ks.zremrange_upto("z", 2.0).unwrap(), 2);
+        assert_eq!(ks.kind("z"), "zset");
+        assert!(ks.zrem("z", "a").unwrap() && ks.zrem("z", "b").unwrap());
         assert!(!ks.exists("z"));
+        assert_eq!(ks.kind("z"), "none");
     }
 }

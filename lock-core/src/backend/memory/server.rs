@@ -3,7 +3,8 @@
 //! it, which can be cut on its own.
 //!
 //! Every call runs under the server's one lock, so a call (a script, a pipeline) is atomic,
-//! as a script or a `MULTI`/`EXEC` is on Redis.
+//! as a script or a `MULTI`/`EXEC` is on Redis. The server's Lua interpreter, with its script
+//! cache, is kept under the same lock.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Duration, Instant};
 
 use super::keyspace::Keyspace;
+use super::lua::Interpreter;
 use crate::util::lock;
 
 /// Where the server's clock starts: 2026-01-01T00:00:00Z, in µs since the Unix epoch. Tokens
@@ -39,6 +41,7 @@ struct State {
     keyspace: Keyspace,
     clock: Clock,
     bus: Bus,
+    lua: Interpreter,
 }
 
 /// What one call sees: the keyspace at the call's instant, the server clock as the call reads
@@ -53,11 +56,6 @@ impl Ctx<'_> {
     /// The server clock (`TIME`) in µs.
     pub(super) fn time_us(&self) -> u64 {
         self.time_us
-    }
-
-    /// The server clock in ms, as the scripts' `ms(TIME)`.
-    pub(super) fn now_ms(&self) -> i64 {
-        i64::try_from(self.time_us / 1000).unwrap_or(i64::MAX)
     }
 
     /// `PUBLISH`: how many subscribers got the message.
@@ -77,27 +75,31 @@ impl Server {
                     last_us: 0,
                 },
                 bus: Bus::default(),
+                lua: Interpreter::new(),
             }),
             faults: watch::Sender::new(Faults::default()),
         })
     }
 
-    /// Runs one call, atomically, at the current instant of tokio's clock.
-    pub(super) fn call<R>(&self, run: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+    /// Runs one call, atomically, at the current instant of tokio's clock, with the server's
+    /// Lua interpreter at hand.
+    pub(super) fn call<R>(&self, run: impl FnOnce(&mut Ctx<'_>, &mut Interpreter) -> R) -> R {
         let mut state = lock(&self.state);
         let now = Instant::now();
         let State {
             keyspace,
             clock,
             bus,
+            lua,
         } = &mut *state;
         keyspace.at(now);
         let time_us = clock.read(now);
-        run(&mut Ctx {
+        let mut ctx = Ctx {
             ks: keyspace,
             bus,
             time_us,
-        })
+        };
+        run(&mut ctx, lua)
     }
 
     pub(crate) fn faults(&self) -> Faults {
@@ -110,12 +112,17 @@ impl Server {
 
     /// Deletes `key` (an eviction): whether there was one.
     pub(crate) fn evict(&self, key: &str) -> bool {
-        self.call(|ctx| ctx.ks.del(key))
+        self.call(|ctx, _| ctx.ks.del(key))
     }
 
     /// Every live key, sorted.
     pub(crate) fn keys(&self) -> Vec<String> {
-        self.call(|ctx| ctx.ks.keys())
+        self.call(|ctx, _| ctx.ks.keys())
+    }
+
+    /// Every live key, sorted, with its type, value and `PTTL` (see `Keyspace::dump`).
+    pub(crate) fn dump(&self) -> Vec<(String, &'static str, Vec<Vec<u8>>, i64)> {
+        self.call(|ctx, _| ctx.ks.dump())
     }
 
     /// The channels published on since the last call (the first call starts recording).
