@@ -91,7 +91,7 @@ mod tests {
     fn refused() -> LockError {
         LockError::Unavailable {
             waited: Duration::from_millis(1),
-            source: Some(crate::ConnectError::new(
+            source: Some(crate::error::ConnectError::new(
                 "127.0.0.1:1",
                 std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
             )),

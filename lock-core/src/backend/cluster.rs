@@ -10,17 +10,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use redis::Value;
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr,
 };
 
-use super::tls::{self, TlsOptions};
-use super::{
-    Invocation, PubSubSource, Request, Topology, acks, connect_error, load_code, map_error,
-    wait_cmd,
-};
+use super::calls::{acks, load_code, policy_cmd, wait_cmd};
+use super::errors::{connect_error, map_error};
+use super::invocation::Invocation;
+use super::request::Request;
+use super::seeds::Seeds;
+use super::topology::{PubSubSource, Topology};
 use crate::error::LockError;
 use crate::wire::Wire;
 use crate::wire::script::{Mode, Scripts};
@@ -28,45 +29,7 @@ use redirect::{Next, Node, Pinned};
 
 mod redirect;
 
-/// How to reach a Cluster: its seed nodes and the client's TLS options, for the command
-/// connections and the pub/sub connection alike.
-#[derive(Clone)]
-pub(crate) struct Seeds {
-    nodes: Vec<redis::ConnectionInfo>,
-    tls: TlsOptions,
-}
-
-impl Seeds {
-    /// Parses the seed URLs (a bad one is [`LockError::InvalidOption`] for `urls`).
-    pub(crate) fn new(urls: &[String], tls: TlsOptions) -> Result<Self, LockError> {
-        let nodes = urls
-            .iter()
-            .map(|url| crate::url::parse(url, "urls"))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { nodes, tls })
-    }
-
-    /// The seeds' `host:port`s, comma separated (never a password), for errors.
-    pub(crate) fn addresses(&self) -> String {
-        self.nodes
-            .iter()
-            .map(super::primaries::address)
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Whether the seeds are `rediss://`.
-    pub(crate) fn is_tls(&self) -> bool {
-        self.nodes.first().is_some_and(tls::is_tls)
-    }
-
-    /// A cluster client builder for the seeds, with TLS set up when they are `rediss://`.
-    pub(crate) fn builder(&self) -> Result<ClusterClientBuilder, redis::RedisError> {
-        self.tls
-            .cluster(ClusterClient::builder(self.nodes.clone()), &self.nodes)
-    }
-}
-
+/// A Redis Cluster: one cluster connection for commands, the seeds for the pub/sub connection.
 pub(crate) struct Cluster {
     connection: ClusterConnection,
     /// For acquisitions followed by `WAIT` (see [`Cluster::connect`]).
@@ -311,7 +274,7 @@ impl Topology for Cluster {
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
         let mut connection = self.connection.clone();
         let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
-        self.bounded(connection.route_command(super::policy_cmd(), route))
+        self.bounded(connection.route_command(policy_cmd(), route))
             .await
     }
 

@@ -11,8 +11,11 @@ use std::time::Duration;
 use redis::Value;
 use redis::cluster_routing::Slot;
 
+use super::calls::policy_cmd;
+use super::invocation::Invocation;
 use super::memory::{Link, Server};
-use super::{Invocation, PubSubSource, Request, Topology};
+use super::request::Request;
+use super::topology::{PubSubSource, Topology};
 use crate::error::LockError;
 use crate::wire::Wire;
 use crate::wire::script::{Mode, Scripts};
@@ -126,7 +129,7 @@ impl Topology for Memory {
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
-        self.command(&super::policy_cmd()).await
+        self.command(&policy_cmd()).await
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {

@@ -14,11 +14,16 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
-use super::cluster::{Cluster, Seeds};
+use super::cluster::Cluster;
+pub(crate) use super::errors::address;
+use super::errors::{connect_error, map_error};
+use super::request::Request;
+use super::seeds::Seeds;
 use super::sentinel::Discovery;
 use super::tls::TlsOptions;
-use super::{Request, connect_error, convert, map_error};
+use super::topology::Primary;
 use crate::error::{LockError, is_connection_error};
+use crate::wire::convert;
 
 /// The primaries found, and a connection that sends a command to the primary of its key.
 pub(crate) struct Found {
@@ -49,16 +54,6 @@ impl Timeouts {
         AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect))
             .set_response_timeout(Some(self.response))
-    }
-}
-
-/// `host:port` of an address, for messages (never the password).
-pub(crate) fn address(info: &ConnectionInfo) -> String {
-    match info.addr() {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            format!("{host}:{port}")
-        }
-        other => other.to_string(),
     }
 }
 
@@ -109,7 +104,7 @@ pub(crate) async fn sentinel(
     timeouts: Timeouts,
 ) -> Result<Found, LockError> {
     // The current primary's client: the one the pub/sub connection would use.
-    let (_, client) = discovery.pubsub_client().await?;
+    let (_, client) = Primary::pubsub_client(discovery.as_ref()).await?;
     standalone(client, timeouts).await
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use super::{Backend, map_error};
+use super::Backend;
+use super::errors::map_error;
 use crate::error::{LockError, is_connection_error};
 
 /// What every primary of a deployment has.

@@ -10,7 +10,7 @@
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 
-use super::Invocation;
+use super::invocation::Invocation;
 
 /// A request on its way to one node.
 #[derive(Clone, Copy)]

@@ -17,7 +17,11 @@ use redis::cluster_routing::Slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::watch;
 
-use super::{Invocation, PubSubNode, PubSubSource, Request, Standalone, Topology, refusal};
+use super::errors::refusal;
+use super::invocation::Invocation;
+use super::request::Request;
+use super::standalone::Standalone;
+use super::topology::{BoxFuture, Primary, PubSubNode, PubSubSource, Topology};
 use crate::error::{LockError, is_connection_error};
 use crate::wire::script::{Mode, Scripts};
 
@@ -209,23 +213,6 @@ impl Discovery {
             .map_err(|_| timed_out())?
     }
 
-    /// The client of the current primary for the pub/sub connection, looked up if needed,
-    /// with its generation.
-    pub(crate) async fn pubsub_client(&self) -> Result<(u64, redis::Client), LockError> {
-        let (generation, node) = self.current().await?;
-        Ok((generation, node.redis_client().clone()))
-    }
-
-    /// Reports that the pub/sub connection to the primary of `generation` failed.
-    pub(crate) async fn pubsub_failed(&self, generation: u64) {
-        let _ = self.refresh(generation).await;
-    }
-
-    /// Changes of primary.
-    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
     /// Asks the sentinels now, whatever is known.
     async fn check(&self) {
         let seen = self.snapshot().map_or(0, |c| c.generation);
@@ -245,6 +232,29 @@ impl Discovery {
 
 /// How often the watcher checks that its client still exists while no event comes.
 const WATCHER_CHECK: Duration = Duration::from_secs(5);
+
+impl Primary for Discovery {
+    /// The client of the current primary for the pub/sub connection, looked up if needed,
+    /// with its generation.
+    fn pubsub_client(&self) -> BoxFuture<'_, Result<(u64, redis::Client), LockError>> {
+        Box::pin(async move {
+            let (generation, node) = self.current().await?;
+            Ok((generation, node.redis_client().clone()))
+        })
+    }
+
+    /// Reports that the pub/sub connection to the primary of `generation` failed.
+    fn pubsub_failed(&self, generation: u64) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.refresh(generation).await;
+        })
+    }
+
+    /// Changes of primary.
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
 
 async fn watch_sentinels(discovery: Weak<Discovery>) {
     let mut backoff = Duration::from_millis(100);

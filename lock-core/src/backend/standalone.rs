@@ -11,10 +11,11 @@ use redis::cluster_routing::Slot;
 use redis::{Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
-use super::{
-    Invocation, PubSubNode, PubSubSource, Request, Topology, acks, connect_error, load_code,
-    map_error, refusal, wait_cmd,
-};
+use super::calls::{acks, load_code, policy_cmd, wait_cmd};
+use super::errors::{connect_error, map_error, refusal};
+use super::invocation::Invocation;
+use super::request::Request;
+use super::topology::{PubSubNode, PubSubSource, Topology};
 use crate::error::{LockError, is_connection_error};
 use crate::util::lock;
 use crate::wire::script::{Mode, Scripts};
@@ -322,7 +323,7 @@ impl Topology for Standalone {
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
-        self.send_own(Request::Command(&super::policy_cmd())).await
+        self.send_own(Request::Command(&policy_cmd())).await
     }
 
     async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
@@ -355,5 +356,5 @@ impl Topology for Standalone {
 
 /// `client`'s `host:port` (never its password), for errors.
 fn address_of(client: &redis::Client) -> String {
-    super::primaries::address(client.get_connection_info())
+    super::errors::address(client.get_connection_info())
 }

@@ -429,7 +429,7 @@ enum Outcome {
     /// A quorum answered, fewer than a quorum granted.
     Busy,
     /// Fewer than a quorum answered; the first Redis error seen, if any.
-    Unreachable(Option<crate::ConnectError>),
+    Unreachable(Option<crate::error::ConnectError>),
     /// A quorum granted, after the validity was used up; how long the attempt took.
     TooSlow(Duration),
 }

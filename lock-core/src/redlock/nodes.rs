@@ -47,7 +47,7 @@ pub(super) struct Inner {
 
 /// The Redis error inside a node's error (with the node's address when it said it), if
 /// there is one.
-pub(super) fn redis_source(e: LockError) -> Option<crate::ConnectError> {
+pub(super) fn redis_source(e: LockError) -> Option<crate::error::ConnectError> {
     match e {
         LockError::Redis(e) => Some(e.into()),
         LockError::Unavailable { source, .. } => source,

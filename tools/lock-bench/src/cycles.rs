@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use crate::contender::{Kind, Locker};
+use crate::ctx::Ctx;
 use crate::measure::{Cost, Frame};
 use crate::monitor::{self, Counts};
 use crate::report::{Bench, Report, core_calls_bounds, na_row, native_ratio, ratio};
-use crate::run::Ctx;
 use crate::stats::Sample;
 
 /// Cycles run under `MONITOR` after each timed W1/W2 run, to count requests.

@@ -43,6 +43,7 @@
 mod chart;
 mod cli;
 mod contender;
+mod ctx;
 mod cycles;
 mod floor;
 mod handoff;

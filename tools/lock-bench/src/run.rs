@@ -7,37 +7,11 @@ use redis::aio::MultiplexedConnection;
 
 use crate::cli::Args;
 use crate::contender::{Kind, Locker, Opts};
+use crate::ctx::Ctx;
 use crate::plan::Plan;
 use crate::report::{self, NO_DELIFEQ, Report, RunInfo};
 use crate::server::ServerVersion;
 use crate::{cycles, floor, w3, w4, w5, w6, w7};
-
-/// What every scenario runs with.
-pub(crate) struct Ctx<'a> {
-    /// The three contenders' clients: ours, the floor, rslock.
-    pub(crate) lockers: &'a [Locker],
-    /// The floor's client sending lock-core's server calls, where lock-core's functions are
-    /// loaded.
-    pub(crate) core_calls: Option<&'a Locker>,
-    /// The native floor, on a server with `DELIFEQ`.
-    pub(crate) native: Option<&'a Locker>,
-    pub(crate) opts: &'a Opts,
-    /// The server's URL.
-    pub(crate) url: &'a str,
-    /// This run's id, in every lock name.
-    pub(crate) run: &'a str,
-    pub(crate) plan: &'a Plan,
-}
-
-impl<'a> Ctx<'a> {
-    /// The three contenders, then the native floor where it runs.
-    pub(crate) fn rows(&self) -> impl Iterator<Item = (Kind, &'a Locker)> + use<'a> {
-        Kind::ALL
-            .into_iter()
-            .zip(self.lockers)
-            .chain(self.native.map(|l| (Kind::NativeFloor, l)))
-    }
-}
 
 /// The clients of a run.
 struct Clients {

@@ -4,9 +4,9 @@
 use redis::aio::MultiplexedConnection;
 
 use crate::contender::Kind;
+use crate::ctx::Ctx;
 use crate::handoff;
 use crate::report::{Bench, Report, na_row, native_ratio, ratio};
-use crate::run::Ctx;
 use crate::stats::Sample;
 
 /// Sections run under `MONITOR` after each timed W3h/W3x run, to count requests.

@@ -3,11 +3,11 @@
 use redis::aio::MultiplexedConnection;
 
 use crate::contender::{Kind, Locker};
+use crate::ctx::Ctx;
 use crate::handoff;
 use crate::measure::{Cost, Frame};
 use crate::monitor::{self, Counts};
 use crate::report::{Bench, Report, na_row, native_ratio};
-use crate::run::Ctx;
 use crate::stats::Sample;
 
 /// Trials run under `MONITOR` after each timed W4 run, to tell a row's requests from the

@@ -2,8 +2,8 @@
 //! `__w5-child`; see `watchdog.rs`).
 
 use crate::contender::Kind;
+use crate::ctx::Ctx;
 use crate::report::{Bench, Report};
-use crate::run::Ctx;
 use crate::watchdog;
 
 /// A W5 table row from a child's figures; the client CPU µs per lock per period (one renewal

@@ -6,12 +6,12 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 
 use crate::contender::Kind;
+use crate::ctx::Ctx;
 use crate::cycles::CORE_CALLS;
 use crate::http;
 use crate::measure::{Cost, Frame};
 use crate::monitor::{self, Counts};
 use crate::report::{Bench, Report, core_calls_bounds, na_row, native_ratio};
-use crate::run::Ctx;
 use crate::stats::Sample;
 
 /// Requests of each W6 variant run under `MONITOR` after the timed rounds, to tell a row's

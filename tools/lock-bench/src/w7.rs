@@ -3,10 +3,10 @@
 use redis::aio::MultiplexedConnection;
 
 use crate::contender::{Kind, Locker};
+use crate::ctx::Ctx;
 use crate::mix;
 use crate::monitor::Counts;
 use crate::report::{Bench, Report, na_row, native_ratio, ratio};
-use crate::run::Ctx;
 
 /// Sections run under `MONITOR` after each timed W7 run, to count requests.
 const W7_COUNT_SECTIONS: u64 = 2_000;

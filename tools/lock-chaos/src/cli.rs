@@ -5,28 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::nemesis::FaultKind;
-
-/// Which Redis deployment the locks live on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TopologyKind {
-    /// One redis-server; every worker reaches it through a fault proxy of its own.
-    Standalone,
-    /// A primary, a replica and three sentinels.
-    Sentinel,
-    /// Three primaries with a replica each.
-    Cluster,
-}
-
-impl TopologyKind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            TopologyKind::Standalone => "standalone",
-            TopologyKind::Sentinel => "sentinel",
-            TopologyKind::Cluster => "cluster",
-        }
-    }
-}
+use super::fault::FaultKind;
+pub(crate) use super::fault::TopologyKind;
 
 /// `lock-chaos run`.
 #[derive(Debug, Clone)]

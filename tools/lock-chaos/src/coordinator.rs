@@ -16,12 +16,12 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::SEM_SIZE;
 use super::check::{self, Ctx};
 use super::cli::{Deploy, RunConfig, TopologyKind, WorkerArgs};
 use super::event::{self, now_us};
 use super::history::{Fault, History, Life, PostKill};
 use super::judge;
+use super::names::SEM_SIZE;
 use super::nemesis::{self, FaultKind, Planned};
 use super::report::Report;
 use super::topology::{self, Topo};

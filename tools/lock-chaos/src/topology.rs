@@ -15,7 +15,7 @@ use std::time::Duration;
 use lock_tests::{RedisCluster, RedisServer, Reply, SentinelGroup};
 
 use super::cli::{Deploy, TopologyKind};
-use super::{ALL_NAMES, KEY_PREFIX};
+use super::names::{ALL_NAMES, KEY_PREFIX};
 
 /// The lock servers of a run.
 pub(crate) enum Topo {

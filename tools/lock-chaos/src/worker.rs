@@ -30,9 +30,9 @@ use tokio::time::Instant;
 
 use super::cli::{Deploy, WorkerArgs};
 use super::event::{emit, now_us};
+use super::names::{FAIR_NAMES, MUTEX_NAMES, RW_NAMES, SEM_NAMES, SEM_SIZE};
 use super::rng::Rng;
 use super::store::{ClientStore, Fence, Write};
-use super::{FAIR_NAMES, MUTEX_NAMES, RW_NAMES, SEM_NAMES, SEM_SIZE};
 
 /// How long an HTTP request waits for a busy lock (the layer's `wait`).
 pub(crate) const HTTP_WAIT: Duration = Duration::from_secs(1);
