@@ -378,7 +378,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::RedisServer;
+    use crate::server::RedisServer;
 
     #[test]
     fn fenced_store_rejects_stale_and_equal_tokens() {

@@ -20,8 +20,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::server::{RedisServer, Reply};
 use crate::server::{info_field, wait_until};
-use crate::{RedisServer, Reply};
 
 /// Number of hash slots of a Redis Cluster.
 pub const SLOT_COUNT: u16 = 16384;
@@ -122,7 +122,7 @@ impl RedisCluster {
     ///
     /// As [`RedisCluster::start_with`].
     pub fn start_tls(
-        tls: &crate::TlsFiles,
+        tls: &crate::tls::TlsFiles,
         primaries: usize,
         replicas_per_primary: usize,
     ) -> RedisCluster {
@@ -132,7 +132,7 @@ impl RedisCluster {
     fn start_inner(
         primaries: usize,
         replicas_per_primary: usize,
-        tls: Option<&crate::TlsFiles>,
+        tls: Option<&crate::tls::TlsFiles>,
     ) -> RedisCluster {
         assert!(
             primaries >= 3,
@@ -804,7 +804,7 @@ fn node_url(node: &RedisServer) -> String {
 }
 
 /// Starts one cluster-enabled node on a port whose bus port is free too.
-fn start_cluster_node(tls: Option<&crate::TlsFiles>) -> RedisServer {
+fn start_cluster_node(tls: Option<&crate::tls::TlsFiles>) -> RedisServer {
     let timeout = NODE_TIMEOUT_MS.to_string();
     let args = [
         "--cluster-enabled",
@@ -848,7 +848,7 @@ fn start_cluster_node(tls: Option<&crate::TlsFiles>) -> RedisServer {
                     port,
                     tls_port,
                     tls,
-                    crate::ClientAuth::Optional,
+                    crate::tls::ClientAuth::Optional,
                     None,
                     &tls_args,
                 )

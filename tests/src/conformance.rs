@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use lock_core::{LockClient, MutexProtocol};
 
-use crate::RedisServer;
+use crate::server::RedisServer;
 
 /// A boxed future, as a backend's client factory returns it.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

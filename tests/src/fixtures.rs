@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{LockClient, LockGuard};
 
-use crate::RedisServer;
+use crate::server::RedisServer;
 
 /// A client on `url` with the given watchdog lease and short timeouts.
 pub async fn client_with_lease(url: &str, watchdog_lease: Duration) -> LockClient {

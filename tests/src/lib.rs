@@ -33,6 +33,7 @@ pub mod proxy;
 pub mod sentinel;
 pub mod server;
 pub mod tls;
+mod unique;
 
 pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Mode};
@@ -42,11 +43,7 @@ pub use server::{
     server_binary_runs,
 };
 pub use tls::{ClientAuth, TlsFiles};
-
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+pub use unique::unique_name;
 
 /// Installs a `tracing` fmt subscriber writing to the test output, filtered
 /// by `RUST_LOG` (default: nothing but errors). Safe to call from every
@@ -58,23 +55,6 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
-}
-
-/// Returns `"{prefix}-{hex}"`, unique within the process (a counter is part
-/// of it) and, with overwhelming probability, across processes (pid, clock
-/// and a randomly seeded hash are mixed in). Useful for lock and key names.
-pub fn unique_name(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.write_u128(nanos);
-    hasher.write_u64(count);
-    format!("{prefix}-{:016x}{count:x}", hasher.finish())
 }
 
 /// The workspace README's examples, compiled as doc tests with the published crates as a

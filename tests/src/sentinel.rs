@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
+use crate::server::{RedisServer, Reply};
 use crate::server::{info_field, wait_until};
-use crate::{RedisServer, Reply};
 
 /// Name under which the sentinels monitor the primary.
 pub const MASTER_NAME: &str = "lock-tests-primary";
@@ -55,7 +55,7 @@ impl SentinelGroup {
     }
 
     /// Like [`SentinelGroup::start`], but the replica replicates from the
-    /// address `via` returns for the primary's (a [`crate::FaultProxy`] in
+    /// address `via` returns for the primary's (a [`crate::proxy::FaultProxy`] in
     /// front of it, say), so a test can cut replication alone. The
     /// sentinels' failover timeout is raised to 60 s here: Sentinel "fixes"
     /// a replica whose master address differs from the one it monitors

@@ -140,8 +140,8 @@ impl RedisServer {
     ///
     /// As [`RedisServer::start`].
     pub fn start_tls(
-        tls: &crate::TlsFiles,
-        auth: crate::ClientAuth,
+        tls: &crate::tls::TlsFiles,
+        auth: crate::tls::ClientAuth,
         config: Option<&str>,
         args: &[&str],
     ) -> RedisServer {
@@ -166,8 +166,8 @@ impl RedisServer {
     pub fn try_start_tls_on(
         port: u16,
         tls_port: u16,
-        tls: &crate::TlsFiles,
-        auth: crate::ClientAuth,
+        tls: &crate::tls::TlsFiles,
+        auth: crate::tls::ClientAuth,
         config: Option<&str>,
         args: &[&str],
     ) -> Result<RedisServer, String> {

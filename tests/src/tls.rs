@@ -1,7 +1,7 @@
 //! Throwaway TLS material for tests, made with the `openssl` command: a CA, a server
 //! certificate for `127.0.0.1` and `localhost` (also usable as a client certificate, which
 //! Redis presents on replication and Cluster bus links), and a client certificate, all signed
-//! by the CA, with P-256 keys, valid for two days. [`RedisServer::start_tls`](crate::RedisServer::start_tls)
+//! by the CA, with P-256 keys, valid for two days. [`RedisServer::start_tls`](crate::server::RedisServer::start_tls)
 //! starts a server that uses them.
 //!
 //! The `openssl` binary is taken from the `OPENSSL_BIN` environment variable and defaults to
@@ -75,7 +75,7 @@ impl TlsFiles {
              extendedKeyUsage=clientAuth\n",
         );
         // Each CA its own name, as real CAs have.
-        let ca_subject = format!("/CN=lock-tests CA {}", crate::unique_name("ca"));
+        let ca_subject = format!("/CN=lock-tests CA {}", crate::unique::unique_name("ca"));
         let ec = [
             "-newkey",
             "ec",
@@ -122,7 +122,7 @@ impl TlsFiles {
                 ]
                 .concat(),
             );
-            let serial = format!("0x{}", &crate::unique_name("s")[2..18]);
+            let serial = format!("0x{}", &crate::unique::unique_name("s")[2..18]);
             files.openssl(&[
                 "x509",
                 "-req",

@@ -451,7 +451,14 @@ fn sources(src: &Path) -> Vec<(String, String)> {
     out
 }
 
-const CRATES: [&str; 4] = ["lock-core", "lock-tower", "lockctl", "lock-macros"];
+const CRATES: [&str; 6] = [
+    "lock-core",
+    "lock-tower",
+    "lockctl",
+    "lock-macros",
+    "tools/lock-bench",
+    "tests",
+];
 
 fn crate_graph(name: &str) -> Graph {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -20,7 +20,7 @@ use crate::checkers::{IntervalLog, UnsafeCounter};
 use crate::linearizability::{
     Acquired, DEFAULT_BUDGET, EqualToken, MutexHistory, RegisterAnswer, RegisterHistory, Released,
 };
-use crate::unique_name;
+use crate::unique::unique_name;
 
 /// A generous bound on anything that should happen promptly (a wake-up, a `lost()`, an
 /// expiry a lease away): only a hang exceeds it.
