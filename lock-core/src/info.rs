@@ -15,18 +15,21 @@ use crate::wire::{self, Dialect};
 
 /// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
 /// the native protocol keeps neither its hold count nor its token in Redis: when this client
-/// is its holder they come from the hold here; otherwise the count reads 1 and the token
-/// `None`.
+/// is its holder they come from the hold here; otherwise the count reads 1, the token `None`,
+/// and `fencing_token_at_most` the counter's value (the holder's token is at most it).
 pub(crate) async fn lock(
     engine: &Engine,
     kind: Kind,
     keys: &Keys,
     key: &str,
 ) -> Result<LockInfo, LockError> {
-    let (pttl, value): (i64, Option<String>) = engine
+    let read = engine
         .inspect(&wire::mutex::inspect(engine.protocol(), kind, key))
         .await?;
-    let mut info = LockInfo::parse(pttl, value.as_deref());
+    let mut info = LockInfo::parse(read.pttl, read.value.as_deref());
+    if info.held && info.fencing_token.is_none() {
+        info.fencing_token_at_most = read.counter;
+    }
     if engine.protocol().dialect(kind) == Dialect::Native
         && let Some(held) = info
             .owner
@@ -35,6 +38,7 @@ pub(crate) async fn lock(
     {
         info.hold_count = held.count;
         info.fencing_token = Some(held.token);
+        info.fencing_token_at_most = Some(held.token);
     }
     Ok(info)
 }
@@ -56,8 +60,16 @@ pub struct LockInfo {
     pub ttl: Option<Duration>,
     /// The holder's hold count (re-entries), 0 when free.
     pub hold_count: u32,
-    /// The holder's fencing token, if held.
+    /// The holder's fencing token, if held and Redis keeps it. A mutex of the native protocol
+    /// (Valkey 9) keeps only its owner in the lock's key: its token is known to its holder's
+    /// client alone (this field when you ask from that client), and `None` elsewhere; see
+    /// [`fencing_token_at_most`](Self::fencing_token_at_most).
     pub fencing_token: Option<u64>,
+    /// An upper bound of the holder's fencing token, if held: the token itself where it is
+    /// known, else (a native mutex asked from another client) the name's fencing counter now.
+    /// The holder's token is at most this and above every earlier holder's: a write fenced
+    /// with a greater token than this is not the holder's.
+    pub fencing_token_at_most: Option<u64>,
     /// Whether a waiter asked to be told of the release.
     pub contended: bool,
 }
@@ -74,6 +86,7 @@ impl LockInfo {
                 ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
                 hold_count: 1,
                 fencing_token: None,
+                fencing_token_at_most: None,
                 contended: false,
             };
         }
@@ -91,6 +104,7 @@ impl LockInfo {
                 .flatten(),
             hold_count: if held { count } else { 0 },
             fencing_token: if held { token } else { None },
+            fencing_token_at_most: if held { token } else { None },
             contended: held && contended,
         }
     }

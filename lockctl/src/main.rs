@@ -95,7 +95,8 @@
 //! `{name, prefix, aborted, locks: [{kind, owners, fencing_token, hold_count, freed}]}`;
 //! `watch`: one object per line, `{at_ms, event, kind, name, owner, hold_count,
 //! fencing_token, remaining_ms, …, source}`). A lock in `locks` is `{name, kind, held, mode,
-//! owners, owner_description, hold_count, remaining_ms, fencing_token, waiting, queued,
+//! owners, owner_description, hold_count, remaining_ms, fencing_token, fencing_token_at_most,
+//! waiting, queued,
 //! readers, size}` (`owner_description`: the first owner's, or `null`).
 //! Notices and questions go to standard error.
 //!

@@ -121,10 +121,20 @@ fn cells(s: &LockState) -> [String; 9] {
         owners(&s.owners),
         holds,
         s.remaining_ms.map_or_else(dash, duration),
-        s.fencing_token.map_or_else(dash, |t| t.to_string()),
+        token(s),
         waiters,
         s.owner_description.clone().unwrap_or_else(dash),
     ]
+}
+
+/// The TOKEN cell: the holder's token, or where only a bound is known (a native mutex held by
+/// another client) `<=N`.
+fn token(s: &LockState) -> String {
+    match (s.fencing_token, s.fencing_token_at_most) {
+        (Some(token), _) => token.to_string(),
+        (None, Some(bound)) => format!("<={bound}"),
+        (None, None) => "-".to_owned(),
+    }
 }
 
 /// Owner ids for a table cell: the first, and how many more.
@@ -174,6 +184,7 @@ mod tests {
             hold_count: 3,
             remaining_ms: Some(1500),
             fencing_token: None,
+            fencing_token_at_most: None,
             waiting: None,
             size: Some(10),
             owner_description: None,
@@ -184,6 +195,7 @@ mod tests {
             owners: Vec::new(),
             remaining_ms: None,
             fencing_token: None,
+            fencing_token_at_most: None,
             ..sample()
         };
         let mut out = Vec::new();
@@ -216,6 +228,7 @@ mod tests {
             hold_count: 1,
             remaining_ms: Some(10),
             fencing_token: Some(7),
+            fencing_token_at_most: Some(7),
             waiting: Some(false),
             queued: None,
             readers: None,

@@ -34,8 +34,12 @@ pub(crate) struct LockState {
     /// The remaining lease in milliseconds: the holder's; for readers the longest; for a
     /// semaphore the first permit's to run out.
     pub(crate) remaining_ms: Option<u64>,
-    /// The holder's fencing token (mutex, fair lock, writer).
+    /// The holder's fencing token (mutex, fair lock, writer), where Redis keeps it.
     pub(crate) fencing_token: Option<u64>,
+    /// An upper bound of the holder's token: the token itself where known, else (a mutex
+    /// of the native protocol, which keeps only its owner in its key) the name's fencing
+    /// counter, which the holder's token is at most and every earlier holder's below.
+    pub(crate) fencing_token_at_most: Option<u64>,
     /// Whether someone waits: a mutex waiter asked to be told of the release, a fair lock's
     /// queue is not empty, a writer waits. None for a semaphore (lock-core does not record
     /// its waiters).
@@ -67,6 +71,7 @@ impl LockState {
             hold_count: 0,
             remaining_ms: None,
             fencing_token: None,
+            fencing_token_at_most: None,
             waiting: None,
             queued: None,
             readers: None,
@@ -82,6 +87,7 @@ impl LockState {
             hold_count: info.hold_count,
             remaining_ms: millis(info.ttl),
             fencing_token: info.fencing_token,
+            fencing_token_at_most: info.fencing_token_at_most,
             waiting: Some(info.contended),
             ..LockState::empty(name, kind)
         }
@@ -128,6 +134,7 @@ impl LockState {
                     },
                     remaining_ms: millis(writer.ttl.or(info.readers_ttl)),
                     fencing_token: writer.fencing_token,
+                    fencing_token_at_most: writer.fencing_token_at_most,
                     waiting: Some(info.writer_waiting || writer.contended),
                     readers: Some(info.readers),
                     ..LockState::empty(name, kind)

@@ -92,14 +92,27 @@ async fn a_native_lock_is_its_owner_while_held_and_gone_when_free() {
         Some(guard.fencing_token()),
         "its holder knows it"
     );
-    let elsewhere = client(&server.url())
-        .await
+    assert_eq!(info.fencing_token_at_most, Some(guard.fencing_token()));
+    let other = client(&server.url()).await;
+    let elsewhere = other.mutex("plain").info().await.unwrap();
+    assert_eq!((elsewhere.hold_count, elsewhere.fencing_token), (1, None));
+    // Another client sees a bound: the counter, at or above the holder's token, and it
+    // stays a bound while busy attempts draw tokens of their own.
+    assert_eq!(elsewhere.fencing_token_at_most, Some(guard.fencing_token()));
+    assert!(other.try_lock("plain").await.unwrap().is_none());
+    let bound = other
         .mutex("plain")
         .info()
         .await
-        .unwrap();
-    assert_eq!((elsewhere.hold_count, elsewhere.fencing_token), (1, None));
+        .unwrap()
+        .fencing_token_at_most;
+    assert!(
+        bound.is_some_and(|b| b > guard.fencing_token()),
+        "{bound:?}"
+    );
     assert!(guard.unlock().await.unwrap());
+    let free = other.mutex("plain").info().await.unwrap();
+    assert_eq!((free.held, free.fencing_token_at_most), (false, None));
     assert_eq!(
         server.cmd(&["EXISTS", "lock:{plain}"]),
         "0",

@@ -35,7 +35,7 @@ use crate::name::Keys;
 use crate::scope;
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
-use crate::wire::answer::GaveBack;
+use crate::wire::answer::{GaveBack, Inspected};
 use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
 use crate::wire::{Command, Owner, Protocol, Target, Wire};
@@ -371,11 +371,9 @@ impl Engine {
         command.freed(self.invoke_raw(command).await?)
     }
 
-    /// Runs a lock string's inspection: its remaining lease in ms and its value.
-    pub(crate) async fn inspect(
-        &self,
-        command: &Command,
-    ) -> Result<(i64, Option<String>), LockError> {
+    /// Runs a lock string's inspection: its remaining lease in ms, its value and a native
+    /// mutex's fencing counter.
+    pub(crate) async fn inspect(&self, command: &Command) -> Result<Inspected, LockError> {
         command.inspected(self.invoke_raw(command).await?)
     }
 

@@ -61,6 +61,19 @@ pub(crate) enum Answer {
     SizeMismatch { recorded: u32 },
 }
 
+/// What an inspection of a lock string read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The remaining lease in ms (`-2`: no key, `-1`: no expiry).
+    pub(crate) pttl: i64,
+    /// The lock string (a native mutex's: its owner).
+    pub(crate) value: Option<String>,
+    /// A native mutex's fencing counter now: the holder's token is at most this (busy
+    /// attempts draw tokens too) and above every earlier holder's. None for the scripts, whose
+    /// lock string carries the holder's token itself.
+    pub(crate) counter: Option<u64>,
+}
+
 /// What a call that gives one hold back (a release, an undo, a release kept until the
 /// minimum hold) answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

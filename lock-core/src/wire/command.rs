@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use super::answer::{Answer, GaveBack};
+use super::answer::{Answer, GaveBack, Inspected};
 use super::convert::convert;
 use super::native::{self, Found};
 use super::script::{self as scripts, Op};
@@ -93,12 +93,19 @@ impl Command {
         }
     }
 
-    /// An inspection's reply: the lock string's remaining lease in ms (`-2`: no key, `-1`: no
-    /// expiry) and its value (a native mutex's: its owner).
-    pub(crate) fn inspected(&self, reply: Value) -> Result<(i64, Option<String>), LockError> {
+    /// An inspection's reply: the lock string's remaining lease, its value, and a native
+    /// mutex's fencing counter.
+    pub(crate) fn inspected(&self, reply: Value) -> Result<Inspected, LockError> {
         match self {
             Command::Native(call) => call.inspected(reply),
-            Command::Script(_) => convert(reply),
+            Command::Script(_) => {
+                let (pttl, value) = convert(reply)?;
+                Ok(Inspected {
+                    pttl,
+                    value,
+                    counter: None,
+                })
+            }
         }
     }
 }

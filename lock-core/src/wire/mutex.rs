@@ -179,7 +179,7 @@ pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
 /// and its value (a native mutex's: its owner).
 pub(crate) fn inspect(p: &Protocol, kind: Kind, key: &str) -> Command {
     if p.dialect(kind) == Dialect::Native {
-        return native::Call::inspect(key).into();
+        return native::Call::inspect(key, &p.counter(key)).into();
     }
     let mut call = Call::new(Op::Inspect);
     call.key(key);

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use redis::{Pipeline, Value};
 
-use super::answer::{Answer, GaveBack, Tokens};
+use super::answer::{Answer, GaveBack, Inspected, Tokens};
 use super::convert::convert;
 use crate::error::LockError;
 
@@ -232,10 +232,15 @@ impl Call {
         Self::new(Op::Clear, pipe, key)
     }
 
-    /// Reads the lock's state.
-    pub(crate) fn inspect(key: &str) -> Self {
+    /// Reads the lock's state, and its fencing counter (the holder's token is at most it).
+    pub(crate) fn inspect(key: &str, counter: &str) -> Self {
         let mut pipe = redis::pipe();
-        pipe.cmd("PTTL").arg(key).cmd("GET").arg(key);
+        pipe.cmd("PTTL")
+            .arg(key)
+            .cmd("GET")
+            .arg(key)
+            .cmd("GET")
+            .arg(counter);
         Self::new(Op::Inspect, pipe, key)
     }
 
@@ -395,14 +400,20 @@ impl Call {
         }
     }
 
-    /// Reads the reply to an inspection: the lock's remaining lease in ms (`-2`: no key,
-    /// `-1`: no expiry) and its value (a native mutex's: its owner).
-    pub(crate) fn inspected(&self, reply: Value) -> Result<(i64, Option<String>), LockError> {
+    /// Reads the reply to an inspection: the lock's remaining lease, its owner and the
+    /// fencing counter.
+    pub(crate) fn inspected(&self, reply: Value) -> Result<Inspected, LockError> {
         let replies = self.replies(reply)?;
         if !matches!(self.op, Op::Inspect) {
             return Err(self.unexpected(&replies));
         }
-        convert(Value::Array(replies))
+        let (pttl, value, counter): (i64, Option<String>, Option<u64>) =
+            convert(Value::Array(replies))?;
+        Ok(Inspected {
+            pttl,
+            value,
+            counter,
+        })
     }
 
     /// The replies of the call's commands; an error in one of them (a key of another type)
