@@ -470,6 +470,7 @@ mod tests {
             hold_count: count,
             remaining_ms: Some(100),
             fencing_token: Some(5),
+            fencing_token_at_most: Some(5),
             waiting: Some(false),
             queued: None,
             readers: None,
