@@ -14,6 +14,7 @@
 pub(crate) mod answer;
 mod command;
 mod convert;
+mod counter;
 pub(crate) mod fair;
 pub(crate) mod kind;
 pub(crate) mod mutex;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
-use super::native;
+use super::counter;
 use super::owner::Owner;
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
 use crate::hold::Kind;
@@ -107,6 +107,6 @@ impl Protocol {
     /// do not live in slots).
     pub(crate) fn counter(&self, key: &str) -> String {
         let slot = self.sharded.then(|| Slot::for_key(key));
-        native::counter(&self.prefix, slot)
+        counter::counter(&self.prefix, slot)
     }
 }
