@@ -89,8 +89,11 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// The longest time to live of a record: 30 days.
 pub const MAX_TTL: Duration = MAX_LEASE;
 
-/// How many times the native compare-and-set reads again when another writer came in between.
-const NATIVE_ATTEMPTS: usize = 16;
+/// How long the native compare-and-set goes on reading again while other writers come in
+/// between (each time one did, another put was written): at least this, or the client's
+/// response timeout if longer. A count would not do: `n` concurrent writers with growing
+/// tokens can make the last one see `n - 1` changes.
+const NATIVE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The records of one [`LockClient`], under its key prefix: made by
 /// [`LockClient::records`]. Cheap to clone. See the [module docs](self).
@@ -201,7 +204,11 @@ impl Records {
             token,
             ttl,
         } = put;
-        for _ in 0..NATIVE_ATTEMPTS {
+        let patience = NATIVE_PATIENCE.max(self.engine.config().response_timeout);
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut attempts = 0u32;
+        while attempts == 0 || tokio::time::Instant::now() < deadline {
+            attempts += 1;
             let get = wire::record::get(key);
             let current: Option<Vec<u8>> = convert(self.engine.command(&get).await?)?;
             if let Some(current) = &current {
@@ -216,7 +223,7 @@ impl Records {
             }
         }
         Err(LockError::UnexpectedReply(format!(
-            "{key} changed {NATIVE_ATTEMPTS} times while a record was being written"
+            "{key} changed {attempts} times in {patience:?} while a record was being written"
         )))
     }
 }
