@@ -29,7 +29,7 @@
 //!   lock operation (`FCALL`, or `EVALSHA` where functions cannot be loaded);
 //! * where it does not (Valkey 9.0 or later without Lua), a compare-and-set with the server's
 //!   own commands: `GET`, compare, then `SET … NX PX` for a missing key or `SET … IFEQ <what
-//!   was read> PX`, read again and retried (up to 16 times) when another writer came in
+//!   was read> PX`, read again and retried (for up to 1 s, or the response timeout if longer) when another writer came in
 //!   between;
 //! * elsewhere: [`LockError::Unsupported`].
 //!
