@@ -29,8 +29,8 @@
 //!   lock operation (`FCALL`, or `EVALSHA` where functions cannot be loaded);
 //! * where it does not (Valkey 9.0 or later without Lua), a compare-and-set with the server's
 //!   own commands: `GET`, compare, then `SET … NX PX` for a missing key or `SET … IFEQ <what
-//!   was read> PX`, read again and retried (for up to 1 s, or the response timeout if longer) when another writer came in
-//!   between;
+//!   was read> PX`, read again and retried when another writer came in between (for up to
+//!   1 s, or the response timeout if longer);
 //! * elsewhere: [`LockError::Unsupported`].
 //!
 //! A record is not a lock and holding the lock is not checked: pass the token of the guard
