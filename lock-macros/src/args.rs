@@ -81,6 +81,40 @@ pub(crate) enum OnLost {
     Continue,
 }
 
+impl Args {
+    /// The rules between arguments: a minimum hold within the lease, and only on a mutex;
+    /// `permits` without `kind`.
+    fn check(&self) -> syn::Result<()> {
+        if let (Some((DurationArg::Millis(least, span), _)), Some(DurationArg::Millis(lease, _))) =
+            (&self.hold_at_least, &self.lease)
+            && least > lease
+        {
+            return Err(syn::Error::new(
+                *span,
+                "`hold_at_least` is longer than the `lease`: the lock would expire before it",
+            ));
+        }
+        if let Some((_, span)) = &self.hold_at_least {
+            let kind = self.kind.map(|(kind, _)| kind);
+            if self.permits.is_some() || !matches!(kind, None | Some(Kind::Mutex)) {
+                return Err(syn::Error::new(
+                    *span,
+                    "`hold_at_least` keeps a mutex taken after the call returns; it cannot be \
+                     combined with `kind = \"fair\"`, `\"read\"`, `\"write\"` or `permits`",
+                ));
+            }
+        }
+        if let (Some(_), Some((_, span))) = (&self.kind, &self.permits) {
+            return Err(syn::Error::new(
+                *span,
+                "`permits` takes a semaphore permit instead of a lock: it cannot be combined \
+                 with `kind`",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Args::default();
@@ -145,32 +179,7 @@ impl Parse for Args {
             }
             input.parse::<Token![,]>()?;
         }
-        if let (Some((DurationArg::Millis(least, span), _)), Some(DurationArg::Millis(lease, _))) =
-            (&args.hold_at_least, &args.lease)
-            && least > lease
-        {
-            return Err(syn::Error::new(
-                *span,
-                "`hold_at_least` is longer than the `lease`: the lock would expire before it",
-            ));
-        }
-        if let Some((_, span)) = &args.hold_at_least {
-            let kind = args.kind.map(|(kind, _)| kind);
-            if args.permits.is_some() || !matches!(kind, None | Some(Kind::Mutex)) {
-                return Err(syn::Error::new(
-                    *span,
-                    "`hold_at_least` keeps a mutex taken after the call returns; it cannot be \
-                     combined with `kind = \"fair\"`, `\"read\"`, `\"write\"` or `permits`",
-                ));
-            }
-        }
-        if let (Some(_), Some((_, span))) = (&args.kind, &args.permits) {
-            return Err(syn::Error::new(
-                *span,
-                "`permits` takes a semaphore permit instead of a lock: it cannot be combined \
-                 with `kind`",
-            ));
-        }
+        args.check()?;
         Ok(args)
     }
 }

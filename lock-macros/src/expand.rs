@@ -309,38 +309,11 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
         Some(expr) => quote_spanned!(expr.span()=> ::lock_core::__private::client(&(#expr))),
         None => quote!(::lock_core::__private::global_client()),
     };
-    let key = match &args.key {
-        Some(Key::Template(lit, template)) => template.expand(lit.span()),
-        Some(Key::Expr(expr)) => {
-            quote_spanned!(expr.span()=> ::std::string::ToString::to_string(&(#expr)))
-        }
-        None => unreachable!("checked: the key is required"),
-    };
+    let key = key(&args);
     let skip = matches!(args.on_busy, Some((OnBusy::Skip, _)));
-    // Skipping makes one attempt unless a wait is given.
-    let wait = match (&args.wait, skip) {
-        (None, true) => {
-            quote!(::core::option::Option::Some(::core::time::Duration::ZERO))
-        }
-        (wait, _) => duration(wait.as_ref()),
-    };
+    let wait = wait(&args, skip);
     let lease = duration(args.lease.as_ref());
-    let request = match (args.permits, args.kind.map(|(kind, _)| kind)) {
-        (Some((n, span)), _) => {
-            let n = LitInt::new(&format!("{n}u32"), span);
-            quote!(__lock_client.semaphore(__lock_name, #n).acquire(1))
-        }
-        (None, None | Some(Kind::Mutex)) => match &args.hold_at_least {
-            Some((least, _)) => {
-                let least = duration_value(least);
-                quote!(__lock_client.lock(__lock_name).hold_at_least(#least))
-            }
-            None => quote!(__lock_client.lock(__lock_name)),
-        },
-        (None, Some(Kind::Fair)) => quote!(__lock_client.fair_lock(__lock_name).lock()),
-        (None, Some(Kind::Read)) => quote!(__lock_client.read_write_lock(__lock_name).read()),
-        (None, Some(Kind::Write)) => quote!(__lock_client.read_write_lock(__lock_name).write()),
-    };
+    let request = request(&args);
     let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
         OnLost::Abort => quote!(::lock_core::__private::OnLost::Abort),
         OnLost::Continue => quote!(::lock_core::__private::OnLost::Continue),
@@ -390,6 +363,47 @@ fn expand(checked: Checked, func: LockedFn) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis #sig #outer_body
+    }
+}
+
+/// How long to wait: as given; skipping makes one attempt unless a wait is given.
+fn wait(args: &Args, skip: bool) -> TokenStream {
+    match (&args.wait, skip) {
+        (None, true) => {
+            quote!(::core::option::Option::Some(::core::time::Duration::ZERO))
+        }
+        (wait, _) => duration(wait.as_ref()),
+    }
+}
+
+/// The expression that makes the lock's name.
+fn key(args: &Args) -> TokenStream {
+    match &args.key {
+        Some(Key::Template(lit, template)) => template.expand(lit.span()),
+        Some(Key::Expr(expr)) => {
+            quote_spanned!(expr.span()=> ::std::string::ToString::to_string(&(#expr)))
+        }
+        None => unreachable!("checked: the key is required"),
+    }
+}
+
+/// The request the attribute asks for: a semaphore permit, or a lock of its kind.
+fn request(args: &Args) -> TokenStream {
+    match (args.permits, args.kind.map(|(kind, _)| kind)) {
+        (Some((n, span)), _) => {
+            let n = LitInt::new(&format!("{n}u32"), span);
+            quote!(__lock_client.semaphore(__lock_name, #n).acquire(1))
+        }
+        (None, None | Some(Kind::Mutex)) => match &args.hold_at_least {
+            Some((least, _)) => {
+                let least = duration_value(least);
+                quote!(__lock_client.lock(__lock_name).hold_at_least(#least))
+            }
+            None => quote!(__lock_client.lock(__lock_name)),
+        },
+        (None, Some(Kind::Fair)) => quote!(__lock_client.fair_lock(__lock_name).lock()),
+        (None, Some(Kind::Read)) => quote!(__lock_client.read_write_lock(__lock_name).read()),
+        (None, Some(Kind::Write)) => quote!(__lock_client.read_write_lock(__lock_name).write()),
     }
 }
 

@@ -360,18 +360,10 @@ fn print(out: &mut Output, event: &Event) -> Result<bool, Failure> {
     }
 }
 
-/// Runs `watch` until `--count` events, `--for` has passed, or Ctrl-C: 0.
-pub(crate) async fn run(
-    target: &Target,
-    args: &WatchArgs,
-    out: &mut Output,
-) -> Result<Code, Failure> {
-    check_pattern(&args.pattern).map_err(Failure::Usage)?;
-    let deadline = args.duration.map(|d| Instant::now() + d);
-    let listen = choose(target, args.source).await?;
-    // Everything under the prefix (what an ACL grant like `&lock:*` allows): the names are
-    // matched here.
-    let pattern = match listen {
+/// The pattern to subscribe to for `listen`: everything under the prefix (what an ACL grant
+/// like `&lock:*` allows); the names are matched here.
+fn pattern(target: &Target, listen: Listen) -> Result<String, Failure> {
+    Ok(match listen {
         Listen::Keyspace => format!(
             "__keyspace@{}__:{}",
             target.db,
@@ -386,8 +378,19 @@ pub(crate) async fn run(
             ));
         }
         Listen::Channels => layout::prefix_glob(&target.prefix),
-    };
-    let mut messages = subscribe(target, &pattern).await?;
+    })
+}
+
+/// Runs `watch` until `--count` events, `--for` has passed, or Ctrl-C: 0.
+pub(crate) async fn run(
+    target: &Target,
+    args: &WatchArgs,
+    out: &mut Output,
+) -> Result<Code, Failure> {
+    check_pattern(&args.pattern).map_err(Failure::Usage)?;
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let listen = choose(target, args.source).await?;
+    let mut messages = subscribe(target, &pattern(target, listen)?).await?;
     let mut watcher = Watcher {
         target,
         names: Glob::new(&args.pattern),
