@@ -168,6 +168,11 @@ impl Keys {
         self.with(RECORD).to_string()
     }
 
+    /// The name's rate limit (`crate::rate_limit`): `<tat>|<interval>|<burst>`.
+    pub(crate) fn rate(&self) -> String {
+        self.with(RATE).to_string()
+    }
+
     /// The fair lock: a lock string.
     pub(crate) fn fair(&self) -> String {
         self.with(FAIR).to_string()
@@ -240,6 +245,7 @@ pub(crate) const PERMITS: &str = ":permits";
 pub(crate) const PERMITS_SIZE: &str = ":permits:size";
 pub(crate) const PERMITS_RELEASED: &str = ":permits:released";
 pub(crate) const RECORD: &str = ":record";
+pub(crate) const RATE: &str = ":rate";
 
 /// The lock name in `key` and what follows it, if `key` is `prefix` + `{name}` + anything with
 /// a valid name: the inverse of [`Keys::new`]. A name has no braces, so the first `}` ends it.
@@ -320,6 +326,8 @@ mod tests {
             k.permits(),
             k.permits_size(),
             k.permits_released(),
+            k.record(),
+            k.rate(),
         ] {
             assert!(key.starts_with("lock:{order:42}:"), "{key}");
         }

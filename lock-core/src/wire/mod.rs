@@ -3,7 +3,7 @@
 //!
 //! One room per kind builds that kind's calls: [`mutex`] (lock strings, in both dialects:
 //! the mutex, and what a fair lock and a writer share with it), [`fair`], [`rwlock`],
-//! [`semaphore`]; [`kind`] is the one `match` over kinds (give one hold back, renew).
+//! [`semaphore`], [`rate`] (a rate limit's one call); [`kind`] is the one `match` over kinds (give one hold back, renew).
 //! [`Protocol::dialect`] is the one place that chooses a call's dialect.
 //!
 //! Below them, the dialects: [`script`] (the Lua code, `scripts/*.lua`, and one call of it)
@@ -21,6 +21,7 @@ pub(crate) mod mutex;
 pub(crate) mod native;
 mod owner;
 mod protocol;
+pub(crate) mod rate;
 pub(crate) mod record;
 pub(crate) mod rwlock;
 pub(crate) mod script;

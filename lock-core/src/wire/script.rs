@@ -58,6 +58,8 @@ macro_rules! ops {
                     "multi-lock"
                 } else if name.starts_with("record") {
                     "records"
+                } else if name.starts_with("rate") {
+                    "rate limit"
                 } else {
                     "mutex"
                 }
@@ -108,6 +110,7 @@ ops!(
     SemInspect => "sem_inspect",
     SemForceUnlock => "sem_force_unlock",
     RecordPut => "record_put",
+    RateLimit => "rate_limit",
 );
 
 impl Op {
