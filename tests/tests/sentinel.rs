@@ -1,6 +1,7 @@
 //! Locks on a Sentinel-managed primary with one replica and three sentinels: the client finds
 //! the primary, follows a failover (commands, renewals and pub/sub), a replica-acknowledged
-//! lock survives the failover, and an unacknowledged one can be lost — which fencing catches.
+//! lock survives the failover, and an unacknowledged one can be lost — which fencing catches;
+//! a rate limit's state lives on the primary.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -31,6 +32,12 @@ async fn the_client_finds_the_primary_and_its_locks_live_there() {
     let value = group.primary().cmd(&["GET", "lock:{found}"]);
     assert!(is_lock_of(&value, &c, g.fencing_token()), "{value}");
     assert!(g.unlock().await.unwrap());
+
+    // A rate limit's state lives on the primary too.
+    let limit = c.rate_limit("found").per(Duration::from_secs(60), 1);
+    assert!(limit.check().await.unwrap().is_allowed());
+    assert!(!limit.check().await.unwrap().is_allowed());
+    assert_eq!(group.primary().cmd(&["EXISTS", "lock:{found}:rate"]), "1");
 
     // A wrong service name is a typed error, not a hang.
     let started = Instant::now();
