@@ -72,6 +72,10 @@ const OPERATIONS: &[(&str, &str)] = &[
         include_str!("../../lock-core/src/wire/scripts/multi_acquire.lua"),
     ),
     (
+        "rate_limit",
+        include_str!("../../lock-core/src/wire/scripts/rate_limit.lua"),
+    ),
+    (
         "record_put",
         include_str!("../../lock-core/src/wire/scripts/record_put.lua"),
     ),
@@ -310,7 +314,8 @@ impl Draw {
                 script("multi_acquire", vec![a, b], args)
             }
             28..=30 => self.batch(owner),
-            31 => self.record_put(),
+            31 if self.rng.random_bool(0.5) => self.record_put(),
+            31 => self.rate_limit(),
             32..=61 => self.fair_or_rw(owner),
             62..=93 => self.semaphore_or_rw(owner),
             94 => {
@@ -404,6 +409,30 @@ impl Draw {
             op: "record_put",
             keys: vec![key],
             args: vec![lit(value), lit(token), lit(60_000)],
+        }
+    }
+
+    /// A rate limit's decision (`rate_limit.lua`): mostly on a limit's key, now and then on a
+    /// lock string (refused as not a limit's). One permit a minute, so none comes back while
+    /// a sequence runs; 0 as the interval reads the stored state.
+    fn rate_limit(&mut self) -> Step {
+        let k = self.name();
+        let key = if self.rng.random_bool(0.85) {
+            format!("{}:rate", k.mutex)
+        } else {
+            k.mutex
+        };
+        let interval = if self.rng.random_bool(0.85) {
+            60_000_000
+        } else {
+            0
+        };
+        let burst = self.rng.random_range(1..4u32);
+        let n = self.rng.random_range(0..=burst);
+        Step::Script {
+            op: "rate_limit",
+            keys: vec![key],
+            args: vec![lit(interval), lit(burst), lit(n)],
         }
     }
 
