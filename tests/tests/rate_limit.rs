@@ -399,20 +399,18 @@ async fn bad_quotas_names_and_counts_are_refused_before_anything_is_sent() {
 // ---------------------------------------------------------------------------------------------
 // The in-memory backend, on tokio's paused clock
 
-/// On the paused clock the bound is exact: a burst, then one permit per interval.
+/// On the paused clock the bound is exact: three instances, a burst, then 30 s of steady
+/// overload, and one permit per interval.
 #[tokio::test(start_paused = true)]
 async fn on_the_memory_backend_under_a_paused_clock_the_count_is_exact() {
     let server = MemoryServer::new();
-    let (a, b) = (
-        server.client().await.unwrap(),
-        server.client().await.unwrap(),
-    );
     let quota = Quota::per(SECOND, 10).burst(5);
-    let limits = [
-        a.rate_limit("k").quota(quota),
-        b.rate_limit("k").quota(quota),
-    ];
-    let mut allowed = u64::from(take_all(&limits[0]).await);
+    let mut limits = Vec::new();
+    for _ in 0..3 {
+        limits.push(server.client().await.unwrap().rate_limit("k").quota(quota));
+    }
+    let a = limits[0].clone();
+    let mut allowed = u64::from(take_all(&a).await);
     assert_eq!(allowed, 5, "the burst, at once");
     // The memory server's clock moves 1 µs per call while tokio's stands still.
     let retry = limits[1].check().await.unwrap().retry_after();
@@ -420,18 +418,20 @@ async fn on_the_memory_backend_under_a_paused_clock_the_count_is_exact() {
         retry <= Duration::from_millis(100) && retry > Duration::from_micros(99_900),
         "{retry:?}"
     );
-    // Then 10 s of one request every millisecond from two instances: 20,000 requests.
-    for _ in 1..10_000u32 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    // Then 30 s of one request every 3 ms from each instance: 30,000 requests, 30 × the rate.
+    for _ in 0..10_000u32 {
+        tokio::time::sleep(Duration::from_millis(3)).await;
         for limit in &limits {
             allowed += u64::from(limit.check().await.unwrap().is_allowed());
         }
     }
-    // The burst, then one every 100 ms: at 100, 200, ..., 9,900 ms.
-    assert_eq!(allowed, 5 + 99);
+    // The burst, then one permit per 100 ms, each taken by the first request at or after it
+    // is due (a late request does not lose the permit's credit): due at 100, ..., 29,900 ms.
+    assert_eq!(allowed, 5 + 299);
     // A thousand keys on the same clock: each lets its burst in, then nothing.
+    let c = server.client().await.unwrap();
     for k in 0..1_000 {
-        let limit = a.rate_limit(format!("user:{k}")).quota(quota);
+        let limit = c.rate_limit(format!("user:{k}")).quota(quota);
         assert_eq!(take_all(&limit).await, 5);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
