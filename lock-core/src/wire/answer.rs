@@ -74,6 +74,45 @@ pub(crate) struct Inspected {
     pub(crate) counter: Option<u64>,
 }
 
+/// What an inspection of a read-write lock's readers and writer-waiting mark read
+/// (`rw_inspect.lua`; the writer's lock string is read by its own inspection).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Readers {
+    /// Whether a writer's writer-waiting mark is set.
+    pub(crate) writer_waiting: bool,
+    /// The read shares whose expiry had not passed on the server's clock, in the reply's order.
+    pub(crate) shares: Vec<ReadShare>,
+}
+
+/// One owner's read share, as an inspection read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReadShare {
+    /// The reader's owner id.
+    pub(crate) owner: String,
+    /// Its hold count (re-entries included).
+    pub(crate) count: u32,
+    /// What was left of its lease on the server's clock.
+    pub(crate) left: Duration,
+}
+
+/// What an inspection of a semaphore read (`sem_inspect.lua`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Permits {
+    /// The size recorded at first use (None while no permit is held).
+    pub(crate) size: Option<u32>,
+    /// The permits whose lease had not run out on the server's clock, in the reply's order.
+    pub(crate) held: Vec<Permit>,
+}
+
+/// One held permit, as an inspection read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Permit {
+    /// The owner id of the acquisition holding it (its permit id without the `:<k>`).
+    pub(crate) owner: String,
+    /// What was left of its lease on the server's clock.
+    pub(crate) left: Duration,
+}
+
 /// What a call that gives one hold back (a release, an undo, a release kept until the
 /// minimum hold) answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
