@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::error::LockError;
 use crate::hold::Kind;
 use crate::name::Keys;
-use crate::wire::answer::{Permits, Readers};
+use crate::wire::answer::{Holder, Permits, Readers};
 use crate::wire::{self, Dialect};
 
 /// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
@@ -24,7 +24,7 @@ pub(crate) async fn lock(
     let read = engine
         .inspect(&wire::mutex::inspect(engine.protocol(), kind, key))
         .await?;
-    let mut info = LockInfo::parse(read.pttl, read.value.as_deref());
+    let mut info = LockInfo::new(read.holder());
     if info.held && info.fencing_token.is_none() {
         info.fencing_token_at_most = read.counter;
     }
@@ -73,37 +73,19 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    fn parse(pttl: i64, value: Option<&str>) -> Self {
-        let value = value.unwrap_or("");
-        if !value.is_empty() && !value.contains('|') {
-            // A mutex of the native protocol: its owner, the lease; the hold count is the
-            // holder's and the fencing token its counter's, neither kept in the key.
-            return LockInfo {
-                held: true,
-                owner: Some(value.to_owned()),
-                ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                hold_count: 1,
-                fencing_token: None,
-                fencing_token_at_most: None,
-                contended: false,
-            };
-        }
-        let mut fields = value.split('|');
-        let owner = fields.next().unwrap_or("");
-        let count = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
-        let token = fields.next().and_then(|t| t.parse().ok());
-        let contended = fields.nth(1) == Some("1");
-        let held = !owner.is_empty();
+    /// The lock's state from the holder its lock string names (None: free).
+    fn new(holder: Option<Holder>) -> Self {
+        let Some(holder) = holder else {
+            return LockInfo::default();
+        };
         LockInfo {
-            held,
-            owner: held.then(|| owner.to_owned()),
-            ttl: held
-                .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
-                .flatten(),
-            hold_count: if held { count } else { 0 },
-            fencing_token: if held { token } else { None },
-            fencing_token_at_most: if held { token } else { None },
-            contended: held && contended,
+            held: true,
+            owner: Some(holder.owner),
+            ttl: holder.ttl,
+            hold_count: holder.count,
+            fencing_token: holder.token,
+            fencing_token_at_most: holder.token,
+            contended: holder.contended,
         }
     }
 }
@@ -236,7 +218,22 @@ mod tests {
     use redis::Value;
 
     use super::*;
+    use crate::wire::answer::Inspected;
     use crate::wire::convert;
+
+    /// What `lock()` makes of a lock string's inspection (a script's: no counter).
+    fn lock_parse(pttl: i64, value: Option<&str>) -> LockInfo {
+        let value = value.map(str::to_owned);
+        let counter = None;
+        LockInfo::new(
+            Inspected {
+                pttl,
+                value,
+                counter,
+            }
+            .holder(),
+        )
+    }
 
     /// What `read_write()` makes of `rw_inspect.lua`'s reply.
     fn rw_parse(writer: LockInfo, reply: Vec<Value>) -> Result<ReadWriteLockInfo, LockError> {
@@ -312,14 +309,14 @@ mod tests {
 
     #[test]
     fn info_reads_the_lock_string() {
-        let held = LockInfo::parse(1500, Some("c:1|2|77||1"));
+        let held = lock_parse(1500, Some("c:1|2|77||1"));
         assert!(held.held && held.contended);
         assert_eq!(held.ttl, Some(Duration::from_millis(1500)));
         assert_eq!((held.hold_count, held.fencing_token), (2, Some(77)));
         assert_eq!(held.owner.as_deref(), Some("c:1"));
-        let free = LockInfo::parse(3_600_000, Some("|0|77|77|"));
+        let free = lock_parse(3_600_000, Some("|0|77|77|"));
         assert_eq!(free, LockInfo::default());
-        assert_eq!(LockInfo::parse(-2, None), LockInfo::default());
+        assert_eq!(lock_parse(-2, None), LockInfo::default());
     }
 
     /// Every reply an `info()` decodes, malformed ones included (issue 17 §3): a typed
@@ -333,7 +330,7 @@ mod tests {
         /// What `lock()` does with `inspect.lua`'s reply.
         fn decode_lock(reply: Value) -> Result<LockInfo, LockError> {
             let (pttl, value): (i64, Option<String>) = convert(reply)?;
-            Ok(LockInfo::parse(pttl, value.as_deref()))
+            Ok(lock_parse(pttl, value.as_deref()))
         }
 
         fn check_lock_info(info: &LockInfo) -> Result<(), TestCaseError> {

@@ -13,7 +13,9 @@
 //!
 //! Inside, the rooms of the kinds that only have scripts read their inspections' replies
 //! themselves ([`fair::queued`], [`rwlock::readers`], [`semaphore::permits`]), into the typed
-//! answers of [`answer`]; `info.rs` above only turns those into the public `*Info` types.
+//! answers of [`answer`], where a lock string's inspection names its holder
+//! ([`answer::Inspected::holder`]); `info.rs` above only turns those into the public `*Info`
+//! types.
 
 pub(crate) mod answer;
 mod command;
