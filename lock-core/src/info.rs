@@ -4,13 +4,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::hold::Kind;
 use crate::name::Keys;
-use crate::wire::convert;
+use crate::wire::answer::{Holder, Permits, Readers};
 use crate::wire::{self, Dialect};
 
 /// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
@@ -26,7 +24,7 @@ pub(crate) async fn lock(
     let read = engine
         .inspect(&wire::mutex::inspect(engine.protocol(), kind, key))
         .await?;
-    let mut info = LockInfo::parse(read.pttl, read.value.as_deref());
+    let mut info = LockInfo::new(read.holder());
     if info.held && info.fencing_token.is_none() {
         info.fencing_token_at_most = read.counter;
     }
@@ -75,37 +73,19 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    fn parse(pttl: i64, value: Option<&str>) -> Self {
-        let value = value.unwrap_or("");
-        if !value.is_empty() && !value.contains('|') {
-            // A mutex of the native protocol: its owner, the lease; the hold count is the
-            // holder's and the fencing token its counter's, neither kept in the key.
-            return LockInfo {
-                held: true,
-                owner: Some(value.to_owned()),
-                ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                hold_count: 1,
-                fencing_token: None,
-                fencing_token_at_most: None,
-                contended: false,
-            };
-        }
-        let mut fields = value.split('|');
-        let owner = fields.next().unwrap_or("");
-        let count = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
-        let token = fields.next().and_then(|t| t.parse().ok());
-        let contended = fields.nth(1) == Some("1");
-        let held = !owner.is_empty();
+    /// The lock's state from the holder its lock string names (None: free).
+    fn new(holder: Option<Holder>) -> Self {
+        let Some(holder) = holder else {
+            return LockInfo::default();
+        };
         LockInfo {
-            held,
-            owner: held.then(|| owner.to_owned()),
-            ttl: held
-                .then(|| u64::try_from(pttl).ok().map(Duration::from_millis))
-                .flatten(),
-            hold_count: if held { count } else { 0 },
-            fencing_token: if held { token } else { None },
-            fencing_token_at_most: if held { token } else { None },
-            contended: held && contended,
+            held: true,
+            owner: Some(holder.owner),
+            ttl: holder.ttl,
+            hold_count: holder.count,
+            fencing_token: holder.token,
+            fencing_token_at_most: holder.token,
+            contended: holder.contended,
         }
     }
 }
@@ -113,8 +93,8 @@ impl LockInfo {
 /// What Redis knows about a fair lock and its queue.
 pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
     let lock = lock(engine, Kind::Fair, keys, &keys.fair()).await?;
-    let (_, _, queued, _): (i64, Option<String>, u32, i64) =
-        engine.invoke(&wire::fair::inspect(keys)).await?;
+    let reply = engine.invoke_script(&wire::fair::inspect(keys)).await?;
+    let queued = wire::fair::queued(reply)?;
     Ok(FairLockInfo { lock, queued })
 }
 
@@ -134,8 +114,11 @@ pub(crate) async fn read_write(
     keys: &Keys,
 ) -> Result<ReadWriteLockInfo, LockError> {
     let writer = lock(engine, Kind::Write, keys, &keys.rw_writer()).await?;
-    let reply: Vec<Value> = engine.invoke(&wire::rwlock::inspect(keys)).await?;
-    ReadWriteLockInfo::parse(writer, reply)
+    let reply = engine.invoke_script(&wire::rwlock::inspect(keys)).await?;
+    Ok(ReadWriteLockInfo::new(
+        writer,
+        wire::rwlock::readers(reply)?,
+    ))
 }
 
 /// A read-write lock's state as Redis sees it: made by
@@ -158,35 +141,22 @@ pub struct ReadWriteLockInfo {
 }
 
 impl ReadWriteLockInfo {
-    /// Reads `rw_inspect.lua`'s reply: writer pttl and value, mark pttl, server ms, then
-    /// reader owner and `count|expiry` pairs.
-    fn parse(writer: LockInfo, reply: Vec<Value>) -> Result<Self, LockError> {
-        let bad = || LockError::UnexpectedReply("rw_inspect returned a malformed reply".to_owned());
-        let mut values = reply.into_iter();
-        let [_writer_pttl, _writer_value, mark_pttl, now] =
-            [values.next(), values.next(), values.next(), values.next()];
-        let mark_pttl: i64 = convert(mark_pttl.ok_or_else(bad)?)?;
-        let now: i64 = convert(now.ok_or_else(bad)?)?;
+    /// The lock's state from its writer's inspection and its readers'.
+    fn new(writer: LockInfo, readers: Readers) -> Self {
         let mut info = ReadWriteLockInfo {
             writer,
-            writer_waiting: mark_pttl != -2,
+            writer_waiting: readers.writer_waiting,
             ..Default::default()
         };
-        while let (Some(owner), Some(share)) = (values.next(), values.next()) {
-            let share: String = convert(share)?;
-            let (count, expiry) = share.split_once('|').ok_or_else(bad)?;
-            let count: u32 = count.parse().map_err(|_| bad())?;
-            let expiry: i64 = expiry.parse().map_err(|_| bad())?;
-            if expiry > now {
-                info.readers += 1;
-                info.read_shares = info.read_shares.saturating_add(count);
-                info.reader_owners.push(convert(owner)?);
-                let left = Duration::from_millis(expiry.abs_diff(now));
-                info.readers_ttl = Some(info.readers_ttl.map_or(left, |t| t.max(left)));
-            }
+        for share in readers.shares {
+            info.readers += 1;
+            info.read_shares = info.read_shares.saturating_add(share.count);
+            info.reader_owners.push(share.owner);
+            let left = share.left;
+            info.readers_ttl = Some(info.readers_ttl.map_or(left, |t| t.max(left)));
         }
         info.reader_owners.sort_unstable();
-        Ok(info)
+        info
     }
 }
 
@@ -196,8 +166,10 @@ pub(crate) async fn semaphore(
     keys: &Keys,
     size: u32,
 ) -> Result<SemaphoreInfo, LockError> {
-    let reply: Vec<Value> = engine.invoke(&wire::semaphore::inspect(keys)).await?;
-    SemaphoreInfo::parse(size, reply)
+    let reply = engine
+        .invoke_script(&wire::semaphore::inspect(keys))
+        .await?;
+    Ok(SemaphoreInfo::new(size, wire::semaphore::permits(reply)?))
 }
 
 /// A semaphore's state as Redis sees it: made by
@@ -220,47 +192,66 @@ pub struct SemaphoreInfo {
 }
 
 impl SemaphoreInfo {
-    /// Reads `sem_inspect.lua`'s reply: server ms, recorded size, then permit id and expiry
-    /// pairs.
-    fn parse(size: u32, reply: Vec<Value>) -> Result<Self, LockError> {
-        let bad =
-            || LockError::UnexpectedReply("sem_inspect returned a malformed reply".to_owned());
-        let mut values = reply.into_iter();
-        let now: i64 = convert(values.next().ok_or_else(bad)?)?;
-        let recorded: Option<u32> = convert(values.next().ok_or_else(bad)?)?;
+    /// The semaphore's state from its inspection, for a handle of `size` permits.
+    fn new(size: u32, permits: Permits) -> Self {
         let mut info = SemaphoreInfo {
-            size: recorded,
+            size: permits.size,
             ..Default::default()
         };
         let mut owners = HashSet::new();
-        while let (Some(member), Some(expiry)) = (values.next(), values.next()) {
-            let member: String = convert(member)?;
-            let expiry: i64 = convert(expiry)?;
-            if expiry > now {
-                info.held += 1;
-                let owner = member.rsplit_once(':').map_or(member.as_str(), |(o, _)| o);
-                owners.insert(owner.to_owned());
-                let left = Duration::from_millis(expiry.abs_diff(now));
-                info.next_expiry = Some(info.next_expiry.map_or(left, |e| e.min(left)));
-            }
+        for permit in permits.held {
+            info.held += 1;
+            owners.insert(permit.owner);
+            let left = permit.left;
+            info.next_expiry = Some(info.next_expiry.map_or(left, |e| e.min(left)));
         }
         info.holders = u32::try_from(owners.len()).unwrap_or(u32::MAX);
         info.holder_owners = owners.into_iter().collect();
         info.holder_owners.sort_unstable();
-        info.free = recorded.unwrap_or(size).saturating_sub(info.held);
-        Ok(info)
+        info.free = permits.size.unwrap_or(size).saturating_sub(info.held);
+        info
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use redis::Value;
+
     use super::*;
+    use crate::wire::answer::Inspected;
+    use crate::wire::convert;
+
+    /// What `lock()` makes of a lock string's inspection (a script's: no counter).
+    fn lock_parse(pttl: i64, value: Option<&str>) -> LockInfo {
+        let value = value.map(str::to_owned);
+        let counter = None;
+        LockInfo::new(
+            Inspected {
+                pttl,
+                value,
+                counter,
+            }
+            .holder(),
+        )
+    }
+
+    /// What `read_write()` makes of `rw_inspect.lua`'s reply.
+    fn rw_parse(writer: LockInfo, reply: Vec<Value>) -> Result<ReadWriteLockInfo, LockError> {
+        let readers = wire::rwlock::readers(Value::Array(reply))?;
+        Ok(ReadWriteLockInfo::new(writer, readers))
+    }
+
+    /// What `semaphore()` makes of `sem_inspect.lua`'s reply.
+    fn sem_parse(size: u32, reply: Vec<Value>) -> Result<SemaphoreInfo, LockError> {
+        let permits = wire::semaphore::permits(Value::Array(reply))?;
+        Ok(SemaphoreInfo::new(size, permits))
+    }
 
     #[test]
     fn a_malformed_reply_is_an_error_not_a_panic() {
         let short = vec![Value::Int(1)];
-        assert!(ReadWriteLockInfo::parse(LockInfo::default(), short.clone()).is_err());
-        assert!(SemaphoreInfo::parse(3, short).is_err());
+        assert!(rw_parse(LockInfo::default(), short.clone()).is_err());
+        assert!(sem_parse(3, short).is_err());
         let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let bad_share = vec![
             Value::Int(-2),
@@ -270,8 +261,8 @@ mod tests {
             text("r"),
             text("x"),
         ];
-        assert!(ReadWriteLockInfo::parse(LockInfo::default(), bad_share).is_err());
-        let info = SemaphoreInfo::parse(
+        assert!(rw_parse(LockInfo::default(), bad_share).is_err());
+        let info = sem_parse(
             4,
             vec![
                 Value::Int(100),
@@ -294,7 +285,7 @@ mod tests {
     #[test]
     fn extreme_numbers_in_an_inspection_are_not_a_panic() {
         let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let info = SemaphoreInfo::parse(
+        let info = sem_parse(
             0,
             vec![Value::Int(i64::MIN), Value::Nil, text(":0:0"), text("0")],
         )
@@ -305,7 +296,7 @@ mod tests {
             for share in shares {
                 reply.extend([text("r"), text(share)]);
             }
-            ReadWriteLockInfo::parse(LockInfo::default(), reply).unwrap()
+            rw_parse(LockInfo::default(), reply).unwrap()
         };
         let info = rw(-47_259, &["2624872609|9223372036854775807"]);
         assert_eq!(
@@ -318,14 +309,14 @@ mod tests {
 
     #[test]
     fn info_reads_the_lock_string() {
-        let held = LockInfo::parse(1500, Some("c:1|2|77||1"));
+        let held = lock_parse(1500, Some("c:1|2|77||1"));
         assert!(held.held && held.contended);
         assert_eq!(held.ttl, Some(Duration::from_millis(1500)));
         assert_eq!((held.hold_count, held.fencing_token), (2, Some(77)));
         assert_eq!(held.owner.as_deref(), Some("c:1"));
-        let free = LockInfo::parse(3_600_000, Some("|0|77|77|"));
+        let free = lock_parse(3_600_000, Some("|0|77|77|"));
         assert_eq!(free, LockInfo::default());
-        assert_eq!(LockInfo::parse(-2, None), LockInfo::default());
+        assert_eq!(lock_parse(-2, None), LockInfo::default());
     }
 
     /// Every reply an `info()` decodes, malformed ones included (issue 17 §3): a typed
@@ -339,7 +330,7 @@ mod tests {
         /// What `lock()` does with `inspect.lua`'s reply.
         fn decode_lock(reply: Value) -> Result<LockInfo, LockError> {
             let (pttl, value): (i64, Option<String>) = convert(reply)?;
-            Ok(LockInfo::parse(pttl, value.as_deref()))
+            Ok(lock_parse(pttl, value.as_deref()))
         }
 
         fn check_lock_info(info: &LockInfo) -> Result<(), TestCaseError> {
@@ -456,8 +447,7 @@ mod tests {
                 ]
             ) {
                 // What `fair()` reads from `fair_inspect.lua`.
-                let decoded: Result<(i64, Option<String>, u32, i64), _> = convert(reply);
-                if let Err(e) = decoded {
+                if let Err(e) = wire::fair::queued(reply) {
                     typed(e)?;
                 }
             }
@@ -470,8 +460,8 @@ mod tests {
                     Value::Array(items) => items.len().saturating_sub(4) / 2,
                     _ => 0,
                 };
-                let decoded = convert::<Vec<Value>>(reply)
-                    .and_then(|reply| ReadWriteLockInfo::parse(LockInfo::default(), reply));
+                let decoded = wire::rwlock::readers(reply)
+                    .map(|readers| ReadWriteLockInfo::new(LockInfo::default(), readers));
                 match decoded {
                     Ok(info) => {
                         prop_assert!(info.readers as usize <= pairs);
@@ -490,7 +480,7 @@ mod tests {
                     Value::Array(items) => items.len().saturating_sub(2) / 2,
                     _ => 0,
                 };
-                match convert::<Vec<Value>>(reply).and_then(|reply| SemaphoreInfo::parse(size, reply)) {
+                match wire::semaphore::permits(reply).map(|permits| SemaphoreInfo::new(size, permits)) {
                     Ok(info) => {
                         prop_assert!(info.held as usize <= pairs);
                         prop_assert!(info.holders <= info.held);

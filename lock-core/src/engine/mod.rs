@@ -36,7 +36,6 @@ use crate::scope;
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
 use crate::wire::answer::{GaveBack, Inspected};
-use crate::wire::convert;
 use crate::wire::script::{Call, Mode, Scripts};
 use crate::wire::{Command, Owner, Protocol, Target, Wire};
 
@@ -375,14 +374,6 @@ impl Engine {
     /// mutex's fencing counter.
     pub(crate) async fn inspect(&self, command: &Command) -> Result<Inspected, LockError> {
         command.inspected(self.invoke_raw(command).await?)
-    }
-
-    /// Runs a script call and converts its reply.
-    pub(crate) async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        call: &Call,
-    ) -> Result<T, LockError> {
-        convert(self.invoke_script(call).await?)
     }
 
     /// Runs `command` (whose first key is `key`), then `WAIT`; returns the reply as sent and

@@ -74,6 +74,93 @@ pub(crate) struct Inspected {
     pub(crate) counter: Option<u64>,
 }
 
+/// The holder a lock string names, as its inspection read it ([`Inspected::holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// The holder's owner id.
+    pub(crate) owner: String,
+    /// Its remaining lease, if the key has one.
+    pub(crate) ttl: Option<Duration>,
+    /// Its hold count (a native mutex keeps none in its key: 1).
+    pub(crate) count: u32,
+    /// Its fencing token, if the lock string keeps it (a native mutex's does not).
+    pub(crate) token: Option<u64>,
+    /// Whether a waiter asked to be told of the release.
+    pub(crate) contended: bool,
+}
+
+impl Inspected {
+    /// The holder the lock string names, None when the lock is free. A script's lock string
+    /// is `owner|count|token|released|waiters` (an empty owner: free); a native mutex's key
+    /// holds its owner alone.
+    pub(crate) fn holder(&self) -> Option<Holder> {
+        let value = self.value.as_deref().unwrap_or("");
+        let ttl = u64::try_from(self.pttl).ok().map(Duration::from_millis);
+        if !value.is_empty() && !value.contains('|') {
+            // A mutex of the native protocol: its owner, the lease; the hold count is the
+            // holder's and the fencing token its counter's, neither kept in the key.
+            return Some(Holder {
+                owner: value.to_owned(),
+                ttl,
+                count: 1,
+                token: None,
+                contended: false,
+            });
+        }
+        let mut fields = value.split('|');
+        let owner = fields.next().unwrap_or("");
+        let count = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let token = fields.next().and_then(|t| t.parse().ok());
+        let contended = fields.nth(1) == Some("1");
+        (!owner.is_empty()).then(|| Holder {
+            owner: owner.to_owned(),
+            ttl,
+            count,
+            token,
+            contended,
+        })
+    }
+}
+
+/// What an inspection of a read-write lock's readers and writer-waiting mark read
+/// (`rw_inspect.lua`; the writer's lock string is read by its own inspection).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Readers {
+    /// Whether a writer's writer-waiting mark is set.
+    pub(crate) writer_waiting: bool,
+    /// The read shares whose expiry had not passed on the server's clock, in the reply's order.
+    pub(crate) shares: Vec<ReadShare>,
+}
+
+/// One owner's read share, as an inspection read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReadShare {
+    /// The reader's owner id.
+    pub(crate) owner: String,
+    /// Its hold count (re-entries included).
+    pub(crate) count: u32,
+    /// What was left of its lease on the server's clock.
+    pub(crate) left: Duration,
+}
+
+/// What an inspection of a semaphore read (`sem_inspect.lua`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Permits {
+    /// The size recorded at first use (None while no permit is held).
+    pub(crate) size: Option<u32>,
+    /// The permits whose lease had not run out on the server's clock, in the reply's order.
+    pub(crate) held: Vec<Permit>,
+}
+
+/// One held permit, as an inspection read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Permit {
+    /// The owner id of the acquisition holding it (its permit id without the `:<k>`).
+    pub(crate) owner: String,
+    /// What was left of its lease on the server's clock.
+    pub(crate) left: Duration,
+}
+
 /// What a call that gives one hold back (a release, an undo, a release kept until the
 /// minimum hold) answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

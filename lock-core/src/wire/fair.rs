@@ -5,10 +5,14 @@
 
 use std::time::Duration;
 
+use redis::Value;
+
 use super::command::Command;
+use super::convert::convert;
 use super::owner::Owner;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
+use crate::error::LockError;
 use crate::name::Keys;
 use crate::util::millis;
 
@@ -64,9 +68,16 @@ pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
     call.into()
 }
 
-/// Reads the queue: answers `{pttl, value, queued, now}` (see `fair_inspect.lua`).
+/// Reads the queue: answers `{pttl, value, queued, now}` (see `fair_inspect.lua`), read by
+/// [`queued`].
 pub(crate) fn inspect(keys: &Keys) -> Call {
     let mut call = call(Op::FairInspect, keys);
     call.arg("");
     call
+}
+
+/// Reads [`inspect`]'s reply: the waiters in the queue whose deadline has not passed.
+pub(crate) fn queued(reply: Value) -> Result<u32, LockError> {
+    let (_, _, queued, _): (i64, Option<String>, u32, i64) = convert(reply)?;
+    Ok(queued)
 }

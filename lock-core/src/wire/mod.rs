@@ -10,6 +10,12 @@
 //! and [`native`] (the server's own compare-and-set commands). Every reply of either is read
 //! into a typed answer ([`answer`]) by [`Command`]'s readers (`command.rs`) or by [`native`];
 //! no other module reads a reply of a lock call.
+//!
+//! Inside, the rooms of the kinds that only have scripts read their inspections' replies
+//! themselves ([`fair::queued`], [`rwlock::readers`], [`semaphore::permits`]), into the typed
+//! answers of [`answer`], where a lock string's inspection names its holder
+//! ([`answer::Inspected::holder`]); `info.rs` above only turns those into the public `*Info`
+//! types.
 
 pub(crate) mod answer;
 mod command;

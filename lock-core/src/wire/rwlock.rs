@@ -4,9 +4,14 @@
 
 use std::time::Duration;
 
+use redis::Value;
+
+use super::answer::{ReadShare, Readers};
 use super::command::Command;
+use super::convert::convert;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
+use crate::error::LockError;
 use crate::hold::Kind;
 use crate::name::Keys;
 use crate::util::millis;
@@ -72,11 +77,40 @@ pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
     call.into()
 }
 
-/// Reads the readers and the mark (see `rw_inspect.lua`).
+/// Reads the readers and the mark (see `rw_inspect.lua`), read by [`readers`].
 pub(crate) fn inspect(keys: &Keys) -> Call {
     let mut call = Call::new(Op::RwInspect);
     call.key(keys.rw_writer())
         .key(keys.rw_readers())
         .key(keys.rw_mark());
     call
+}
+
+/// Reads [`inspect`]'s reply: writer pttl and value, mark pttl, server ms, then reader owner
+/// and `count|expiry` pairs. Only the shares whose expiry had not passed are kept.
+pub(crate) fn readers(reply: Value) -> Result<Readers, LockError> {
+    let bad = || LockError::UnexpectedReply("rw_inspect returned a malformed reply".to_owned());
+    let mut values = convert::<Vec<Value>>(reply)?.into_iter();
+    let [_writer_pttl, _writer_value, mark_pttl, now] =
+        [values.next(), values.next(), values.next(), values.next()];
+    let mark_pttl: i64 = convert(mark_pttl.ok_or_else(bad)?)?;
+    let now: i64 = convert(now.ok_or_else(bad)?)?;
+    let mut readers = Readers {
+        writer_waiting: mark_pttl != -2,
+        shares: Vec::new(),
+    };
+    while let (Some(owner), Some(share)) = (values.next(), values.next()) {
+        let share: String = convert(share)?;
+        let (count, expiry) = share.split_once('|').ok_or_else(bad)?;
+        let count: u32 = count.parse().map_err(|_| bad())?;
+        let expiry: i64 = expiry.parse().map_err(|_| bad())?;
+        if expiry > now {
+            readers.shares.push(ReadShare {
+                owner: convert(owner)?,
+                count,
+                left: Duration::from_millis(expiry.abs_diff(now)),
+            });
+        }
+    }
+    Ok(readers)
 }

@@ -3,9 +3,14 @@
 
 use std::time::Duration;
 
+use redis::Value;
+
+use super::answer::{Permit, Permits};
 use super::command::Command;
+use super::convert::convert;
 use super::protocol::Target;
 use super::script::{Call, Op};
+use crate::error::LockError;
 use crate::name::Keys;
 use crate::util::millis;
 
@@ -57,9 +62,33 @@ pub(crate) fn force_unlock(keys: &Keys) -> Command {
     call.into()
 }
 
-/// Reads the permits and the recorded size (see `sem_inspect.lua`).
+/// Reads the permits and the recorded size (see `sem_inspect.lua`), read by [`permits`].
 pub(crate) fn inspect(keys: &Keys) -> Call {
     let mut call = Call::new(Op::SemInspect);
     call.key(keys.permits()).key(keys.permits_size());
     call
+}
+
+/// Reads [`inspect`]'s reply: server ms, recorded size, then permit id and expiry pairs.
+/// Only the permits whose lease had not run out are kept.
+pub(crate) fn permits(reply: Value) -> Result<Permits, LockError> {
+    let bad = || LockError::UnexpectedReply("sem_inspect returned a malformed reply".to_owned());
+    let mut values = convert::<Vec<Value>>(reply)?.into_iter();
+    let now: i64 = convert(values.next().ok_or_else(bad)?)?;
+    let mut permits = Permits {
+        size: convert(values.next().ok_or_else(bad)?)?,
+        held: Vec::new(),
+    };
+    while let (Some(member), Some(expiry)) = (values.next(), values.next()) {
+        let member: String = convert(member)?;
+        let expiry: i64 = convert(expiry)?;
+        if expiry > now {
+            let owner = member.rsplit_once(':').map_or(member.as_str(), |(o, _)| o);
+            permits.held.push(Permit {
+                owner: owner.to_owned(),
+                left: Duration::from_millis(expiry.abs_diff(now)),
+            });
+        }
+    }
+    Ok(permits)
 }
