@@ -2,7 +2,7 @@
 //! live guards, and the gauges it leaves when it goes away.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::{Semaphore, watch};
 
@@ -27,7 +27,15 @@ pub(crate) struct Hold {
     pub(super) guards: AtomicUsize,
     /// Bumped by every change of the hold's [`LeaseState`](crate::lease::LeaseState) (at
     /// risk, recovered, lost, released): what `lost()` futures and lease watches wait on.
-    changes: watch::Sender<u64>,
+    /// Made by the first of them: a watch channel's shared state is about 350 bytes, more
+    /// than the rest of the hold, and most holds are never watched.
+    ///
+    /// Why no change is missed: a watcher subscribes, then reads the state (under `state`'s
+    /// lock); a change writes the state (under the same lock), then looks for the sender. If
+    /// the watcher's read came after the change's write, it sees the change; if before, the
+    /// watcher's subscription, made before its read, happened before the change looked, which
+    /// then finds the sender and bumps it.
+    changes: OnceLock<watch::Sender<u64>>,
 }
 
 impl Hold {
@@ -40,18 +48,23 @@ impl Hold {
             state: Mutex::new(State::idle()),
             commands: Semaphore::new(1),
             guards: AtomicUsize::new(0),
-            changes: watch::Sender::new(0),
+            changes: OnceLock::new(),
         }
     }
 
     /// Tells `lost()` futures and lease watches that the state changed.
     pub(super) fn changed(&self) {
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        if let Some(changes) = self.changes.get() {
+            changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
-    /// A receiver of the hold's changes, with the current one seen.
+    /// A receiver of the hold's changes, with the current one seen. Read the state after
+    /// this, not before: a change made before the receiver existed is not signalled.
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
+        self.changes
+            .get_or_init(|| watch::Sender::new(0))
+            .subscribe()
     }
 
     /// The lock's name.
