@@ -233,6 +233,7 @@ pub mod idempotency;
 mod key;
 mod layer;
 mod macros;
+pub mod rate;
 mod response;
 mod service;
 
@@ -247,6 +248,7 @@ pub use idempotency::{
     StoreError, StoreErrorKind, Unscoped,
 };
 pub use layer::DistributedLockLayer;
+pub use rate::{QuotaPolicy, RateLimitLayer, RateLimitService};
 pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
 pub use service::DistributedLock;
 
