@@ -95,6 +95,57 @@
 //! `retry_after_ms`, `detail` and `error`; `warn` when a request is let through failing
 //! open; `error` for a misconfigured layer; `debug` for an allowed request.
 //!
+//! # Testing with the in-memory backend
+//!
+//! lock-core's in-memory server (its `testing` feature, in your dev-dependencies) runs the
+//! same script on tokio's clock, so a test can spend a limit and wait for it to come back
+//! without Redis and without sleeping (`start_paused`: tokio's `test-util` feature):
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use axum::{Router, body::Body, http::{Request, StatusCode}, routing::get};
+//! use lock_core::{LockClient, Quota};
+//! use lock_tower::{PathParam, RateLimitLayer};
+//! use tower::ServiceExt;
+//!
+//! // In a test: #[tokio::test(start_paused = true)] async fn ...
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let client = LockClient::in_memory().await.unwrap();
+//! // 2 per second per user: a permit every 500 ms, 2 at once.
+//! let app = Router::new().route(
+//!     "/users/{user}",
+//!     get(|| async { "hello" }).route_layer(RateLimitLayer::new(
+//!         client,
+//!         PathParam::new("user"),
+//!         Quota::per_second(2),
+//!     )),
+//! );
+//! let get = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
+//!
+//! let res = app.clone().oneshot(get("/users/7")).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::OK);
+//! assert_eq!(res.headers()["ratelimit-policy"], "\"default\";q=2;w=1");
+//! assert_eq!(res.headers()["ratelimit"], "\"default\";r=1;t=1");
+//! app.clone().oneshot(get("/users/7")).await.unwrap();
+//!
+//! // The third request within the second is refused, with the time to wait.
+//! let res = app.clone().oneshot(get("/users/7")).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(res.headers()["retry-after"], "1");
+//! assert_eq!(res.headers()["ratelimit"], "\"default\";r=0;t=1");
+//!
+//! // Another user has a limit of their own; user 7 gets a permit back after 500 ms (the
+//! // in-memory server's clock moves a microsecond per call on top of tokio's).
+//! let res = app.clone().oneshot(get("/users/8")).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::OK);
+//! tokio::time::sleep(Duration::from_millis(501)).await;
+//! let res = app.oneshot(get("/users/7")).await.unwrap();
+//! assert_eq!(res.status(), StatusCode::OK);
+//! # }
+//! ```
+//!
 //! # Faults
 //!
 //! A restart or failover that loses a limit's key gives that key a full burst again (see
