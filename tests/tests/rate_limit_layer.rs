@@ -481,3 +481,45 @@ async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
         StatusCode::SERVICE_UNAVAILABLE
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parameter_the_route_lacks_is_500_and_pass_through_skips_the_limit() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let one = Quota::per(MINUTE, 1);
+    // The layer looks for `user`, the route declares `id`: the server's fault.
+    let mismatched = routed(
+        "/items/{id}",
+        RateLimitLayer::new(client.clone(), PathParam::new("user"), one),
+    );
+    let res = mismatched
+        .clone()
+        .oneshot(request("/items/1", &[]))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], "lock_key_not_in_route");
+    // Requests without a key pass, unlimited and without the fields; those with one do not.
+    let passing = routed(
+        "/feed",
+        RateLimitLayer::new(
+            client,
+            Header::new(http::HeaderName::from_static("x-user")),
+            one,
+        )
+        .missing_key(lock_tower::MissingKey::PassThrough),
+    );
+    for _ in 0..3 {
+        let (status, headers) = send(&passing, request("/feed", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!headers.contains_key("ratelimit"));
+    }
+    let keyed = || request("/feed", &[("x-user", "u")]);
+    assert_eq!(send(&passing, keyed()).await.0, StatusCode::OK);
+    assert_eq!(
+        send(&passing, keyed()).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

@@ -47,16 +47,16 @@
 //! `q` is the burst, `w` the seconds a full burst takes to come back, `r` the permits left
 //! and `t` the seconds until a full burst is free again (both rounded up).
 //!
-//! | situation | [`RejectionKind`](crate::RejectionKind) | status | `Retry-After` | RateLimit fields |
+//! | situation | [`RejectionKind`](crate::RejectionKind) (body's `code`) | status | `Retry-After` | RateLimit fields |
 //! |---|---|---|---|---|
 //! | a permit was free | (the inner service answers) | its own | no | yes |
-//! | no permit left | `RateLimited` (`code` `rate_limited`) | 429 | when the next permit comes, whole seconds rounded up, at least 1 | yes (`r=0`) |
-//! | no key in the request ([`MissingKey::Reject`](crate::MissingKey::Reject)) | `MissingKey` | 400 | no | no |
-//! | a [`PathParam`](crate::PathParam) the route does not declare | `KeyNotInRoute` | 500 | no | no |
-//! | key too long, control characters, not a valid name | `InvalidKey` | 400 | no | no |
-//! | the store down, slow past the client's timeouts (or [`check_timeout`](RateLimitLayer::check_timeout)), or failing ([`FailMode::Closed`](crate::FailMode::Closed)) | `Unavailable` | 503 | [`unavailable_retry_after`](RateLimitLayer::unavailable_retry_after) | no |
+//! | no permit left | `RateLimited` (`rate_limited`) | 429 | when the next permit comes, whole seconds rounded up, at least 1 | yes (`r=0`) |
+//! | no key in the request ([`MissingKey::Reject`](crate::MissingKey::Reject)) | `MissingKey` (`missing_lock_key`) | 400 | no | no |
+//! | a [`PathParam`](crate::PathParam) the route does not declare (logged at `error` once per route) | `KeyNotInRoute` (`lock_key_not_in_route`) | 500 | no | no |
+//! | key too long, control characters, not a valid name | `InvalidKey` (`invalid_lock_key`) | 400 | no | no |
+//! | the store down, slow past the client's timeouts (or [`check_timeout`](RateLimitLayer::check_timeout)), or failing ([`FailMode::Closed`](crate::FailMode::Closed)) | `Unavailable` (`lock_unavailable`) | 503 | [`unavailable_retry_after`](RateLimitLayer::unavailable_retry_after) | no |
 //! | the same, with [`fail_open`](RateLimitLayer::fail_open) | (the inner service answers, unlimited) | its own | no | no |
-//! | a setting that cannot work: an empty prefix, a quota [`Quota::check`](lock_core::Quota::check) refuses (at build, or from [`quota_by`](RateLimitLayer::quota_by)), a store that refuses the client (ACL, password, no scripting) | `Internal` | 500 | no | no |
+//! | a setting that cannot work: an empty prefix, a quota [`Quota::check`](lock_core::Quota::check) refuses (at build, or from [`quota_by`](RateLimitLayer::quota_by)), a store that refuses the client (ACL, password, no scripting) | `Internal` (`lock_error`) | 500 | no | no |
 //!
 //! The `429`'s body is the crate's JSON problem document (RFC 9457,
 //! `application/problem+json`), which never repeats the key:
@@ -78,7 +78,7 @@
 //! | quota | none: [`RateLimitLayer::new`] takes one | or [`quota_by`](RateLimitLayer::quota_by) |
 //! | [`fail_mode`](RateLimitLayer::fail_mode) | [`FailMode::Closed`](crate::FailMode::Closed): `503` | [`fail_open`](RateLimitLayer::fail_open) lets requests through |
 //! | [`check_timeout`](RateLimitLayer::check_timeout) | none of its own: the client's [`response_timeout`](lock_core::LockClientBuilder::response_timeout) (1 s) for the one call, after up to its [`connect_timeout`](lock_core::LockClientBuilder::connect_timeout) (2 s) when no pooled connection answers | one call per request, never retried |
-//! | [`missing_key`](RateLimitLayer::missing_key) | [`MissingKey::Reject`](crate::MissingKey::Reject): `400` | |
+//! | [`missing_key`](RateLimitLayer::missing_key) | [`MissingKey::Reject`](crate::MissingKey::Reject): `400` | [`MissingKey::PassThrough`](crate::MissingKey::PassThrough) lets the request through unlimited |
 //! | [`max_key_len`](RateLimitLayer::max_key_len) | 128 bytes | |
 //! | [`hash_keys`](RateLimitLayer::hash_keys) | off | |
 //! | [`unavailable_retry_after`](RateLimitLayer::unavailable_retry_after) | 1 s | |
