@@ -13,6 +13,17 @@ use crate::template::Template;
 const VALID: &str = "`key`, `client`, `wait`, `lease`, `on_lost`, `held`, `kind`, `permits`, `on_busy`, \
      `hold_at_least`";
 
+/// Arguments a caller might try for a rate limit, which the attribute does not take (see
+/// "Rate limits" in its docs).
+const RATE_ARGUMENTS: &[&str] = &["rate", "rate_limit", "per", "burst", "quota"];
+
+/// What the attribute says to them.
+const NOT_A_RATE_LIMIT: &str = "`#[distributed_lock]` takes no rate limit: a limited call \
+     is not a lock error, and what to do with it (a 429 with `Retry-After`, a later retry) \
+     is the caller's; check one in the body with \
+     `client.rate_limit(name).per(period, n).check().await?`, or put \
+     `lock_tower::RateLimitLayer` in front of an HTTP handler";
+
 /// The largest semaphore lock-core accepts (`Semaphore::MAX_SIZE`).
 const MAX_PERMITS: u32 = 100_000;
 
@@ -166,6 +177,9 @@ impl Parse for Args {
                         DurationArg::parse(value(input, &name)?, &name)?,
                         name.span(),
                     ));
+                }
+                _ if RATE_ARGUMENTS.contains(&name.to_string().as_str()) => {
+                    return Err(syn::Error::new(name.span(), NOT_A_RATE_LIMIT));
                 }
                 _ => {
                     return Err(syn::Error::new(
@@ -446,6 +460,10 @@ mod tests {
         assert!(error(r#"key = "a", permits = 0"#).contains("1 to 100000"));
         assert!(error(r#"key = "a", permits = "2""#).contains("1 to 100000"));
         assert!(error(r#"key = "a", fair"#).starts_with("unknown argument `fair`"));
+        for rate in ["rate = \"10/s\"", "per = \"1s\"", "burst = 20"] {
+            let message = error(&format!(r#"key = "a", {rate}"#));
+            assert!(message.contains("takes no rate limit"), "{rate}: {message}");
+        }
         assert!(error(r#"key "a""#).contains("expected `=` after `key`"));
         assert!(error(r#"key = "a", on_busy = "drop""#).contains("\"skip\""));
         assert!(error(r#"key = "a", hold_at_least = "1s", kind = "fair""#).contains("mutex"));

@@ -82,6 +82,39 @@
 //! [`IdempotencyLayer`] in front of it: requests with an `Idempotency-Key` run once and their
 //! retries are answered with the stored response (see [`idempotency`]).
 //!
+//! # Rate limits
+//!
+//! A lock lets one request per key in at a time; a rate limit lets many in, at a rate.
+//! [`RateLimitLayer`] takes one permit of a Redis rate limit ([`lock_core::RateLimit`]) per
+//! request, keyed by the same extractors under a prefix (default `"rate:"`), so every
+//! instance shares one allowance per key. Requests past it get `429 Too Many Requests` with
+//! `Retry-After` and a `rate_limited` problem document, and every checked response carries
+//! the `RateLimit-Policy` and `RateLimit` fields of the IETF draft. It fails closed (`503`)
+//! unless told [`fail_open`](RateLimitLayer::fail_open); the quota is one
+//! [`Quota`](lock_core::Quota) or chosen per request ([`quota_by`](RateLimitLayer::quota_by)).
+//!
+//! ```no_run
+//! use axum::{Router, routing::post};
+//! use lock_core::{LockClient, Quota};
+//! use lock_tower::{PathParam, RateLimitLayer};
+//!
+//! # async fn f(client: LockClient) -> Router {
+//! async fn buy() -> &'static str { "ordered" }
+//!
+//! // 5 purchase attempts per second per buyer, across every instance.
+//! Router::new().route(
+//!     "/buyers/{buyer}/orders",
+//!     post(buy).route_layer(
+//!         RateLimitLayer::new(client, PathParam::new("buyer"), Quota::per_second(5))
+//!             .prefix("rate:buy:"),
+//!     ),
+//! )
+//! # }
+//! ```
+//!
+//! See the [`rate`] module for the responses, the defaults, tracing and a test on the
+//! in-memory backend.
+//!
 //! # Defaults and status codes
 //!
 //! | setting | default | |
@@ -233,6 +266,7 @@ pub mod idempotency;
 mod key;
 mod layer;
 mod macros;
+pub mod rate;
 mod response;
 mod service;
 
@@ -247,6 +281,7 @@ pub use idempotency::{
     StoreError, StoreErrorKind, Unscoped,
 };
 pub use layer::DistributedLockLayer;
+pub use rate::{QuotaPolicy, RateLimitLayer, RateLimitService};
 pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
 pub use service::DistributedLock;
 

@@ -18,7 +18,9 @@ use crate::hold::Guarded;
 /// Why a layer of this crate answered a request itself instead of calling the inner service
 /// (or instead of sending its response): the lock layer's kinds, then the
 /// [`IdempotencyLayer`](crate::IdempotencyLayer)'s (which also answers with `Unavailable`,
-/// `Lost` and `Internal`).
+/// `Lost` and `Internal`), then the [`RateLimitLayer`](crate::RateLimitLayer)'s
+/// [`RateLimited`](Self::RateLimited) (which also answers with `MissingKey`, `InvalidKey`,
+/// `KeyNotInRoute`, `Unavailable` and `Internal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RejectionKind {
@@ -67,6 +69,10 @@ pub enum RejectionKind {
     /// The store of idempotency records could not be reached or failed (`503` with
     /// `Retry-After`).
     RecordStoreUnavailable,
+    /// The request's rate limit has no permit left: `429 Too Many Requests` with
+    /// `Retry-After` (when the next permit comes, rounded up to whole seconds, at least 1),
+    /// from a [`RateLimitLayer`](crate::RateLimitLayer).
+    RateLimited,
 }
 
 impl RejectionKind {
@@ -92,6 +98,7 @@ impl RejectionKind {
                 "idempotency_response_not_replayable"
             }
             RejectionKind::RecordStoreUnavailable => "idempotency_store_unavailable",
+            RejectionKind::RateLimited => "rate_limited",
         }
     }
 
@@ -190,8 +197,9 @@ pub struct Rejection {
     /// How the log describes `error` when lock-core's own words would mislead: a busy lock
     /// is a [`LockError::Timeout`] even after a single attempt, which did not time out.
     logged_error: Option<String>,
-    /// Given by the idempotency layer (which also gives some of the lock layer's kinds).
-    from_idempotency: bool,
+    /// The layer that gave it, for the log: `lock`, `idempotency` (which also gives some of
+    /// the lock layer's kinds) or `rate limit`.
+    layer: &'static str,
 }
 
 impl Rejection {
@@ -203,7 +211,7 @@ impl Rejection {
             detail: detail.into(),
             error: None,
             logged_error: None,
-            from_idempotency: false,
+            layer: "lock",
         }
     }
 
@@ -339,10 +347,10 @@ impl Rejection {
             _ => (None, None),
         };
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let layer = if self.kind.is_idempotency() || self.from_idempotency {
-            "idempotency"
-        } else {
-            "lock"
+        let layer = match self.kind {
+            kind if kind.is_idempotency() => "idempotency",
+            RejectionKind::RateLimited => "rate limit",
+            _ => self.layer,
         };
         tracing::info!(
             status = self.status.as_u16(),
@@ -363,8 +371,53 @@ impl Rejection {
 
     /// Marks a rejection of a kind both layers give as the idempotency layer's (for its log).
     pub(crate) fn by_idempotency_layer(mut self) -> Self {
-        self.from_idempotency = true;
+        self.layer = "idempotency";
         self
+    }
+
+    /// Marks a rejection of a kind several layers give as the rate-limit layer's (for its
+    /// log).
+    pub(crate) fn by_rate_limit_layer(mut self) -> Self {
+        self.layer = "rate limit";
+        self
+    }
+
+    /// The answer of a request whose rate limit had no permit left: `429`, with
+    /// `retry_after` (rounded up to whole seconds, at least 1).
+    pub(crate) fn rate_limited(retry_after: Duration) -> Self {
+        Self::new(
+            RejectionKind::RateLimited,
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests: the rate limit of this resource has no permit left",
+        )
+        .with_retry_after(retry_after)
+    }
+
+    /// The answer of a rate-limit layer whose check failed with `error`: `503` with
+    /// `unavailable_retry_after` when the store is down, slow or failing, `400` for a name
+    /// the store refuses, `500` for a setting or a server that cannot work.
+    pub(crate) fn for_rate_limit_error(
+        error: LockError,
+        unavailable_retry_after: Duration,
+    ) -> Self {
+        let rejection = match &error {
+            LockError::InvalidName { reason, .. } => Self::invalid_key(reason),
+            LockError::InvalidOption { .. }
+            | LockError::NoClient
+            | LockError::NoPermission { .. }
+            | LockError::AuthRequired { .. }
+            | LockError::Tls { .. }
+            | LockError::Unsupported { .. } => {
+                return Self::misconfigured(error).by_rate_limit_layer();
+            }
+            _ => Self::new(
+                RejectionKind::Unavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the rate limit's store is unavailable",
+            )
+            .with_retry_after(unavailable_retry_after),
+        };
+        rejection.with_error(error).by_rate_limit_layer()
     }
 
     /// How the log describes what went wrong, for an error that is not a [`LockError`].

@@ -1,0 +1,525 @@
+//! lock-tower's `RateLimitLayer` against a real redis-server (through axum, over real HTTP and
+//! with `oneshot`) and on lock-core's in-memory backend on a paused clock: `429` with
+//! `Retry-After`, a problem document and the RateLimit fields; the fields on allowed
+//! responses; one limit per key with each extractor; tiers; failing closed and open on a
+//! frozen server; missing and bad keys; settings that cannot work.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
+use lock_core::testing::MemoryServer;
+use lock_core::{LockClient, Quota};
+use lock_tests::RedisServer;
+use lock_tests::fixtures::{client, client_with_lease};
+use lock_tower::{
+    Header, KeyExtractor, PathParam, PathSegment, QueryParam, QuotaPolicy, RateLimitLayer,
+    header_value,
+};
+use tokio::time::Instant;
+use tower::ServiceExt;
+use web::{App, http, problem, within};
+
+mod web;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
+/// its own by a field value unique to it.
+fn layer_logs() -> &'static lock_tests::logs::Everything {
+    lock_tests::logs::everything(&["lock_tower"])
+}
+
+/// A handler that only says it ran.
+async fn ran() -> &'static str {
+    "ran"
+}
+
+/// `handler` on `path` behind `layer`.
+fn routed<K, Q>(path: &str, layer: RateLimitLayer<K, Q>) -> Router
+where
+    K: KeyExtractor<Body> + Send + Sync + 'static,
+    Q: QuotaPolicy<Body> + Send + Sync + 'static,
+{
+    Router::new().route(path, get(ran).route_layer(layer))
+}
+
+/// A GET of `uri` with `headers`.
+fn request(uri: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut req = Request::builder().uri(uri);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.body(Body::empty()).unwrap()
+}
+
+/// The status and headers of `router`'s answer to `req`.
+async fn send(router: &Router, req: Request<Body>) -> (StatusCode, HeaderMap) {
+    let res = within("a request", 10, router.clone().oneshot(req))
+        .await
+        .unwrap();
+    let (parts, body) = res.into_parts();
+    body.collect().await.unwrap();
+    (parts.status, parts.headers)
+}
+
+fn field<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_problem() {
+    let logs = layer_logs();
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    // 3 per minute: one permit every 20 s, 3 at once.
+    let layer = RateLimitLayer::new(
+        client.clone(),
+        PathParam::new("user"),
+        Quota::per(MINUTE, 3),
+    )
+    .prefix("rate:users:");
+    let app = App::serve(routed("/users/{user}", layer)).await;
+    let http = http();
+    for (remaining, reset) in [(2, 20), (1, 40), (0, 60)] {
+        let res = http.get(app.url("/users/u-1")).send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        let headers = res.headers().clone();
+        assert_eq!(
+            headers["ratelimit-policy"], "\"default\";q=3;w=60",
+            "the quota: a burst of 3, back in 60 s"
+        );
+        assert_eq!(
+            headers["ratelimit"],
+            format!("\"default\";r={remaining};t={reset}").as_str()
+        );
+        assert!(headers.get("retry-after").is_none());
+        assert_eq!(res.text().await.unwrap(), "ran");
+    }
+    let res = http.get(app.url("/users/u-1")).send().await.unwrap();
+    let headers = res.headers().clone();
+    let (status, retry_after, body) = problem(res).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        retry_after.as_deref(),
+        Some("20"),
+        "the next permit, in 20 s"
+    );
+    assert_eq!(body["code"], "rate_limited");
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["retry_after_ms"], 20_000);
+    assert!(!body.to_string().contains("u-1"), "never repeats the key");
+    assert_eq!(headers["ratelimit-policy"], "\"default\";q=3;w=60");
+    assert_eq!(headers["ratelimit"], "\"default\";r=0;t=60");
+    // A limited request took nothing.
+    let state = client
+        .rate_limit("rate:users:u-1")
+        .inspect()
+        .await
+        .unwrap()
+        .expect("the limit's state");
+    assert_eq!(state.remaining(), 0);
+    assert!(state.reset_after() <= MINUTE && state.reset_after() > MINUTE - Duration::from_secs(5));
+    // Another user has a limit of their own.
+    let res = http.get(app.url("/users/u-2")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["ratelimit"], "\"default\";r=2;t=20");
+    let rejected = logs.picked(|e| {
+        e.field("code") == Some("rate_limited") && e.field("retry_after_ms") == Some("20000")
+    });
+    assert!(
+        rejected.iter().any(|e| e
+            .field("message")
+            .is_some_and(|m| m.contains("rate limit layer"))),
+        "{rejected:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_extractor_gives_each_key_its_own_limit() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let one = Quota::per(MINUTE, 1);
+    let path = "/orders/{id}/pay";
+    type Sent = (
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: Vec<(Router, [Sent; 2])> = vec![
+        (
+            routed(
+                path,
+                RateLimitLayer::new(client.clone(), PathParam::new("id"), one).prefix("p:"),
+            ),
+            [
+                ("p:42", "/orders/4%32/pay", &[]),
+                ("p:43", "/orders/43/pay", &[]),
+            ],
+        ),
+        (
+            routed(
+                path,
+                RateLimitLayer::new(client.clone(), PathSegment::new(1), one).prefix("s:"),
+            ),
+            [
+                ("s:42", "/orders/42/pay", &[]),
+                ("s:43", "/orders/43/pay", &[]),
+            ],
+        ),
+        (
+            routed(
+                path,
+                RateLimitLayer::new(client.clone(), QueryParam::new("q"), one).prefix("q:"),
+            ),
+            [
+                ("q:x-y", "/orders/1/pay?q=x%2Dy", &[]),
+                ("q:z", "/orders/1/pay?q=z", &[]),
+            ],
+        ),
+        (
+            routed(
+                path,
+                RateLimitLayer::new(
+                    client.clone(),
+                    Header::new(http::HeaderName::from_static("x-user-id")),
+                    one,
+                )
+                .prefix("h:"),
+            ),
+            [
+                ("h:u-1", "/orders/1/pay", &[("x-user-id", "u-1")]),
+                ("h:u-2", "/orders/1/pay", &[("x-user-id", "u-2")]),
+            ],
+        ),
+        (
+            // A closure, under the default prefix.
+            routed(
+                path,
+                RateLimitLayer::new(
+                    client.clone(),
+                    |req: &Request<Body>| header_value(req, "x-api-key"),
+                    one,
+                ),
+            ),
+            [
+                ("rate:k-1", "/orders/1/pay", &[("x-api-key", "k-1")]),
+                ("rate:k-2", "/orders/1/pay", &[("x-api-key", "k-2")]),
+            ],
+        ),
+    ];
+    for (router, [(a, a_uri, a_headers), (b, b_uri, b_headers)]) in cases {
+        assert_eq!(
+            send(&router, request(a_uri, a_headers)).await.0,
+            StatusCode::OK,
+            "{a}"
+        );
+        let (status, headers) = send(&router, request(a_uri, a_headers)).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{a} again");
+        assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
+        let (status, headers) = send(&router, request(b_uri, b_headers)).await;
+        assert_eq!(status, StatusCode::OK, "{b}: a limit of its own");
+        assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
+        for name in [a, b] {
+            let state = client.rate_limit(name).inspect().await.unwrap();
+            assert_eq!(state.map(|s| s.remaining()), Some(0), "{name} was spent");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_get_the_quota_their_request_chooses() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let layer = RateLimitLayer::new(
+        client,
+        Header::new(http::HeaderName::from_static("x-user")),
+        Quota::per(MINUTE, 1),
+    )
+    .quota_by(
+        |req: &Request<Body>| match header_value(req, "x-plan").as_deref() {
+            Some("pro") => Quota::per(MINUTE, 10).burst(3),
+            _ => Quota::per(MINUTE, 1),
+        },
+    );
+    let router = routed("/search", layer);
+    let user = |name: &str, plan: &str| request("/search", &[("x-user", name), ("x-plan", plan)]);
+    let (status, headers) = send(&router, user("free-1", "free")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        field(&headers, "ratelimit-policy"),
+        Some("\"default\";q=1;w=60")
+    );
+    assert_eq!(
+        send(&router, user("free-1", "free")).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for remaining in [2, 1, 0] {
+        let (status, headers) = send(&router, user("pro-1", "pro")).await;
+        assert_eq!(status, StatusCode::OK);
+        // 10 per minute: one every 6 s, a burst of 3 back in 18 s.
+        assert_eq!(
+            field(&headers, "ratelimit-policy"),
+            Some("\"default\";q=3;w=18")
+        );
+        assert!(
+            field(&headers, "ratelimit")
+                .unwrap()
+                .starts_with(&format!("\"default\";r={remaining};")),
+            "{headers:?}"
+        );
+    }
+    let (status, headers) = send(&router, user("pro-1", "pro")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(&headers, "retry-after"), Some("6"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_store_fails_closed_by_default_and_open_when_asked() {
+    let mut server = RedisServer::start();
+    // Response timeout 500 ms: the bound of a check.
+    let client = client_with_lease(&server.url(), Duration::from_secs(2)).await;
+    let quota = Quota::per_second(100);
+    let router = Router::new()
+        .route(
+            "/closed/{id}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), PathParam::new("id"), quota)
+                    .prefix("closed:")
+                    .unavailable_retry_after(Duration::from_secs(3)),
+            ),
+        )
+        .route(
+            "/bounded/{id}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), PathParam::new("id"), quota)
+                    .prefix("bounded:")
+                    .check_timeout(Duration::from_millis(200)),
+            ),
+        )
+        .route(
+            "/open/{id}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), PathParam::new("id"), quota)
+                    .prefix("open:")
+                    .fail_open(),
+            ),
+        );
+    let (status, headers) = send(&router, request("/closed/1", &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.contains_key("ratelimit"));
+
+    server.pause();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let res = within(
+            "a check on a frozen store",
+            10,
+            router.clone().oneshot(request("/closed/1", &[])),
+        )
+        .await
+        .unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(field(res.headers(), "retry-after"), Some("3"));
+        assert_eq!(
+            field(res.headers(), "content-type"),
+            Some("application/problem+json")
+        );
+        assert!(!res.headers().contains_key("ratelimit"));
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["code"], "lock_unavailable");
+        // The client's bounds: a pooled connection (connect timeout 2 s), then the call
+        // (response timeout 500 ms).
+        assert!(
+            elapsed < Duration::from_millis(4000),
+            "answered after {elapsed:?}, past the client's bounds"
+        );
+    }
+    let started = Instant::now();
+    let (status, _) = send(&router, request("/bounded/1", &[])).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_millis(1500),
+        "answered after {elapsed:?}, past the layer's 200 ms bound"
+    );
+    let (status, headers) = send(&router, request("/open/1", &[])).await;
+    assert_eq!(status, StatusCode::OK, "fail open lets it through");
+    assert!(!headers.contains_key("ratelimit"), "without a decision");
+    server.resume();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, headers) = send(&router, request("/closed/1", &[])).await;
+        if status == StatusCode::OK {
+            assert!(headers.contains_key("ratelimit"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "never recovered: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_and_bad_keys_are_400_and_settings_that_cannot_work_500() {
+    let logs = layer_logs();
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let by_user = || Header::new(http::HeaderName::from_static("x-user"));
+    let router = routed(
+        "/a",
+        RateLimitLayer::new(client.clone(), by_user(), Quota::per_second(5)),
+    );
+    let (status, _) = send(&router, request("/a", &[])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let res = router.clone().oneshot(request("/a", &[])).await.unwrap();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], "missing_lock_key");
+    let (status, _) = send(&router, request("/a", &[("x-user", "a{b}")])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "braces");
+    let (status, headers) = send(&router, request("/a", &[("x-user", "ok")])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.contains_key("ratelimit"));
+
+    // A quota that cannot work, at build: every request answers 500, logged at `error`.
+    let bad = routed(
+        "/b",
+        RateLimitLayer::new(client.clone(), by_user(), Quota::per_second(0)).prefix("zero-rate:"),
+    );
+    for _ in 0..2 {
+        let res = bad
+            .clone()
+            .oneshot(request("/b", &[("x-user", "u")]))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["code"], "lock_error");
+    }
+    let errors = logs.picked(|e| {
+        e.level == tracing::Level::ERROR
+            && e.field("error")
+                .is_some_and(|m| m.contains("invalid option `quota`: rate:"))
+    });
+    assert!(
+        !errors.is_empty(),
+        "the misconfiguration is logged at error"
+    );
+    // ... and from `quota_by`, for the requests it gives one to.
+    let tiered = routed(
+        "/c",
+        RateLimitLayer::new(client.clone(), by_user(), Quota::per_second(1)).quota_by(
+            |req: &Request<Body>| match header_value(req, "x-user").as_deref() {
+                Some("broken") => Quota::per_second(1).burst(0),
+                _ => Quota::per_second(1),
+            },
+        ),
+    );
+    let (status, _) = send(&tiered, request("/c", &[("x-user", "broken")])).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let (status, _) = send(&tiered, request("/c", &[("x-user", "fine")])).await;
+    assert_eq!(status, StatusCode::OK);
+    // An empty prefix.
+    let empty = routed(
+        "/d",
+        RateLimitLayer::new(client, by_user(), Quota::per_second(1)).prefix(""),
+    );
+    let (status, _) = send(&empty, request("/d", &[("x-user", "u")])).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The in-memory backend, on tokio's paused clock
+
+/// The whole behaviour on the in-memory backend: what an application's own tests do.
+#[tokio::test(start_paused = true)]
+async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
+    let server = MemoryServer::new();
+    let client: LockClient = server.client().await.unwrap();
+    let router = routed(
+        "/users/{user}",
+        RateLimitLayer::new(client, PathParam::new("user"), Quota::per_second(2)),
+    );
+    for remaining in ["1", "0"] {
+        let (status, headers) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            field(&headers, "ratelimit-policy"),
+            Some("\"default\";q=2;w=1")
+        );
+        assert_eq!(
+            field(&headers, "ratelimit"),
+            Some(format!("\"default\";r={remaining};t=1").as_str())
+        );
+    }
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(&headers, "retry-after"), Some("1"));
+    assert_eq!(
+        send(&router, request("/users/8", &[])).await.0,
+        StatusCode::OK
+    );
+    // One permit every 500 ms (and the memory server's clock moves 1 µs per call more).
+    tokio::time::sleep(Duration::from_millis(501)).await;
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::OK, "{headers:?}");
+    assert_eq!(
+        send(&router, request("/users/7", &[])).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The store gone: closed by default.
+    server.set_reachable(false);
+    assert_eq!(
+        send(&router, request("/users/9", &[])).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parameter_the_route_lacks_is_500_and_pass_through_skips_the_limit() {
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let one = Quota::per(MINUTE, 1);
+    // The layer looks for `user`, the route declares `id`: the server's fault.
+    let mismatched = routed(
+        "/items/{id}",
+        RateLimitLayer::new(client.clone(), PathParam::new("user"), one),
+    );
+    let res = mismatched
+        .clone()
+        .oneshot(request("/items/1", &[]))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], "lock_key_not_in_route");
+    // Requests without a key pass, unlimited and without the fields; those with one do not.
+    let passing = routed(
+        "/feed",
+        RateLimitLayer::new(
+            client,
+            Header::new(http::HeaderName::from_static("x-user")),
+            one,
+        )
+        .missing_key(lock_tower::MissingKey::PassThrough),
+    );
+    for _ in 0..3 {
+        let (status, headers) = send(&passing, request("/feed", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!headers.contains_key("ratelimit"));
+    }
+    let keyed = || request("/feed", &[("x-user", "u")]);
+    assert_eq!(send(&passing, keyed()).await.0, StatusCode::OK);
+    assert_eq!(
+        send(&passing, keyed()).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
