@@ -28,11 +28,13 @@
 //! | `lock_release_retries_total` | counter | | releases sent again after their answer was lost |
 //! | `lock_pubsub_reconnects_total` | counter | | reconnections of the waiters' pub/sub connection |
 //! | `lock_held` | gauge | `kind` | holds this process currently has (granted, not yet released or lost) |
+//! | `lock_rate_limit_decisions_total` | counter | `kind` (`rate_limit`), `outcome` | rate-limit requests ([`RateLimit::check`](crate::RateLimit::check), `check_n`; lock-tower's `RateLimitLayer`), by how they ended: `allowed`, `limited`, `unavailable` (Redis could not be reached or did not answer), `invalid` (any other error) |
 //! | `lock_at_risk` | gauge | `kind` | held locks whose last renewal failed while their lease still ran ([`LeaseState::AtRisk`](crate::LeaseState::AtRisk)): up when a renewal fails, down when a later one succeeds or the hold ends (lost, released) |
 //!
 //! Label values:
 //!
-//! - `kind`: `mutex`, `fair`, `read`, `write`, `semaphore`, `multi`. `multi` appears only on the
+//! - `kind`: `mutex`, `fair`, `read`, `write`, `semaphore`, `multi`, `rate_limit` (only on
+//!   `lock_rate_limit_decisions_total`). `multi` appears only on the
 //!   request metrics (acquisitions, their durations, wake-ups, retries); each name a multi-lock
 //!   holds counts as a `mutex` hold in `lock_held`, `lock_hold_duration_seconds` and
 //!   `lock_lost_total`. A [`RedLock`](crate::RedLock) is seen through its per-node clients: each
@@ -113,6 +115,8 @@ pub const RELEASE_RETRIES: &str = "lock_release_retries_total";
 pub const PUBSUB_RECONNECTS: &str = "lock_pubsub_reconnects_total";
 /// Gauge `{kind}`: holds this process currently has.
 pub const HELD: &str = "lock_held";
+/// Counter `{kind, outcome}`: rate-limit decisions, by how they ended.
+pub const RATE_LIMIT_DECISIONS: &str = "lock_rate_limit_decisions_total";
 /// Gauge `{kind}`: held locks whose last renewal failed while their lease still ran.
 pub const AT_RISK: &str = "lock_at_risk";
 
@@ -302,6 +306,11 @@ pub(crate) fn describe() {
             Unit::Count,
             "Reconnections of the waiters' pub/sub connection"
         );
+        describe_counter!(
+            RATE_LIMIT_DECISIONS,
+            Unit::Count,
+            "Rate-limit requests, by outcome (allowed, limited, unavailable, invalid)"
+        );
         describe_gauge!(HELD, Unit::Count, "Holds this process currently has");
         describe_gauge!(
             AT_RISK,
@@ -323,6 +332,20 @@ pub(crate) fn acquisition(labels: Labels, outcome: Outcome, started: Instant) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, outcome, started);
+}
+
+/// A rate-limit request ended with `outcome` (`allowed`, `limited`, `unavailable`,
+/// `invalid`).
+#[inline]
+pub(crate) fn rate_limit_decision(labels: Labels, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        RATE_LIMIT_DECISIONS,
+        labels.with(Some(("outcome", outcome)))
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (labels, outcome);
 }
 
 /// A request that started waiting at `since` stopped waiting now.

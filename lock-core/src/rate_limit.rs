@@ -79,6 +79,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
+use crate::metrics;
 use crate::wire::rate::{Decided, decide, decided};
 
 /// What follows `P{N}` in a rate limit's key.
@@ -339,7 +340,22 @@ impl RateLimit {
     /// Takes `n` permits at once, if that many are free (nothing is taken otherwise). `n`
     /// over the burst could never be allowed: [`LockError::InvalidOption`] naming `n`; `n`
     /// of 0 too (use [`peek`](Self::peek)).
+    ///
+    /// Counted in `lock_rate_limit_decisions_total` (see [`metrics`](crate::metrics)).
     pub async fn check_n(&self, n: u32) -> Result<RateDecision, LockError> {
+        let decision = self.take(n).await;
+        let outcome = match &decision {
+            Ok(d) if d.allowed => "allowed",
+            Ok(_) => "limited",
+            Err(e) if e.is_unavailable() => "unavailable",
+            Err(_) => "invalid",
+        };
+        let labels = self.engine.labels("rate_limit", &self.name);
+        metrics::rate_limit_decision(labels, outcome);
+        decision
+    }
+
+    async fn take(&self, n: u32) -> Result<RateDecision, LockError> {
         self.quota.check()?;
         if n == 0 || n > self.quota.burst_size() {
             return Err(LockError::InvalidOption {

@@ -388,12 +388,35 @@ async fn the_metrics_are_described() {
         names::HOLD_DURATION,
         names::HELD,
         names::AT_RISK,
+        names::RATE_LIMIT_DECISIONS,
     ] {
         assert!(
             read(|r| r.described.contains(name)),
             "{name} has a description"
         );
     }
+}
+
+#[tokio::test]
+async fn rate_limit_decisions_are_counted_by_outcome() {
+    let server = RedisServer::start();
+    let f = family("rate");
+    let a = client(&server, f, 30 * SECOND).await;
+    let decisions = |outcome| {
+        value(
+            names::RATE_LIMIT_DECISIONS,
+            &[("kind", "rate_limit"), ("outcome", outcome), ("family", f)],
+        )
+    };
+    let limit = a.rate_limit("buyer:1").per(60 * SECOND, 2);
+    for _ in 0..3 {
+        limit.check().await.unwrap();
+    }
+    assert!(limit.check_n(3).await.is_err());
+    assert_eq!(decisions("allowed"), 2.0);
+    assert_eq!(decisions("limited"), 1.0);
+    assert_eq!(decisions("invalid"), 1.0);
+    assert_eq!(decisions("unavailable"), 0.0);
 }
 
 #[tokio::test]

@@ -83,14 +83,20 @@
 //! | [`hash_keys`](RateLimitLayer::hash_keys) | off | |
 //! | [`unavailable_retry_after`](RateLimitLayer::unavailable_retry_after) | 1 s | |
 //!
-//! # Tracing (the layer's metrics)
+//! # Metrics and tracing
 //!
-//! Every request gets an `INFO` span `rate_limit` with the fields `family` (the layer's
+//! Every check the layer sends is counted by lock-core, with its `metrics` feature on, in
+//! `lock_rate_limit_decisions_total{kind="rate_limit", outcome}` (`allowed`, `limited`,
+//! `unavailable`, `invalid`), with a `family` label where the client has a
+//! [`metric_label`](lock_core::LockClientBuilder::metric_label) (give it the limit's name,
+//! prefix included, and map each prefix to a family); see [`lock_core::metrics`].
+//!
+//! Every request also gets an `INFO` span `rate_limit` with the fields `family` (the layer's
 //! prefix: one per kind of limit, never a key), `key` (the limit's name, shortened to 64
 //! characters), `outcome` (`allowed`, `limited`, `unavailable`, `fail_open`, `missing_key`,
-//! `invalid_key`, `no_key` for a pass-through, `error`) and `remaining`. Counting the spans
-//! by `family` and `outcome` (with `tracing-opentelemetry`, or a subscriber layer of your
-//! own) gives allowed, limited and store-error counts per family. Events: one `info` per
+//! `invalid_key`, `no_key` for a pass-through, `error`) and `remaining`: counted by `family`
+//! and `outcome` (with `tracing-opentelemetry`, or a subscriber layer of your own), they also
+//! give the requests that never reached Redis (missing or bad keys). Events: one `info` per
 //! rejected request, `request rejected by the rate limit layer`, with `status`, `code`,
 //! `retry_after_ms`, `detail` and `error`; `warn` when a request is let through failing
 //! open; `error` for a misconfigured layer; `debug` for an allowed request.
