@@ -341,7 +341,7 @@ impl RateLimit {
     /// over the burst could never be allowed: [`LockError::InvalidOption`] naming `n`; `n`
     /// of 0 too (use [`peek`](Self::peek)).
     ///
-    /// Counted in `lock_rate_limit_decisions_total` (see [`metrics`](crate::metrics)).
+    /// Counted in `lock_rate_limit_decisions_total` (see [`crate::metrics`]).
     pub async fn check_n(&self, n: u32) -> Result<RateDecision, LockError> {
         let decision = self.take(n).await;
         let outcome = match &decision {
