@@ -142,11 +142,10 @@
 //! assert_eq!(res.headers()["retry-after"], "1");
 //! assert_eq!(res.headers()["ratelimit"], "\"default\";r=0;t=1");
 //!
-//! // Another user has a limit of their own; user 7 gets a permit back after 500 ms (the
-//! // in-memory server's clock moves a microsecond per call on top of tokio's).
+//! // Another user has a limit of their own; user 7's permits come back one per 500 ms.
 //! let res = app.clone().oneshot(get("/users/8")).await.unwrap();
 //! assert_eq!(res.status(), StatusCode::OK);
-//! tokio::time::sleep(Duration::from_millis(501)).await;
+//! tokio::time::sleep(Duration::from_secs(1)).await;
 //! let res = app.oneshot(get("/users/7")).await.unwrap();
 //! assert_eq!(res.status(), StatusCode::OK);
 //! # }
