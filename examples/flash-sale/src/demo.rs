@@ -18,6 +18,7 @@ use lock_tests::RedisServer;
 use crate::cluster::{Instance, InstanceOptions, log_tail};
 use crate::db::{Db, sqlite_url};
 use crate::invariants::Invariants;
+use crate::limits::Limits;
 use crate::load::{self, LoadOptions, LoadReport};
 use crate::model::SaleId;
 use crate::serve::BoxError;
@@ -40,6 +41,12 @@ pub struct DemoOptions {
     pub concurrency: usize,
     /// Take the locks (`--no-lock` turns them off).
     pub locking: bool,
+    /// Limit rates (`--no-limit` turns the limits off).
+    pub limiting: bool,
+    /// The bot's purchase attempts next to the load ([`crate::greedy`]).
+    pub bot_attempts: usize,
+    /// The scraper's polls next to the load.
+    pub scraper_requests: usize,
     /// Freeze one instance inside the stock critical section past its lease.
     pub stall_holder: bool,
     /// The lock clients' watchdog lease.
@@ -118,6 +125,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             redis_url: redis_url.clone(),
             database_url: database_url.clone(),
             locking: options.locking,
+            limiting: options.limiting,
             lease: options.lease,
             work: options.work,
             stall_once: options.stall_holder && i == 0,
@@ -161,6 +169,8 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         request_timeout: Duration::from_secs(20),
         max_duration: Duration::from_secs(90),
         progress: true,
+        bot_attempts: options.bot_attempts,
+        scraper_requests: options.scraper_requests,
     };
     let mut stall_notes = Vec::new();
     let report = if options.stall_holder {
@@ -191,6 +201,9 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         inv.stale_writes_rejected
     );
     for line in who_stopped_what(options.locking, &report, &inv) {
+        println!("{line}");
+    }
+    for line in limits_report(options.limiting, &report, Limits::default()) {
         println!("{line}");
     }
     // The instances' own figures, before they stop: each is a process with its recorder.
@@ -373,6 +386,63 @@ fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec
     for (what, text) in rows {
         lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
     }
+    lines
+}
+
+/// What answered the purchase attempts (the plan's and the bot's): the rate limits, the
+/// locks, the per-buyer check, the stock; and what the rate limits did to the bot and the
+/// scraper ([`crate::greedy`]), or, off (`--no-limit`), what got through without them.
+fn limits_report(limiting: bool, report: &LoadReport, limits: Limits) -> Vec<String> {
+    let (bot, scraper) = (&report.bot, &report.scraper);
+    let refused = format!(
+        "{} purchase attempts ({} planned, {} by the bot): {} ordered; refused {} by a rate \
+         limit (429, before any lock), {} by the buyer lock (409 lock_busy), {} by the \
+         per-buyer check under the stock lock (409 already_ordered), {} by the stock (410 \
+         sold_out); {} busy (503)",
+        report.requests + bot.sent,
+        report.requests,
+        bot.sent,
+        report.accepted + bot.accepted,
+        report.rate_limited + bot.rate_limited,
+        report.lock_busy + bot.lock_busy,
+        report.already_ordered + bot.already_ordered,
+        report.sold_out + bot.sold_out,
+        report.busy + report.stale,
+    );
+    let bot_reached = format!(
+        "{} ordered, {} already ordered after queueing for the sale's stock lock, {} lock \
+         busy, {} sold out",
+        bot.accepted, bot.already_ordered, bot.lock_busy, bot.sold_out
+    );
+    let limited = if limiting {
+        format!(
+            "the bot's {} attempts in a row: {} refused 429 by its buyer limit ({}), {} reached \
+             the purchase ({bot_reached}); the scraper's {} polls: {} served, {} refused 429 by \
+             its client limit ({})",
+            bot.sent,
+            bot.rate_limited,
+            limits.buyer,
+            bot.reached(),
+            scraper.sent,
+            scraper.served,
+            scraper.rate_limited,
+            limits.client
+        )
+    } else {
+        format!(
+            "off: all of the bot's {} attempts reached the purchase ({bot_reached}), where its \
+             buyer limit ({}) would have let {} through at once; {} of the scraper's {} polls \
+             were served, each a database read",
+            bot.sent,
+            limits.buyer,
+            limits.buyer.burst_size(),
+            scraper.served,
+            scraper.sent,
+        )
+    };
+    let mut lines = vec!["what stopped the purchase attempts:".to_owned()];
+    lines.extend(wrap("  attempts     ", &refused, 96));
+    lines.extend(wrap("  rate limits  ", &limited, 96));
     lines
 }
 

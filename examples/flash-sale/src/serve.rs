@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::db::Db;
 use crate::idempotency::SqlRecordStore;
+use crate::limits::Limits;
 use crate::model::{NewSale, now_ms};
 use crate::panel::{Me, Panel};
 use crate::shop::{CrashHook, Shop, ShopOptions, StallHook};
@@ -30,6 +31,8 @@ pub struct ServeOptions {
     pub redis_url: String,
     /// Take the locks.
     pub locking: bool,
+    /// The rate limits' quotas; None: no rate limits (`--no-limit`).
+    pub limits: Option<Limits>,
     /// The lock client's watchdog lease.
     pub lease: Duration,
     /// The reservation step inside the critical section.
@@ -115,6 +118,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         locks,
         ShopOptions {
             locking: options.locking,
+            limits: options.limits,
             work: options.work,
             stall: stall.clone(),
             crash: options
@@ -145,7 +149,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         writeln!(out, "LISTENING http://{addr}")?;
         out.flush()?;
     }
-    tracing::info!(%addr, locking = options.locking, "serving");
+    tracing::info!(%addr, locking = options.locking, limits = ?options.limits, "serving");
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
     if options.supervised {
@@ -165,7 +169,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, crate::api::router(shop, panel))
+    // With the peer's address: the per-client rate limit's key when a request names no client.
+    let app = crate::api::router(shop, panel).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;
     db.close().await;
