@@ -61,18 +61,111 @@ pub struct DemoOptions {
 
 /// Runs the demo; `Ok(true)` when it showed what it should.
 pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
-    let mode = match (options.locking, options.stall_holder) {
-        (false, _) => "locks OFF (--no-lock)",
-        (true, false) => "locks on",
-        (true, true) => "locks on, one holder stalls past its lease (--stall-holder)",
+    let mode = match (options.locking, options.stall_holder, options.limiting) {
+        (false, _, true) => "locks OFF (--no-lock)",
+        (false, _, false) => "locks OFF (--no-lock), rate limits OFF (--no-limit)",
+        (true, false, true) => "locks on",
+        (true, false, false) => "locks on, rate limits OFF (--no-limit)",
+        (true, true, _) => "locks on, one holder stalls past its lease (--stall-holder)",
     };
     println!(
         "flash-sale demo: {} instances, one Redis, one database; {mode}",
         options.instances
     );
+    let (_redis, redis_url) = redis()?;
+    // The database: a SQLite file in a temporary directory (removed when `dir` drops).
+    let dir = tempfile::Builder::new()
+        .prefix("flash-sale-demo-")
+        .tempdir()?;
+    let database_url = database_url(&options, dir.path());
+    let db = Db::connect(&database_url, 4).await?;
+    db.migrate().await?;
+    let mut instances = start_instances(&options, &redis_url, &database_url, dir.path()).await?;
+    let targets: Vec<String> = instances.iter().map(|i| i.url().to_owned()).collect();
+    let http = load::http_client(Duration::from_secs(10), 4);
+    let sale_id = load::create_sale(&http, &targets[0], options.stock).await?;
+    let duplicates = ((options.buyers as f64) * options.duplicate_rate).round() as usize;
+    println!(
+        "sale {sale_id}: {} items; {} purchase requests ({} buyers + {} repeats on another \
+         instance), {} at a time",
+        options.stock,
+        options.buyers,
+        options.buyers - duplicates.min(options.buyers),
+        duplicates,
+        options.concurrency,
+    );
 
-    // Redis: REDIS_URL, or a private redis-server stopped when `_redis` drops.
-    let (_redis, redis_url) = match std::env::var("REDIS_URL") {
+    let mut stall_notes = Vec::new();
+    let report = run_load(
+        &options,
+        &mut instances,
+        &targets,
+        &sale_id,
+        &mut stall_notes,
+    )
+    .await?;
+    let sale = SaleId::parse(&sale_id).map_err(|e| e.detail)?;
+    let inv = Invariants::check(&db, &sale).await?;
+    print_report(&options, &report, &inv, &stall_notes);
+    // The instances' own figures, before they stop: each is a process with its recorder.
+    let scrape = scrape_all(&http, &targets).await;
+    for line in metrics_report(&scrape.0, scrape.1, targets.len()) {
+        println!("{line}");
+    }
+    let ok = verdict(&options, &report, &inv);
+    if !ok {
+        for instance in &instances {
+            eprintln!(
+                "--- {} log tail ---\n{}",
+                instance.url(),
+                log_tail(instance.log(), 3000)
+            );
+        }
+    }
+
+    // Stop the instances gracefully, then the rest drops in reverse order.
+    for instance in instances {
+        instance.shutdown(Duration::from_secs(3)).await;
+    }
+    db.close().await;
+
+    println!("{}", result_line(&options, &report, &inv));
+    Ok(ok)
+}
+
+/// The load's report, the invariants, and what stopped what.
+fn print_report(
+    options: &DemoOptions,
+    report: &LoadReport,
+    inv: &Invariants,
+    stall_notes: &[String],
+) {
+    println!("load:");
+    for line in report.lines() {
+        println!("{line}");
+    }
+    for note in stall_notes {
+        println!("{note}");
+    }
+    println!("invariants (read from the database):");
+    for (ok, line) in inv.lines() {
+        println!("  {}  {line}", if ok { "ok  " } else { "FAIL" });
+    }
+    println!(
+        "  fencing: {} stale write(s) refused by the database",
+        inv.stale_writes_rejected
+    );
+    for line in who_stopped_what(options.locking, report, inv) {
+        println!("{line}");
+    }
+    for line in limits_report(options.limiting, report, Limits::default()) {
+        println!("{line}");
+    }
+}
+
+/// Redis: `REDIS_URL`, or a private redis-server, stopped when the returned server drops.
+fn redis() -> Result<(Option<RedisServer>, String), BoxError> {
+    Ok(match std::env::var("REDIS_URL") {
         Ok(url) => {
             println!("  redis      REDIS_URL (not started by the demo)");
             (None, url)
@@ -97,40 +190,44 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             let url = server.url();
             (Some(server), url)
         }
-    };
+    })
+}
 
-    // The database: a SQLite file in a temporary directory (removed when `dir` drops).
-    let dir = tempfile::Builder::new()
-        .prefix("flash-sale-demo-")
-        .tempdir()?;
-    let database_url = match &options.database_url {
+/// The database: `--database-url`, or a SQLite file in `dir`.
+fn database_url(options: &DemoOptions, dir: &std::path::Path) -> String {
+    match &options.database_url {
         Some(url) => {
             println!("  database   --database-url");
             url.clone()
         }
         None => {
-            let url = sqlite_url(dir.path());
+            let url = sqlite_url(dir);
             println!("  database   {url} (SQLite, WAL)");
             url
         }
-    };
-    let db = Db::connect(&database_url, 4).await?;
-    db.migrate().await?;
+    }
+}
 
-    // The instances, killed when `instances` drops.
+/// The instances, killed when they drop.
+async fn start_instances(
+    options: &DemoOptions,
+    redis_url: &str,
+    database_url: &str,
+    dir: &std::path::Path,
+) -> Result<Vec<Instance>, BoxError> {
     let mut instances: Vec<Instance> = Vec::new();
     for i in 0..options.instances {
         let instance = Instance::start(&InstanceOptions {
             bin: options.bin.clone(),
-            redis_url: redis_url.clone(),
-            database_url: database_url.clone(),
+            redis_url: redis_url.to_owned(),
+            database_url: database_url.to_owned(),
             locking: options.locking,
             limiting: options.limiting,
             lease: options.lease,
             work: options.work,
             stall_once: options.stall_holder && i == 0,
             crash_after_commit: false,
-            log: dir.path().join(format!("instance-{}.log", i + 1)),
+            log: dir.join(format!("instance-{}.log", i + 1)),
             name: Some(format!("instance-{}", i + 1)),
             demo_sale: false,
         })
@@ -143,24 +240,21 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         );
         instances.push(instance);
     }
-    let targets: Vec<String> = instances.iter().map(|i| i.url().to_owned()).collect();
+    Ok(instances)
+}
 
-    let http = load::http_client(Duration::from_secs(10), 4);
-    let sale_id = load::create_sale(&http, &targets[0], options.stock).await?;
-    let duplicates = ((options.buyers as f64) * options.duplicate_rate).round() as usize;
-    println!(
-        "sale {sale_id}: {} items; {} purchase requests ({} buyers + {} repeats on another \
-         instance), {} at a time",
-        options.stock,
-        options.buyers,
-        options.buyers - duplicates.min(options.buyers),
-        duplicates,
-        options.concurrency,
-    );
-
+/// Runs the load on sale `sale_id` (with one instance stalled, for `--stall-holder`); notes
+/// about the stall go into `stall_notes`.
+async fn run_load(
+    options: &DemoOptions,
+    instances: &mut [Instance],
+    targets: &[String],
+    sale_id: &str,
+    stall_notes: &mut Vec<String>,
+) -> Result<LoadReport, BoxError> {
     let load_options = LoadOptions {
-        targets: targets.clone(),
-        sale_id: sale_id.clone(),
+        targets: targets.to_vec(),
+        sale_id: sale_id.to_owned(),
         buyers: options.buyers,
         concurrency: options.concurrency,
         duplicate_rate: options.duplicate_rate,
@@ -172,51 +266,25 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         bot_attempts: options.bot_attempts,
         scraper_requests: options.scraper_requests,
     };
-    let mut stall_notes = Vec::new();
-    let report = if options.stall_holder {
+    Ok(if options.stall_holder {
         let (first, _) = instances.split_at_mut(1);
-        let staller = stall(&mut first[0], options.lease, &mut stall_notes);
+        let staller = stall(&mut first[0], options.lease, stall_notes);
         let (report, stalled) = tokio::join!(load::run(&load_options), staller);
         stalled?;
         report
     } else {
         load::run(&load_options).await
-    };
+    })
+}
 
-    println!("load:");
-    for line in report.lines() {
-        println!("{line}");
-    }
-    for note in &stall_notes {
-        println!("{note}");
-    }
-    let sale = SaleId::parse(&sale_id).map_err(|e| e.detail)?;
-    let inv = Invariants::check(&db, &sale).await?;
-    println!("invariants (read from the database):");
-    for (ok, line) in inv.lines() {
-        println!("  {}  {line}", if ok { "ok  " } else { "FAIL" });
-    }
-    println!(
-        "  fencing: {} stale write(s) refused by the database",
-        inv.stale_writes_rejected
-    );
-    for line in who_stopped_what(options.locking, &report, &inv) {
-        println!("{line}");
-    }
-    for line in limits_report(options.limiting, &report, Limits::default()) {
-        println!("{line}");
-    }
-    // The instances' own figures, before they stop: each is a process with its recorder.
-    let scrape = scrape_all(&http, &targets).await;
-    for line in metrics_report(&scrape.0, scrape.1, targets.len()) {
-        println!("{line}");
-    }
+/// Whether the demo showed what it should, saying why not (or, without the locks, what broke).
+fn verdict(options: &DemoOptions, report: &LoadReport, inv: &Invariants) -> bool {
     let violated = !inv.violations().is_empty();
-    let ok = if !options.locking {
+    if !options.locking {
         if violated {
             println!(
                 "without the locks {}, as expected (which lock prevents what: above)",
-                what_broke(&inv)
+                what_broke(inv)
             );
         } else {
             println!(
@@ -229,23 +297,11 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         false
     } else {
         !violated && report.not_sent == 0
-    };
-    if !ok {
-        for instance in &instances {
-            eprintln!(
-                "--- {} log tail ---\n{}",
-                instance.url(),
-                log_tail(instance.log(), 3000)
-            );
-        }
     }
+}
 
-    // Stop the instances gracefully, then the rest drops in reverse order.
-    for instance in instances {
-        instance.shutdown(Duration::from_secs(3)).await;
-    }
-    db.close().await;
-
+/// The `RESULT` line.
+fn result_line(options: &DemoOptions, report: &LoadReport, inv: &Invariants) -> String {
     let mut result = format!(
         "RESULT instances={} stock={} sold={} oversold={} duplicate_orders={} requests={} rps={:.0} p99_ms={:.0}",
         options.instances,
@@ -263,8 +319,7 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             inv.stale_writes_rejected
         ));
     }
-    println!("{result}");
-    Ok(ok)
+    result
 }
 
 /// Which lock or check stopped which requests, from the load's answers and the database: with
