@@ -79,6 +79,25 @@ async fn seed_demo_sale(db: &Db) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Migrates the database under a Redis lock, so that instances starting together take turns,
+/// and (`demo_sale`) creates the demo sale on an empty database under the same lock.
+async fn migrate(locks: &LockClient, db: &Db, demo_sale: bool) -> Result<(), BoxError> {
+    let guard = locks
+        .lock("flash-sale:migrate")
+        .wait(Duration::from_secs(60))
+        .await?;
+    db.migrate()
+        .await
+        .map_err(|e| format!("cannot migrate the database: {e}"))?;
+    if demo_sale {
+        seed_demo_sale(db)
+            .await
+            .map_err(|e| format!("cannot create the demo sale: {e}"))?;
+    }
+    guard.unlock().await?;
+    Ok(())
+}
+
 /// Installs the metrics recorder, connects, migrates (under a Redis lock, so instances
 /// starting together take turns; under the same lock, creates the demo sale on an empty
 /// database unless told not to), records this instance (name and lock client id) in the
@@ -97,21 +116,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at the given URL (--redis-url / REDIS_URL): {e}"))?;
-    {
-        let guard = locks
-            .lock("flash-sale:migrate")
-            .wait(Duration::from_secs(60))
-            .await?;
-        db.migrate()
-            .await
-            .map_err(|e| format!("cannot migrate the database: {e}"))?;
-        if options.demo_sale {
-            seed_demo_sale(&db)
-                .await
-                .map_err(|e| format!("cannot create the demo sale: {e}"))?;
-        }
-        guard.unlock().await?;
-    }
+    migrate(&locks, &db, options.demo_sale).await?;
     let stall = options.stall_once.then(|| Arc::new(StallHook::new()));
     let shop = Arc::new(Shop::new(
         db.clone(),
