@@ -322,106 +322,120 @@ fn result_line(options: &DemoOptions, report: &LoadReport, inv: &Invariants) -> 
     result
 }
 
+/// With the locks: what each lock or check stopped.
+fn what_the_locks_stopped(report: &LoadReport, inv: &Invariants) -> Vec<(&'static str, String)> {
+    let taken = inv.initial_stock - inv.stock_left;
+    let found_paid = report.replays_found_paid();
+    let refused = report.replays_refused_by_write;
+    vec![
+        (
+            "stock lock",
+            format!(
+                "purchases took turns: {} orders, {taken} items taken from the stock of {}; \
+                 {} requests found the sale sold out",
+                inv.sold, inv.initial_stock, report.sold_out
+            ),
+        ),
+        (
+            "buyer lock",
+            format!(
+                "{} double clicks answered 409 at once (the buyer's other request held it, \
+                 on another instance)",
+                report.lock_busy
+            ),
+        ),
+        (
+            "limit check",
+            format!(
+                "{} repeats found the buyer's earlier order (read under the stock lock)",
+                report.already_ordered
+            ),
+        ),
+        (
+            "idempotency",
+            format!(
+                "{} replayed payment callbacks (same Idempotency-Key) answered with the \
+                 first callback's stored response, byte for byte, without running again",
+                report.replays_from_record
+            ),
+        ),
+        (
+            "order lock",
+            format!(
+                "{found_paid} replayed payments waited for the first callback and found the \
+                 order paid"
+            ),
+        ),
+        (
+            "database",
+            format!(
+                "{refused} replays reached the conditional write (status = 'reserved'), the \
+                 second line of defence behind the order lock"
+            ),
+        ),
+    ]
+}
+
+/// Without the locks (`--no-lock`): what went wrong in each one's absence, and which check, if
+/// any, caught it instead.
+fn what_broke_without_locks(report: &LoadReport, inv: &Invariants) -> Vec<(&'static str, String)> {
+    let taken = inv.initial_stock - inv.stock_left;
+    let found_paid = report.replays_found_paid();
+    let refused = report.replays_refused_by_write;
+    let stock = if inv.oversold > 0 || inv.stock_mismatch != 0 {
+        format!(
+            "off: purchases interleaved: {} orders for a stock of {} ({} oversold), and the \
+             stock went down by only {taken} (writes based on stale reads)",
+            inv.sold, inv.initial_stock, inv.oversold
+        )
+    } else {
+        format!(
+            "off: no purchases interleaved this time ({} orders, {taken} items taken)",
+            inv.sold
+        )
+    };
+    let buyer = if inv.duplicate_orders > 0 {
+        format!(
+            "off: no double click was turned away (lock busy: {}); {} buyers got {} extra \
+             orders, their two requests passing the per-buyer check together (it needs \
+             the stock lock too)",
+            report.lock_busy, inv.buyers_over_limit, inv.duplicate_orders
+        )
+    } else {
+        format!(
+            "off: no double click was turned away (lock busy: {}); no buyer got a second \
+             order this time",
+            report.lock_busy
+        )
+    };
+    let order = if inv.paid_twice == 0 && inv.payment_mismatches == 0 {
+        format!(
+            "off: {refused} replayed payments raced the first callback, read the order \
+             unpaid and were refused by the database's conditional write (status = \
+             'reserved'); {found_paid} found it paid. No order was paid twice: here the \
+             database check catches what the lock prevents"
+        )
+    } else {
+        format!(
+            "off: {} orders paid twice, their replays racing the first callback",
+            inv.paid_twice
+        )
+    };
+    vec![
+        ("stock lock", stock),
+        ("buyer lock", buyer),
+        ("order lock", order),
+    ]
+}
+
 /// Which lock or check stopped which requests, from the load's answers and the database: with
 /// the locks, what each one did; without them (`--no-lock`), what went wrong in its absence and
 /// which check, if any, caught it instead.
 fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec<String> {
-    let taken = inv.initial_stock - inv.stock_left;
-    let found_paid = report.replays_found_paid();
-    let refused = report.replays_refused_by_write;
-    let mut rows: Vec<(&str, String)> = if locking {
-        vec![
-            (
-                "stock lock",
-                format!(
-                    "purchases took turns: {} orders, {taken} items taken from the stock of {}; \
-                     {} requests found the sale sold out",
-                    inv.sold, inv.initial_stock, report.sold_out
-                ),
-            ),
-            (
-                "buyer lock",
-                format!(
-                    "{} double clicks answered 409 at once (the buyer's other request held it, \
-                     on another instance)",
-                    report.lock_busy
-                ),
-            ),
-            (
-                "limit check",
-                format!(
-                    "{} repeats found the buyer's earlier order (read under the stock lock)",
-                    report.already_ordered
-                ),
-            ),
-            (
-                "idempotency",
-                format!(
-                    "{} replayed payment callbacks (same Idempotency-Key) answered with the \
-                     first callback's stored response, byte for byte, without running again",
-                    report.replays_from_record
-                ),
-            ),
-            (
-                "order lock",
-                format!(
-                    "{found_paid} replayed payments waited for the first callback and found the \
-                     order paid"
-                ),
-            ),
-            (
-                "database",
-                format!(
-                    "{refused} replays reached the conditional write (status = 'reserved'), the \
-                     second line of defence behind the order lock"
-                ),
-            ),
-        ]
+    let mut rows = if locking {
+        what_the_locks_stopped(report, inv)
     } else {
-        let stock = if inv.oversold > 0 || inv.stock_mismatch != 0 {
-            format!(
-                "off: purchases interleaved: {} orders for a stock of {} ({} oversold), and the \
-                 stock went down by only {taken} (writes based on stale reads)",
-                inv.sold, inv.initial_stock, inv.oversold
-            )
-        } else {
-            format!(
-                "off: no purchases interleaved this time ({} orders, {taken} items taken)",
-                inv.sold
-            )
-        };
-        let buyer = if inv.duplicate_orders > 0 {
-            format!(
-                "off: no double click was turned away (lock busy: {}); {} buyers got {} extra \
-                 orders, their two requests passing the per-buyer check together (it needs \
-                 the stock lock too)",
-                report.lock_busy, inv.buyers_over_limit, inv.duplicate_orders
-            )
-        } else {
-            format!(
-                "off: no double click was turned away (lock busy: {}); no buyer got a second \
-                 order this time",
-                report.lock_busy
-            )
-        };
-        let order = if inv.paid_twice == 0 && inv.payment_mismatches == 0 {
-            format!(
-                "off: {refused} replayed payments raced the first callback, read the order \
-                 unpaid and were refused by the database's conditional write (status = \
-                 'reserved'); {found_paid} found it paid. No order was paid twice: here the \
-                 database check catches what the lock prevents"
-            )
-        } else {
-            format!(
-                "off: {} orders paid twice, their replays racing the first callback",
-                inv.paid_twice
-            )
-        };
-        vec![
-            ("stock lock", stock),
-            ("buyer lock", buyer),
-            ("order lock", order),
-        ]
+        what_broke_without_locks(report, inv)
     };
     if locking && inv.stale_writes_rejected > 0 {
         rows.push((
