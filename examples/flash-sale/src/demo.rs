@@ -558,110 +558,16 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
     let mut lines = vec![format!(
         "metrics (GET /metrics of {answered} of {instances} instances, added up):"
     )];
-    let mut rows: Vec<(&str, String)> = Vec::new();
-    if scrape.has("lock_acquisitions_total") {
-        let by_outcome = scrape.sum_by("lock_acquisitions_total", "outcome");
-        let total: f64 = by_outcome.values().sum();
-        let outcomes: Vec<String> = [
-            "acquired",
-            "busy",
-            "timeout",
-            "unavailable",
-            "lost",
-            "invalid",
-        ]
-        .iter()
-        .map(|o| format!("{o} {}", count(by_outcome.get(*o).copied().unwrap_or(0.0))))
-        .collect();
-        rows.push((
-            "acquisitions",
-            format!("{}: {}", count(total), outcomes.join(", ")),
-        ));
-        let waits = scrape.sum("lock_wait_duration_seconds_count", &[]);
-        let wait_p99 = scrape
-            .quantile(0.99, "lock_wait_duration_seconds", &[])
-            .map_or_else(|| "-".to_owned(), ms);
-        rows.push((
-            "contention",
-            format!(
-                "{} busy (a single try found the lock held); {} acquisitions waited for a held lock \
-                 (p99 wait {wait_p99}); {} waiter wake-ups, {} attempts retried",
-                count(by_outcome.get("busy").copied().unwrap_or(0.0)),
-                count(waits),
-                count(scrape.sum("lock_waiter_wakeups_total", &[])),
-                count(scrape.sum("lock_attempts_retried_total", &[])),
-            ),
-        ));
-        let latency = |q, filter: &[(&str, &str)]| {
-            let mut filter = filter.to_vec();
-            filter.push(("outcome", "acquired"));
-            scrape
-                .quantile(q, "lock_acquire_duration_seconds", &filter)
-                .map_or_else(|| "-".to_owned(), ms)
-        };
-        rows.push((
-            "acquire time",
-            format!(
-                "p99 {} (p50 {}) from request to lock, for the acquisitions that got it",
-                latency(0.99, &[]),
-                latency(0.5, &[])
-            ),
-        ));
-        let lost = scrape.sum_by("lock_lost_total", "reason");
-        let lost_total: f64 = lost.values().sum();
-        rows.push((
-            "losses",
-            if lost_total > 0.0 {
-                let reasons: Vec<String> = lost
-                    .iter()
-                    .map(|(reason, n)| format!("{reason} {}", count(*n)))
-                    .collect();
-                format!(
-                    "{} held locks lost while their guard lived ({})",
-                    count(lost_total),
-                    reasons.join(", ")
-                )
-            } else {
-                "no held lock was lost".to_owned()
-            },
-        ));
-        let mut families = Vec::new();
-        for (family, what) in [
-            ("stock", "the purchases"),
-            ("buyer", "double clicks"),
-            ("order", "payment callbacks"),
-            ("idempotency", "idempotency keys"),
-        ] {
-            let only = [("family", family)];
-            let outcome = |o| {
-                count(scrape.sum(
-                    "lock_acquisitions_total",
-                    &[("family", family), ("outcome", o)],
-                ))
-            };
-            if scrape.sum("lock_acquisitions_total", &only) <= 0.0 {
-                continue;
-            }
-            families.push(format!(
-                "{family} ({what}): {} acquired, {} busy, {} timed out, {} waited, p99 acquire {}",
-                outcome("acquired"),
-                outcome("busy"),
-                outcome("timeout"),
-                count(scrape.sum("lock_wait_duration_seconds_count", &only)),
-                latency(0.99, &only),
-            ));
-        }
-        if !families.is_empty() {
-            rows.push(("by lock", families.join("; ")));
-        }
+    let mut rows = if scrape.has("lock_acquisitions_total") {
+        lock_rows(scrape)
     } else {
-        rows.push((
+        vec![(
             "locks",
             "figures unavailable: this build's lock-core records no metrics (its `metrics` \
              feature is off)"
                 .to_owned(),
-        ));
-    }
+        )]
+    };
     rows.push((
         "app",
         format!(
@@ -674,6 +580,125 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
             count(scrape.sum(telemetry::IDEMPOTENT_REPLAYS, &[])),
         ),
     ));
+    rows.push(("rejections", rejections(scrape)));
+    for (what, text) in rows {
+        lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
+    }
+    lines
+}
+
+/// The `q`-quantile time to acquire of the acquisitions that got the lock, among those of
+/// `filter`.
+fn acquire_time(scrape: &Scrape, q: f64, filter: &[(&str, &str)]) -> String {
+    let mut filter = filter.to_vec();
+    filter.push(("outcome", "acquired"));
+    scrape
+        .quantile(q, "lock_acquire_duration_seconds", &filter)
+        .map_or_else(|| "-".to_owned(), ms)
+}
+
+/// The locks' rows of the metrics report: acquisitions, contention, time, losses, by lock.
+fn lock_rows(scrape: &Scrape) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    let by_outcome = scrape.sum_by("lock_acquisitions_total", "outcome");
+    let total: f64 = by_outcome.values().sum();
+    let outcomes: Vec<String> = [
+        "acquired",
+        "busy",
+        "timeout",
+        "unavailable",
+        "lost",
+        "invalid",
+    ]
+    .iter()
+    .map(|o| format!("{o} {}", count(by_outcome.get(*o).copied().unwrap_or(0.0))))
+    .collect();
+    rows.push((
+        "acquisitions",
+        format!("{}: {}", count(total), outcomes.join(", ")),
+    ));
+    let waits = scrape.sum("lock_wait_duration_seconds_count", &[]);
+    let wait_p99 = scrape
+        .quantile(0.99, "lock_wait_duration_seconds", &[])
+        .map_or_else(|| "-".to_owned(), ms);
+    rows.push((
+        "contention",
+        format!(
+            "{} busy (a single try found the lock held); {} acquisitions waited for a held lock \
+             (p99 wait {wait_p99}); {} waiter wake-ups, {} attempts retried",
+            count(by_outcome.get("busy").copied().unwrap_or(0.0)),
+            count(waits),
+            count(scrape.sum("lock_waiter_wakeups_total", &[])),
+            count(scrape.sum("lock_attempts_retried_total", &[])),
+        ),
+    ));
+    let latency = |q, filter: &[(&str, &str)]| acquire_time(scrape, q, filter);
+    rows.push((
+        "acquire time",
+        format!(
+            "p99 {} (p50 {}) from request to lock, for the acquisitions that got it",
+            latency(0.99, &[]),
+            latency(0.5, &[])
+        ),
+    ));
+    let lost = scrape.sum_by("lock_lost_total", "reason");
+    let lost_total: f64 = lost.values().sum();
+    rows.push((
+        "losses",
+        if lost_total > 0.0 {
+            let reasons: Vec<String> = lost
+                .iter()
+                .map(|(reason, n)| format!("{reason} {}", count(*n)))
+                .collect();
+            format!(
+                "{} held locks lost while their guard lived ({})",
+                count(lost_total),
+                reasons.join(", ")
+            )
+        } else {
+            "no held lock was lost".to_owned()
+        },
+    ));
+    if let Some(families) = by_lock(scrape) {
+        rows.push(("by lock", families));
+    }
+    rows
+}
+
+/// The metrics report's figures per lock family, if any lock was taken.
+fn by_lock(scrape: &Scrape) -> Option<String> {
+    let latency = |q, filter: &[(&str, &str)]| acquire_time(scrape, q, filter);
+    let mut families = Vec::new();
+    for (family, what) in [
+        ("stock", "the purchases"),
+        ("buyer", "double clicks"),
+        ("order", "payment callbacks"),
+        ("idempotency", "idempotency keys"),
+    ] {
+        let only = [("family", family)];
+        let outcome = |o| {
+            count(scrape.sum(
+                "lock_acquisitions_total",
+                &[("family", family), ("outcome", o)],
+            ))
+        };
+        if scrape.sum("lock_acquisitions_total", &only) <= 0.0 {
+            continue;
+        }
+        families.push(format!(
+            "{family} ({what}): {} acquired, {} busy, {} timed out, {} waited, p99 acquire {}",
+            outcome("acquired"),
+            outcome("busy"),
+            outcome("timeout"),
+            count(scrape.sum("lock_wait_duration_seconds_count", &only)),
+            latency(0.99, &only),
+        ));
+    }
+    (!families.is_empty()).then(|| families.join("; "))
+}
+
+/// The rejections by status and code, added up over the instances.
+fn rejections(scrape: &Scrape) -> String {
     let mut rejections: Vec<(String, f64)> = Vec::new();
     for sample in scrape
         .samples()
@@ -695,18 +720,11 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
         .iter()
         .map(|(k, n)| format!("{k} {}", count(*n)))
         .collect();
-    rows.push((
-        "rejections",
-        if rejections.is_empty() {
-            "none".to_owned()
-        } else {
-            rejections.join(", ")
-        },
-    ));
-    for (what, text) in rows {
-        lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
+    if rejections.is_empty() {
+        "none".to_owned()
+    } else {
+        rejections.join(", ")
     }
-    lines
 }
 
 /// `text` in lines of at most `width` characters (longer words excepted), the first after

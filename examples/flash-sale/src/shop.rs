@@ -249,6 +249,15 @@ impl Drop for Queued {
     }
 }
 
+/// `503 lock_lost`: the purchase's lock was gone before it wrote.
+fn lost_before_writing() -> ApiError {
+    ApiError::unavailable(
+        "lock_lost",
+        "the purchase lost its lock before writing; nothing was written: try again".to_owned(),
+        Duration::from_secs(1),
+    )
+}
+
 fn sale_not_found(id: &SaleId) -> ApiError {
     ApiError::not_found("sale_not_found", format!("no sale {id}"))
 }
@@ -430,15 +439,8 @@ impl Shop {
             tokio::time::sleep(self.options.work).await;
         }
         // 4. Still ours? A pause can come after this check all the same: the fence catches it.
-        if let Some(lock) = lock
-            && !lock.is_held()
-        {
-            return Err(ApiError::unavailable(
-                "lock_lost",
-                "the purchase lost its lock before writing; nothing was written: try again"
-                    .to_owned(),
-                Duration::from_secs(1),
-            ));
+        if lock.is_some_and(|l| !l.is_held()) {
+            return Err(lost_before_writing());
         }
         if let Some(hook) = &self.options.stall {
             hook.reached(sale_id, token).await;
