@@ -37,6 +37,13 @@
 //! lock-core names them (`lock_core::layout`); each description with one `GET` per distinct
 //! client among the rows shown (`LockClient::owner_description`).
 //!
+//! `status` also shows the name's rate limit (lock-core's `rate_limit`, key `P{NAME}:rate`)
+//! when it has a state: its burst, its rate (one permit every interval), the permits free now
+//! and when a full burst is free again, read with `RateLimit::inspect` (the quota the state
+//! was written with; no arithmetic of lockctl's own). A limit nobody used lately has no key (a
+//! full burst is free): `status` shows none. `list` and `watch` show locks only: a rate
+//! limit is not held by anyone, and its key is rewritten on every permit taken.
+//!
 //! `list` finds locks with `SCAN` (never `KEYS`) on every primary, stops once it has found
 //! more than `--limit` held locks (default 1000), shows the first `--limit` found sorted by
 //! remaining lease, and says when it left some out (`"truncated": true` in JSON).
@@ -91,7 +98,8 @@
 //!
 //! A table by default; `--json` prints one JSON document (`status`: `{name, prefix, found,
 //! held, locks, server: {address, version, mutex_protocol, native_compare, scripting},
-//! record}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
+//! record, rate_limit}`, `rate_limit` being `null` or `{burst, interval_us, remaining,
+//! retry_after_ms, full_after_ms}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
 //! `{name, prefix, aborted, locks: [{kind, owners, fencing_token, hold_count, freed}]}`;
 //! `watch`: one object per line, `{at_ms, event, kind, name, owner, hold_count,
 //! fencing_token, remaining_ms, …, source}`). A lock in `locks` is `{name, kind, held, mode,
@@ -127,6 +135,7 @@ mod kind;
 mod list;
 mod notify;
 mod output;
+mod rate;
 mod scan;
 mod state;
 mod status;

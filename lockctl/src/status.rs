@@ -1,6 +1,7 @@
 //! `lockctl status NAME` (or `--idempotency-key KEY`, the name an idempotency layer gives
-//! it): every kind of lock that exists under NAME, held or free, and the record kept next to
-//! it (lock-core's `record`), if any.
+//! it): every kind of lock that exists under NAME, held or free, the record kept next to it
+//! (lock-core's `record`), if any, and its rate limit's state (lock-core's `rate_limit`), if
+//! any.
 
 use futures_util::future::try_join_all;
 use lock_core::LockError;
@@ -12,6 +13,7 @@ use crate::connect::Target;
 use crate::exit::{Code, Failure};
 use crate::kind::Kind;
 use crate::output::Output;
+use crate::rate::{self, RateState};
 use crate::state::{LockState, describe};
 
 /// The JSON document of `status`.
@@ -30,6 +32,9 @@ struct Status<'a> {
     /// The record kept next to the name (lock-core's `record`: an idempotency layer's stored
     /// response, say), if there is one.
     record: Option<Record>,
+    /// The state of the name's rate limit (lock-core's `rate_limit`, `P{name}:rate`), read
+    /// with the quota that wrote it; null when it has none (a full burst is free).
+    rate_limit: Option<RateState>,
 }
 
 /// A record next to the name, as `status` reports it.
@@ -39,6 +44,15 @@ struct Record {
     token: u64,
     /// The size of its value.
     bytes: usize,
+}
+
+impl Record {
+    fn describe(&self) -> String {
+        format!(
+            "{} bytes, written with fencing token {}",
+            self.bytes, self.token
+        )
+    }
 }
 
 /// The record under `name`, if there is one (a value no put wrote counts as none).
@@ -108,6 +122,44 @@ pub(crate) async fn read(
     .map_err(|e| Failure::from_lock(e, &target.label))
 }
 
+/// What is kept next to the name besides its locks, for the table: `("record", "6 bytes,
+/// ...")`.
+fn extras(record: Option<&Record>, rate_limit: Option<&RateState>) -> Vec<(&'static str, String)> {
+    let record = record.map(|r| ("record", r.describe()));
+    let rate = rate_limit.map(|r| ("rate limit", r.describe()));
+    record.into_iter().chain(rate).collect()
+}
+
+/// Writes `status` for people: the locks as a table (what is kept next to them on standard
+/// error), or the line saying there is none (and what is kept next to the name).
+fn write_table(
+    out: &mut Output,
+    name: &str,
+    target: &Target,
+    args: &StatusArgs,
+    states: &[LockState],
+    extras: &[(&str, String)],
+) -> std::io::Result<()> {
+    if !states.is_empty() {
+        for (what, text) in extras {
+            crate::output::notice(&format!("{what}: {text}"));
+        }
+        return out.table(states);
+    }
+    let kind = args
+        .kind
+        .map(|k| format!(" (kind {k})"))
+        .unwrap_or_default();
+    let kept: String = extras
+        .iter()
+        .map(|(what, text)| format!("; its {what}: {text}"))
+        .collect();
+    out.line(&format!(
+        "no lock named {:?} under prefix {:?}{kind}{kept}",
+        name, target.prefix
+    ))
+}
+
 /// Runs `status`: 0 when something under NAME is held, 1 when not.
 pub(crate) async fn run(
     target: &Target,
@@ -121,11 +173,8 @@ pub(crate) async fn run(
         .map_err(|e| Failure::from_lock(e, &target.label))?;
     let held = states.iter().any(|s| s.held);
     let record = record(target, &name).await?;
+    let rate_limit = rate::read(target, &name).await?;
     let caps = target.client.server_capabilities();
-    if !out.is_json() {
-        // Which server answered, whatever it says: a wrong URL is seen at once.
-        crate::output::notice(&format!("server {}: {caps}", target.label));
-    }
     let written = if out.is_json() {
         out.json_line(&Status {
             name: &name,
@@ -141,30 +190,13 @@ pub(crate) async fn run(
                 scripting: caps.scripting,
             },
             record,
+            rate_limit,
         })
-    } else if let Some(record) = record.as_ref().filter(|_| states.is_empty()) {
-        out.line(&format!(
-            "no lock named {:?} under prefix {:?}; its record: {} bytes, written with fencing \
-             token {}",
-            name, target.prefix, record.bytes, record.token
-        ))
-    } else if states.is_empty() {
-        out.line(&format!(
-            "no lock named {:?} under prefix {:?}{}",
-            name,
-            target.prefix,
-            args.kind
-                .map(|k| format!(" (kind {k})"))
-                .unwrap_or_default()
-        ))
     } else {
-        if let Some(record) = &record {
-            crate::output::notice(&format!(
-                "record: {} bytes, written with fencing token {}",
-                record.bytes, record.token
-            ));
-        }
-        out.table(&states)
+        // Which server answered, whatever it says: a wrong URL is seen at once.
+        crate::output::notice(&format!("server {}: {caps}", target.label));
+        let extras = extras(record.as_ref(), rate_limit.as_ref());
+        write_table(out, &name, target, args, &states, &extras)
     };
     written.map_err(Failure::Output)?;
     Ok(if held { Code::Done } else { Code::NotHeld })

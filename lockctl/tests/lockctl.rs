@@ -997,3 +997,62 @@ async fn status_shows_the_record_next_to_a_name() {
     );
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_rate_limit_of_a_name_and_list_leaves_it_out() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    let none = lockctl(&["--url", &url, "--json", "status", "api:7"]).await;
+    assert!(none.json()["rate_limit"].is_null(), "{none:?}");
+    // One permit every 10 s, 3 at once: two taken leave one.
+    let limit = c
+        .rate_limit("api:7")
+        .per(Duration::from_secs(60), 6)
+        .burst(3);
+    for _ in 0..2 {
+        assert!(limit.check().await.unwrap().is_allowed());
+    }
+    let run = lockctl(&["--url", &url, "--json", "status", "api:7"]).await;
+    assert_eq!((run.code, run.json()["found"].as_bool()), (1, Some(false)));
+    let rate = &run.json()["rate_limit"];
+    assert_eq!(rate["burst"], 3, "{run:?}");
+    assert_eq!(rate["interval_us"], 10_000_000, "{run:?}");
+    assert_eq!(rate["remaining"], 1, "{run:?}");
+    assert_eq!(rate["retry_after_ms"], 0, "{run:?}");
+    let full = rate["full_after_ms"].as_u64().unwrap();
+    assert!((10_000..=20_000).contains(&full), "{run:?}");
+    let table = lockctl(&["--url", &url, "status", "api:7"]).await;
+    assert!(
+        table.stdout.contains(
+            "no lock named \"api:7\" under prefix \"lock:\"; its rate limit: burst 3, one \
+             permit every 10s (0.100/s), 1 remaining now, full again in"
+        ),
+        "{table:?}"
+    );
+    // Not a lock: list does not show it, even with a lock of the same name held.
+    let guard = c.lock("api:7").lease(LONG).await.unwrap();
+    let list = lockctl(&["--url", &url, "--json", "list"]).await;
+    assert_eq!(list.names(), ["api:7"], "{list:?}");
+    let held = lockctl(&["--url", &url, "status", "api:7"]).await;
+    assert_eq!(held.code, 0, "{held:?}");
+    assert!(
+        held.stderr
+            .contains("rate limit: burst 3, one permit every 10s"),
+        "{held:?}"
+    );
+    guard.unlock().await.unwrap();
+    assert!(limit.check().await.unwrap().is_allowed());
+    let empty = lockctl(&["--url", &url, "--json", "status", "api:7"]).await;
+    assert_eq!(empty.json()["rate_limit"]["remaining"], 0, "{empty:?}");
+    let retry = empty.json()["rate_limit"]["retry_after_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(retry > 0 && retry <= 10_000, "{empty:?}");
+    // The free mutex keeps its key (its fencing counter): the limit goes to standard error.
+    let table = lockctl(&["--url", &url, "status", "api:7"]).await;
+    assert!(
+        table.stderr.contains("0 remaining now (next in"),
+        "{table:?}"
+    );
+}

@@ -7,7 +7,7 @@
 //! | `GET /api/sales` | the 100 most recent sales | `200` |
 //! | `GET /api/sales/{sale_id}` | one sale | `200`, `400`, `404` |
 //! | `GET /api/sales/{sale_id}/stats` | its numbers, from the database | `200`, `400`, `404` |
-//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id`, optionally an `Idempotency-Key` | `201`, `400`, `404`, `409` (already ordered, double click, not started, key in use), `410` (sold out, ended), `422` (key reused), `503` (busy: retry) |
+//! | `POST /api/sales/{sale_id}/orders` | buy one item; buyer id in `X-User-Id`, optionally an `Idempotency-Key` | `201`, `400`, `404`, `409` (already ordered, double click, not started, key in use), `410` (sold out, ended), `422` (key reused), `429` (the buyer's or the client's rate limit: retry after `Retry-After`), `503` (busy: retry) |
 //! | `GET /api/orders/{order_id}` | one order | `200`, `400`, `404` |
 //! | `POST /api/orders/{order_id}/pay` | payment callback `{"payment_ref": "..."}`, idempotent; optionally an `Idempotency-Key` | `200`, `400`, `404`, `409` (paid by another payment), `422` (key reused) |
 //! | `GET /api/sales/{sale_id}/lock` | the sale's stock lock and recent rejections, for the lock panel ([`crate::panel`]) | `200`, `400`, `404`, `503` |
@@ -28,6 +28,12 @@
 //!
 //! Both layers let requests with a malformed id through unlocked
 //! ([`MissingKey::PassThrough`]) so the handler answers them with its own `400`.
+//!
+//! # Rate limits
+//!
+//! Between the idempotency layer and the buyer lock, the purchase route has the per-buyer rate
+//! limit; the whole API (payment callbacks excepted) has the per-client one, inside the
+//! rejection counter: see [`crate::limits`]. Both answer `429` with `Retry-After`.
 //!
 //! # Idempotency keys
 //!
@@ -57,6 +63,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::idempotency::{JsonAnswer, Recorder, SqlRecordStore};
+use crate::limits;
 use crate::model::{NewSale, Order, OrderId, PaymentCallback, PaymentResult, SaleId, UserId};
 use crate::panel::{self, Panel};
 use crate::shop::Shop;
@@ -135,6 +142,12 @@ pub fn router(shop: Arc<Shop>, panel: Arc<Panel>) -> Router {
         // payment callback's is its order's, and a replay that comes while the first callback
         // runs waits for its answer (as for the order lock).
         let buyer = Header::new(HeaderName::from_static("x-user-id"));
+        // The per-buyer rate limit, between them: a key's replay costs no attempt, and an
+        // attempt over the quota takes no lock.
+        orders = orders.route_layer(middleware::from_fn_with_state(
+            shop.clone(),
+            limits::per_buyer,
+        ));
         orders = orders.route_layer(idempotency(&shop, "idem:orders:", buyer, Duration::ZERO));
         let order = PathParam::new("order_id");
         pay = pay.route_layer(idempotency(
@@ -143,7 +156,13 @@ pub fn router(shop: Arc<Shop>, panel: Arc<Panel>) -> Router {
             order,
             Duration::from_secs(2),
         ));
+    } else {
+        orders = orders.route_layer(middleware::from_fn_with_state(
+            shop.clone(),
+            limits::per_buyer,
+        ));
     }
+    let per_client = middleware::from_fn_with_state(shop.clone(), limits::per_client);
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(|| async { "ok" }))
@@ -156,6 +175,7 @@ pub fn router(shop: Arc<Shop>, panel: Arc<Panel>) -> Router {
         .fallback(not_found)
         .with_state(shop)
         .merge(panel::routes(panel.clone()))
+        .layer(per_client)
         .layer(middleware::from_fn_with_state(panel, panel::track))
 }
 

@@ -25,6 +25,8 @@ pub struct InstanceOptions {
     pub database_url: String,
     /// Take the locks.
     pub locking: bool,
+    /// Limit rates (`false` passes `--no-limit`).
+    pub limiting: bool,
     /// The lock client's watchdog lease.
     pub lease: Duration,
     /// The reservation step inside the critical section.
@@ -83,6 +85,9 @@ impl Instance {
         .stderr(Stdio::from(log.try_clone()?));
         if !options.locking {
             cmd.arg("--no-lock");
+        }
+        if !options.limiting {
+            cmd.arg("--no-limit");
         }
         if options.stall_once {
             cmd.arg("--stall-once");

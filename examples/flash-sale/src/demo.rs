@@ -18,6 +18,7 @@ use lock_tests::RedisServer;
 use crate::cluster::{Instance, InstanceOptions, log_tail};
 use crate::db::{Db, sqlite_url};
 use crate::invariants::Invariants;
+use crate::limits::Limits;
 use crate::load::{self, LoadOptions, LoadReport};
 use crate::model::SaleId;
 use crate::serve::BoxError;
@@ -40,6 +41,12 @@ pub struct DemoOptions {
     pub concurrency: usize,
     /// Take the locks (`--no-lock` turns them off).
     pub locking: bool,
+    /// Limit rates (`--no-limit` turns the limits off).
+    pub limiting: bool,
+    /// The bot's purchase attempts next to the load ([`crate::greedy`]).
+    pub bot_attempts: usize,
+    /// The scraper's polls next to the load.
+    pub scraper_requests: usize,
     /// Freeze one instance inside the stock critical section past its lease.
     pub stall_holder: bool,
     /// The lock clients' watchdog lease.
@@ -54,18 +61,111 @@ pub struct DemoOptions {
 
 /// Runs the demo; `Ok(true)` when it showed what it should.
 pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
-    let mode = match (options.locking, options.stall_holder) {
-        (false, _) => "locks OFF (--no-lock)",
-        (true, false) => "locks on",
-        (true, true) => "locks on, one holder stalls past its lease (--stall-holder)",
+    let mode = match (options.locking, options.stall_holder, options.limiting) {
+        (false, _, true) => "locks OFF (--no-lock)",
+        (false, _, false) => "locks OFF (--no-lock), rate limits OFF (--no-limit)",
+        (true, false, true) => "locks on",
+        (true, false, false) => "locks on, rate limits OFF (--no-limit)",
+        (true, true, _) => "locks on, one holder stalls past its lease (--stall-holder)",
     };
     println!(
         "flash-sale demo: {} instances, one Redis, one database; {mode}",
         options.instances
     );
+    let (_redis, redis_url) = redis()?;
+    // The database: a SQLite file in a temporary directory (removed when `dir` drops).
+    let dir = tempfile::Builder::new()
+        .prefix("flash-sale-demo-")
+        .tempdir()?;
+    let database_url = database_url(&options, dir.path());
+    let db = Db::connect(&database_url, 4).await?;
+    db.migrate().await?;
+    let mut instances = start_instances(&options, &redis_url, &database_url, dir.path()).await?;
+    let targets: Vec<String> = instances.iter().map(|i| i.url().to_owned()).collect();
+    let http = load::http_client(Duration::from_secs(10), 4);
+    let sale_id = load::create_sale(&http, &targets[0], options.stock).await?;
+    let duplicates = ((options.buyers as f64) * options.duplicate_rate).round() as usize;
+    println!(
+        "sale {sale_id}: {} items; {} purchase requests ({} buyers + {} repeats on another \
+         instance), {} at a time",
+        options.stock,
+        options.buyers,
+        options.buyers - duplicates.min(options.buyers),
+        duplicates,
+        options.concurrency,
+    );
 
-    // Redis: REDIS_URL, or a private redis-server stopped when `_redis` drops.
-    let (_redis, redis_url) = match std::env::var("REDIS_URL") {
+    let mut stall_notes = Vec::new();
+    let report = run_load(
+        &options,
+        &mut instances,
+        &targets,
+        &sale_id,
+        &mut stall_notes,
+    )
+    .await?;
+    let sale = SaleId::parse(&sale_id).map_err(|e| e.detail)?;
+    let inv = Invariants::check(&db, &sale).await?;
+    print_report(&options, &report, &inv, &stall_notes);
+    // The instances' own figures, before they stop: each is a process with its recorder.
+    let scrape = scrape_all(&http, &targets).await;
+    for line in metrics_report(&scrape.0, scrape.1, targets.len()) {
+        println!("{line}");
+    }
+    let ok = verdict(&options, &report, &inv);
+    if !ok {
+        for instance in &instances {
+            eprintln!(
+                "--- {} log tail ---\n{}",
+                instance.url(),
+                log_tail(instance.log(), 3000)
+            );
+        }
+    }
+
+    // Stop the instances gracefully, then the rest drops in reverse order.
+    for instance in instances {
+        instance.shutdown(Duration::from_secs(3)).await;
+    }
+    db.close().await;
+
+    println!("{}", result_line(&options, &report, &inv));
+    Ok(ok)
+}
+
+/// The load's report, the invariants, and what stopped what.
+fn print_report(
+    options: &DemoOptions,
+    report: &LoadReport,
+    inv: &Invariants,
+    stall_notes: &[String],
+) {
+    println!("load:");
+    for line in report.lines() {
+        println!("{line}");
+    }
+    for note in stall_notes {
+        println!("{note}");
+    }
+    println!("invariants (read from the database):");
+    for (ok, line) in inv.lines() {
+        println!("  {}  {line}", if ok { "ok  " } else { "FAIL" });
+    }
+    println!(
+        "  fencing: {} stale write(s) refused by the database",
+        inv.stale_writes_rejected
+    );
+    for line in who_stopped_what(options.locking, report, inv) {
+        println!("{line}");
+    }
+    for line in limits_report(options.limiting, report, Limits::default()) {
+        println!("{line}");
+    }
+}
+
+/// Redis: `REDIS_URL`, or a private redis-server, stopped when the returned server drops.
+fn redis() -> Result<(Option<RedisServer>, String), BoxError> {
+    Ok(match std::env::var("REDIS_URL") {
         Ok(url) => {
             println!("  redis      REDIS_URL (not started by the demo)");
             (None, url)
@@ -90,39 +190,44 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             let url = server.url();
             (Some(server), url)
         }
-    };
+    })
+}
 
-    // The database: a SQLite file in a temporary directory (removed when `dir` drops).
-    let dir = tempfile::Builder::new()
-        .prefix("flash-sale-demo-")
-        .tempdir()?;
-    let database_url = match &options.database_url {
+/// The database: `--database-url`, or a SQLite file in `dir`.
+fn database_url(options: &DemoOptions, dir: &std::path::Path) -> String {
+    match &options.database_url {
         Some(url) => {
             println!("  database   --database-url");
             url.clone()
         }
         None => {
-            let url = sqlite_url(dir.path());
+            let url = sqlite_url(dir);
             println!("  database   {url} (SQLite, WAL)");
             url
         }
-    };
-    let db = Db::connect(&database_url, 4).await?;
-    db.migrate().await?;
+    }
+}
 
-    // The instances, killed when `instances` drops.
+/// The instances, killed when they drop.
+async fn start_instances(
+    options: &DemoOptions,
+    redis_url: &str,
+    database_url: &str,
+    dir: &std::path::Path,
+) -> Result<Vec<Instance>, BoxError> {
     let mut instances: Vec<Instance> = Vec::new();
     for i in 0..options.instances {
         let instance = Instance::start(&InstanceOptions {
             bin: options.bin.clone(),
-            redis_url: redis_url.clone(),
-            database_url: database_url.clone(),
+            redis_url: redis_url.to_owned(),
+            database_url: database_url.to_owned(),
             locking: options.locking,
+            limiting: options.limiting,
             lease: options.lease,
             work: options.work,
             stall_once: options.stall_holder && i == 0,
             crash_after_commit: false,
-            log: dir.path().join(format!("instance-{}.log", i + 1)),
+            log: dir.join(format!("instance-{}.log", i + 1)),
             name: Some(format!("instance-{}", i + 1)),
             demo_sale: false,
         })
@@ -135,24 +240,21 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         );
         instances.push(instance);
     }
-    let targets: Vec<String> = instances.iter().map(|i| i.url().to_owned()).collect();
+    Ok(instances)
+}
 
-    let http = load::http_client(Duration::from_secs(10), 4);
-    let sale_id = load::create_sale(&http, &targets[0], options.stock).await?;
-    let duplicates = ((options.buyers as f64) * options.duplicate_rate).round() as usize;
-    println!(
-        "sale {sale_id}: {} items; {} purchase requests ({} buyers + {} repeats on another \
-         instance), {} at a time",
-        options.stock,
-        options.buyers,
-        options.buyers - duplicates.min(options.buyers),
-        duplicates,
-        options.concurrency,
-    );
-
+/// Runs the load on sale `sale_id` (with one instance stalled, for `--stall-holder`); notes
+/// about the stall go into `stall_notes`.
+async fn run_load(
+    options: &DemoOptions,
+    instances: &mut [Instance],
+    targets: &[String],
+    sale_id: &str,
+    stall_notes: &mut Vec<String>,
+) -> Result<LoadReport, BoxError> {
     let load_options = LoadOptions {
-        targets: targets.clone(),
-        sale_id: sale_id.clone(),
+        targets: targets.to_vec(),
+        sale_id: sale_id.to_owned(),
         buyers: options.buyers,
         concurrency: options.concurrency,
         duplicate_rate: options.duplicate_rate,
@@ -161,49 +263,28 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         request_timeout: Duration::from_secs(20),
         max_duration: Duration::from_secs(90),
         progress: true,
+        bot_attempts: options.bot_attempts,
+        scraper_requests: options.scraper_requests,
     };
-    let mut stall_notes = Vec::new();
-    let report = if options.stall_holder {
+    Ok(if options.stall_holder {
         let (first, _) = instances.split_at_mut(1);
-        let staller = stall(&mut first[0], options.lease, &mut stall_notes);
+        let staller = stall(&mut first[0], options.lease, stall_notes);
         let (report, stalled) = tokio::join!(load::run(&load_options), staller);
         stalled?;
         report
     } else {
         load::run(&load_options).await
-    };
+    })
+}
 
-    println!("load:");
-    for line in report.lines() {
-        println!("{line}");
-    }
-    for note in &stall_notes {
-        println!("{note}");
-    }
-    let sale = SaleId::parse(&sale_id).map_err(|e| e.detail)?;
-    let inv = Invariants::check(&db, &sale).await?;
-    println!("invariants (read from the database):");
-    for (ok, line) in inv.lines() {
-        println!("  {}  {line}", if ok { "ok  " } else { "FAIL" });
-    }
-    println!(
-        "  fencing: {} stale write(s) refused by the database",
-        inv.stale_writes_rejected
-    );
-    for line in who_stopped_what(options.locking, &report, &inv) {
-        println!("{line}");
-    }
-    // The instances' own figures, before they stop: each is a process with its recorder.
-    let scrape = scrape_all(&http, &targets).await;
-    for line in metrics_report(&scrape.0, scrape.1, targets.len()) {
-        println!("{line}");
-    }
+/// Whether the demo showed what it should, saying why not (or, without the locks, what broke).
+fn verdict(options: &DemoOptions, report: &LoadReport, inv: &Invariants) -> bool {
     let violated = !inv.violations().is_empty();
-    let ok = if !options.locking {
+    if !options.locking {
         if violated {
             println!(
                 "without the locks {}, as expected (which lock prevents what: above)",
-                what_broke(&inv)
+                what_broke(inv)
             );
         } else {
             println!(
@@ -216,23 +297,11 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         false
     } else {
         !violated && report.not_sent == 0
-    };
-    if !ok {
-        for instance in &instances {
-            eprintln!(
-                "--- {} log tail ---\n{}",
-                instance.url(),
-                log_tail(instance.log(), 3000)
-            );
-        }
     }
+}
 
-    // Stop the instances gracefully, then the rest drops in reverse order.
-    for instance in instances {
-        instance.shutdown(Duration::from_secs(3)).await;
-    }
-    db.close().await;
-
+/// The `RESULT` line.
+fn result_line(options: &DemoOptions, report: &LoadReport, inv: &Invariants) -> String {
     let mut result = format!(
         "RESULT instances={} stock={} sold={} oversold={} duplicate_orders={} requests={} rps={:.0} p99_ms={:.0}",
         options.instances,
@@ -250,110 +319,123 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
             inv.stale_writes_rejected
         ));
     }
-    println!("{result}");
-    Ok(ok)
+    result
+}
+
+/// With the locks: what each lock or check stopped.
+fn what_the_locks_stopped(report: &LoadReport, inv: &Invariants) -> Vec<(&'static str, String)> {
+    let taken = inv.initial_stock - inv.stock_left;
+    let found_paid = report.replays_found_paid();
+    let refused = report.replays_refused_by_write;
+    vec![
+        (
+            "stock lock",
+            format!(
+                "purchases took turns: {} orders, {taken} items taken from the stock of {}; \
+                 {} requests found the sale sold out",
+                inv.sold, inv.initial_stock, report.sold_out
+            ),
+        ),
+        (
+            "buyer lock",
+            format!(
+                "{} double clicks answered 409 at once (the buyer's other request held it, \
+                 on another instance)",
+                report.lock_busy
+            ),
+        ),
+        (
+            "limit check",
+            format!(
+                "{} repeats found the buyer's earlier order (read under the stock lock)",
+                report.already_ordered
+            ),
+        ),
+        (
+            "idempotency",
+            format!(
+                "{} replayed payment callbacks (same Idempotency-Key) answered with the \
+                 first callback's stored response, byte for byte, without running again",
+                report.replays_from_record
+            ),
+        ),
+        (
+            "order lock",
+            format!(
+                "{found_paid} replayed payments waited for the first callback and found the \
+                 order paid"
+            ),
+        ),
+        (
+            "database",
+            format!(
+                "{refused} replays reached the conditional write (status = 'reserved'), the \
+                 second line of defence behind the order lock"
+            ),
+        ),
+    ]
+}
+
+/// Without the locks (`--no-lock`): what went wrong in each one's absence, and which check, if
+/// any, caught it instead.
+fn what_broke_without_locks(report: &LoadReport, inv: &Invariants) -> Vec<(&'static str, String)> {
+    let taken = inv.initial_stock - inv.stock_left;
+    let found_paid = report.replays_found_paid();
+    let refused = report.replays_refused_by_write;
+    let stock = if inv.oversold > 0 || inv.stock_mismatch != 0 {
+        format!(
+            "off: purchases interleaved: {} orders for a stock of {} ({} oversold), and the \
+             stock went down by only {taken} (writes based on stale reads)",
+            inv.sold, inv.initial_stock, inv.oversold
+        )
+    } else {
+        format!(
+            "off: no purchases interleaved this time ({} orders, {taken} items taken)",
+            inv.sold
+        )
+    };
+    let buyer = if inv.duplicate_orders > 0 {
+        format!(
+            "off: no double click was turned away (lock busy: {}); {} buyers got {} extra \
+             orders, their two requests passing the per-buyer check together (it needs \
+             the stock lock too)",
+            report.lock_busy, inv.buyers_over_limit, inv.duplicate_orders
+        )
+    } else {
+        format!(
+            "off: no double click was turned away (lock busy: {}); no buyer got a second \
+             order this time",
+            report.lock_busy
+        )
+    };
+    let order = if inv.paid_twice == 0 && inv.payment_mismatches == 0 {
+        format!(
+            "off: {refused} replayed payments raced the first callback, read the order \
+             unpaid and were refused by the database's conditional write (status = \
+             'reserved'); {found_paid} found it paid. No order was paid twice: here the \
+             database check catches what the lock prevents"
+        )
+    } else {
+        format!(
+            "off: {} orders paid twice, their replays racing the first callback",
+            inv.paid_twice
+        )
+    };
+    vec![
+        ("stock lock", stock),
+        ("buyer lock", buyer),
+        ("order lock", order),
+    ]
 }
 
 /// Which lock or check stopped which requests, from the load's answers and the database: with
 /// the locks, what each one did; without them (`--no-lock`), what went wrong in its absence and
 /// which check, if any, caught it instead.
 fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec<String> {
-    let taken = inv.initial_stock - inv.stock_left;
-    let found_paid = report.replays_found_paid();
-    let refused = report.replays_refused_by_write;
-    let mut rows: Vec<(&str, String)> = if locking {
-        vec![
-            (
-                "stock lock",
-                format!(
-                    "purchases took turns: {} orders, {taken} items taken from the stock of {}; \
-                     {} requests found the sale sold out",
-                    inv.sold, inv.initial_stock, report.sold_out
-                ),
-            ),
-            (
-                "buyer lock",
-                format!(
-                    "{} double clicks answered 409 at once (the buyer's other request held it, \
-                     on another instance)",
-                    report.lock_busy
-                ),
-            ),
-            (
-                "limit check",
-                format!(
-                    "{} repeats found the buyer's earlier order (read under the stock lock)",
-                    report.already_ordered
-                ),
-            ),
-            (
-                "idempotency",
-                format!(
-                    "{} replayed payment callbacks (same Idempotency-Key) answered with the \
-                     first callback's stored response, byte for byte, without running again",
-                    report.replays_from_record
-                ),
-            ),
-            (
-                "order lock",
-                format!(
-                    "{found_paid} replayed payments waited for the first callback and found the \
-                     order paid"
-                ),
-            ),
-            (
-                "database",
-                format!(
-                    "{refused} replays reached the conditional write (status = 'reserved'), the \
-                     second line of defence behind the order lock"
-                ),
-            ),
-        ]
+    let mut rows = if locking {
+        what_the_locks_stopped(report, inv)
     } else {
-        let stock = if inv.oversold > 0 || inv.stock_mismatch != 0 {
-            format!(
-                "off: purchases interleaved: {} orders for a stock of {} ({} oversold), and the \
-                 stock went down by only {taken} (writes based on stale reads)",
-                inv.sold, inv.initial_stock, inv.oversold
-            )
-        } else {
-            format!(
-                "off: no purchases interleaved this time ({} orders, {taken} items taken)",
-                inv.sold
-            )
-        };
-        let buyer = if inv.duplicate_orders > 0 {
-            format!(
-                "off: no double click was turned away (lock busy: {}); {} buyers got {} extra \
-                 orders, their two requests passing the per-buyer check together (it needs \
-                 the stock lock too)",
-                report.lock_busy, inv.buyers_over_limit, inv.duplicate_orders
-            )
-        } else {
-            format!(
-                "off: no double click was turned away (lock busy: {}); no buyer got a second \
-                 order this time",
-                report.lock_busy
-            )
-        };
-        let order = if inv.paid_twice == 0 && inv.payment_mismatches == 0 {
-            format!(
-                "off: {refused} replayed payments raced the first callback, read the order \
-                 unpaid and were refused by the database's conditional write (status = \
-                 'reserved'); {found_paid} found it paid. No order was paid twice: here the \
-                 database check catches what the lock prevents"
-            )
-        } else {
-            format!(
-                "off: {} orders paid twice, their replays racing the first callback",
-                inv.paid_twice
-            )
-        };
-        vec![
-            ("stock lock", stock),
-            ("buyer lock", buyer),
-            ("order lock", order),
-        ]
+        what_broke_without_locks(report, inv)
     };
     if locking && inv.stale_writes_rejected > 0 {
         rows.push((
@@ -373,6 +455,63 @@ fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec
     for (what, text) in rows {
         lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
     }
+    lines
+}
+
+/// What answered the purchase attempts (the plan's and the bot's): the rate limits, the
+/// locks, the per-buyer check, the stock; and what the rate limits did to the bot and the
+/// scraper ([`crate::greedy`]), or, off (`--no-limit`), what got through without them.
+fn limits_report(limiting: bool, report: &LoadReport, limits: Limits) -> Vec<String> {
+    let (bot, scraper) = (&report.bot, &report.scraper);
+    let refused = format!(
+        "{} purchase attempts ({} planned, {} by the bot): {} ordered; refused {} by a rate \
+         limit (429, before any lock), {} by the buyer lock (409 lock_busy), {} by the \
+         per-buyer check under the stock lock (409 already_ordered), {} by the stock (410 \
+         sold_out); {} busy (503)",
+        report.requests + bot.sent,
+        report.requests,
+        bot.sent,
+        report.accepted + bot.accepted,
+        report.rate_limited + bot.rate_limited,
+        report.lock_busy + bot.lock_busy,
+        report.already_ordered + bot.already_ordered,
+        report.sold_out + bot.sold_out,
+        report.busy + report.stale,
+    );
+    let bot_reached = format!(
+        "{} ordered, {} already ordered after queueing for the sale's stock lock, {} lock \
+         busy, {} sold out",
+        bot.accepted, bot.already_ordered, bot.lock_busy, bot.sold_out
+    );
+    let limited = if limiting {
+        format!(
+            "the bot's {} attempts in a row: {} refused 429 by its buyer limit ({}), {} reached \
+             the purchase ({bot_reached}); the scraper's {} polls: {} served, {} refused 429 by \
+             its client limit ({})",
+            bot.sent,
+            bot.rate_limited,
+            limits.buyer,
+            bot.reached(),
+            scraper.sent,
+            scraper.served,
+            scraper.rate_limited,
+            limits.client
+        )
+    } else {
+        format!(
+            "off: all of the bot's {} attempts reached the purchase ({bot_reached}), where its \
+             buyer limit ({}) would have let {} through at once; {} of the scraper's {} polls \
+             were served, each a database read",
+            bot.sent,
+            limits.buyer,
+            limits.buyer.burst_size(),
+            scraper.served,
+            scraper.sent,
+        )
+    };
+    let mut lines = vec!["what stopped the purchase attempts:".to_owned()];
+    lines.extend(wrap("  attempts     ", &refused, 96));
+    lines.extend(wrap("  rate limits  ", &limited, 96));
     lines
 }
 
@@ -419,110 +558,16 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
     let mut lines = vec![format!(
         "metrics (GET /metrics of {answered} of {instances} instances, added up):"
     )];
-    let mut rows: Vec<(&str, String)> = Vec::new();
-    if scrape.has("lock_acquisitions_total") {
-        let by_outcome = scrape.sum_by("lock_acquisitions_total", "outcome");
-        let total: f64 = by_outcome.values().sum();
-        let outcomes: Vec<String> = [
-            "acquired",
-            "busy",
-            "timeout",
-            "unavailable",
-            "lost",
-            "invalid",
-        ]
-        .iter()
-        .map(|o| format!("{o} {}", count(by_outcome.get(*o).copied().unwrap_or(0.0))))
-        .collect();
-        rows.push((
-            "acquisitions",
-            format!("{}: {}", count(total), outcomes.join(", ")),
-        ));
-        let waits = scrape.sum("lock_wait_duration_seconds_count", &[]);
-        let wait_p99 = scrape
-            .quantile(0.99, "lock_wait_duration_seconds", &[])
-            .map_or_else(|| "-".to_owned(), ms);
-        rows.push((
-            "contention",
-            format!(
-                "{} busy (a single try found the lock held); {} acquisitions waited for a held lock \
-                 (p99 wait {wait_p99}); {} waiter wake-ups, {} attempts retried",
-                count(by_outcome.get("busy").copied().unwrap_or(0.0)),
-                count(waits),
-                count(scrape.sum("lock_waiter_wakeups_total", &[])),
-                count(scrape.sum("lock_attempts_retried_total", &[])),
-            ),
-        ));
-        let latency = |q, filter: &[(&str, &str)]| {
-            let mut filter = filter.to_vec();
-            filter.push(("outcome", "acquired"));
-            scrape
-                .quantile(q, "lock_acquire_duration_seconds", &filter)
-                .map_or_else(|| "-".to_owned(), ms)
-        };
-        rows.push((
-            "acquire time",
-            format!(
-                "p99 {} (p50 {}) from request to lock, for the acquisitions that got it",
-                latency(0.99, &[]),
-                latency(0.5, &[])
-            ),
-        ));
-        let lost = scrape.sum_by("lock_lost_total", "reason");
-        let lost_total: f64 = lost.values().sum();
-        rows.push((
-            "losses",
-            if lost_total > 0.0 {
-                let reasons: Vec<String> = lost
-                    .iter()
-                    .map(|(reason, n)| format!("{reason} {}", count(*n)))
-                    .collect();
-                format!(
-                    "{} held locks lost while their guard lived ({})",
-                    count(lost_total),
-                    reasons.join(", ")
-                )
-            } else {
-                "no held lock was lost".to_owned()
-            },
-        ));
-        let mut families = Vec::new();
-        for (family, what) in [
-            ("stock", "the purchases"),
-            ("buyer", "double clicks"),
-            ("order", "payment callbacks"),
-            ("idempotency", "idempotency keys"),
-        ] {
-            let only = [("family", family)];
-            let outcome = |o| {
-                count(scrape.sum(
-                    "lock_acquisitions_total",
-                    &[("family", family), ("outcome", o)],
-                ))
-            };
-            if scrape.sum("lock_acquisitions_total", &only) <= 0.0 {
-                continue;
-            }
-            families.push(format!(
-                "{family} ({what}): {} acquired, {} busy, {} timed out, {} waited, p99 acquire {}",
-                outcome("acquired"),
-                outcome("busy"),
-                outcome("timeout"),
-                count(scrape.sum("lock_wait_duration_seconds_count", &only)),
-                latency(0.99, &only),
-            ));
-        }
-        if !families.is_empty() {
-            rows.push(("by lock", families.join("; ")));
-        }
+    let mut rows = if scrape.has("lock_acquisitions_total") {
+        lock_rows(scrape)
     } else {
-        rows.push((
+        vec![(
             "locks",
             "figures unavailable: this build's lock-core records no metrics (its `metrics` \
              feature is off)"
                 .to_owned(),
-        ));
-    }
+        )]
+    };
     rows.push((
         "app",
         format!(
@@ -535,6 +580,125 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
             count(scrape.sum(telemetry::IDEMPOTENT_REPLAYS, &[])),
         ),
     ));
+    rows.push(("rejections", rejections(scrape)));
+    for (what, text) in rows {
+        lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
+    }
+    lines
+}
+
+/// The `q`-quantile time to acquire of the acquisitions that got the lock, among those of
+/// `filter`.
+fn acquire_time(scrape: &Scrape, q: f64, filter: &[(&str, &str)]) -> String {
+    let mut filter = filter.to_vec();
+    filter.push(("outcome", "acquired"));
+    scrape
+        .quantile(q, "lock_acquire_duration_seconds", &filter)
+        .map_or_else(|| "-".to_owned(), ms)
+}
+
+/// The locks' rows of the metrics report: acquisitions, contention, time, losses, by lock.
+fn lock_rows(scrape: &Scrape) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    let by_outcome = scrape.sum_by("lock_acquisitions_total", "outcome");
+    let total: f64 = by_outcome.values().sum();
+    let outcomes: Vec<String> = [
+        "acquired",
+        "busy",
+        "timeout",
+        "unavailable",
+        "lost",
+        "invalid",
+    ]
+    .iter()
+    .map(|o| format!("{o} {}", count(by_outcome.get(*o).copied().unwrap_or(0.0))))
+    .collect();
+    rows.push((
+        "acquisitions",
+        format!("{}: {}", count(total), outcomes.join(", ")),
+    ));
+    let waits = scrape.sum("lock_wait_duration_seconds_count", &[]);
+    let wait_p99 = scrape
+        .quantile(0.99, "lock_wait_duration_seconds", &[])
+        .map_or_else(|| "-".to_owned(), ms);
+    rows.push((
+        "contention",
+        format!(
+            "{} busy (a single try found the lock held); {} acquisitions waited for a held lock \
+             (p99 wait {wait_p99}); {} waiter wake-ups, {} attempts retried",
+            count(by_outcome.get("busy").copied().unwrap_or(0.0)),
+            count(waits),
+            count(scrape.sum("lock_waiter_wakeups_total", &[])),
+            count(scrape.sum("lock_attempts_retried_total", &[])),
+        ),
+    ));
+    let latency = |q, filter: &[(&str, &str)]| acquire_time(scrape, q, filter);
+    rows.push((
+        "acquire time",
+        format!(
+            "p99 {} (p50 {}) from request to lock, for the acquisitions that got it",
+            latency(0.99, &[]),
+            latency(0.5, &[])
+        ),
+    ));
+    let lost = scrape.sum_by("lock_lost_total", "reason");
+    let lost_total: f64 = lost.values().sum();
+    rows.push((
+        "losses",
+        if lost_total > 0.0 {
+            let reasons: Vec<String> = lost
+                .iter()
+                .map(|(reason, n)| format!("{reason} {}", count(*n)))
+                .collect();
+            format!(
+                "{} held locks lost while their guard lived ({})",
+                count(lost_total),
+                reasons.join(", ")
+            )
+        } else {
+            "no held lock was lost".to_owned()
+        },
+    ));
+    if let Some(families) = by_lock(scrape) {
+        rows.push(("by lock", families));
+    }
+    rows
+}
+
+/// The metrics report's figures per lock family, if any lock was taken.
+fn by_lock(scrape: &Scrape) -> Option<String> {
+    let latency = |q, filter: &[(&str, &str)]| acquire_time(scrape, q, filter);
+    let mut families = Vec::new();
+    for (family, what) in [
+        ("stock", "the purchases"),
+        ("buyer", "double clicks"),
+        ("order", "payment callbacks"),
+        ("idempotency", "idempotency keys"),
+    ] {
+        let only = [("family", family)];
+        let outcome = |o| {
+            count(scrape.sum(
+                "lock_acquisitions_total",
+                &[("family", family), ("outcome", o)],
+            ))
+        };
+        if scrape.sum("lock_acquisitions_total", &only) <= 0.0 {
+            continue;
+        }
+        families.push(format!(
+            "{family} ({what}): {} acquired, {} busy, {} timed out, {} waited, p99 acquire {}",
+            outcome("acquired"),
+            outcome("busy"),
+            outcome("timeout"),
+            count(scrape.sum("lock_wait_duration_seconds_count", &only)),
+            latency(0.99, &only),
+        ));
+    }
+    (!families.is_empty()).then(|| families.join("; "))
+}
+
+/// The rejections by status and code, added up over the instances.
+fn rejections(scrape: &Scrape) -> String {
     let mut rejections: Vec<(String, f64)> = Vec::new();
     for sample in scrape
         .samples()
@@ -556,18 +720,11 @@ fn metrics_report(scrape: &Scrape, answered: usize, instances: usize) -> Vec<Str
         .iter()
         .map(|(k, n)| format!("{k} {}", count(*n)))
         .collect();
-    rows.push((
-        "rejections",
-        if rejections.is_empty() {
-            "none".to_owned()
-        } else {
-            rejections.join(", ")
-        },
-    ));
-    for (what, text) in rows {
-        lines.extend(wrap(&format!("  {what:<13}"), &text, 96));
+    if rejections.is_empty() {
+        "none".to_owned()
+    } else {
+        rejections.join(", ")
     }
-    lines
 }
 
 /// `text` in lines of at most `width` characters (longer words excepted), the first after

@@ -24,7 +24,7 @@ pub struct ApiError {
     pub code: &'static str,
     /// What happened, for people.
     pub detail: String,
-    /// Set on `503`s: when to try again.
+    /// Set on `503`s and `429`s: when to try again.
     pub retry_after: Option<Duration>,
 }
 
@@ -59,6 +59,15 @@ impl ApiError {
         Self {
             retry_after: Some(retry_after),
             ..Self::new(StatusCode::SERVICE_UNAVAILABLE, code, detail)
+        }
+    }
+
+    /// `429 Too Many Requests` with `Retry-After`: a rate limit refused the request
+    /// ([`crate::limits`]).
+    pub fn rate_limited(code: &'static str, detail: String, retry_after: Duration) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, detail)
         }
     }
 

@@ -10,6 +10,8 @@
 //!   ([`shop`]);
 //! * a `lock-tower` layer keyed on the buyer per sale turns double clicks away with `409`,
 //!   and one keyed on the order id makes payment callbacks idempotent ([`api`]);
+//! * lock-core's rate limits keep one buyer's purchase attempts and one client's API requests
+//!   to a quota shared by every instance, answering `429` beyond it ([`limits`]);
 //! * `lock-tower`'s idempotency layer answers the retries of a purchase or a payment that
 //!   carries an `Idempotency-Key` with its first answer, recorded in the database in the
 //!   transaction that wrote the order or the payment ([`idempotency`]).
@@ -30,10 +32,13 @@ pub mod cluster;
 pub mod db;
 pub mod demo;
 pub mod error;
+pub mod greedy;
 pub mod idempotency;
 pub mod invariants;
+pub mod limits;
 pub mod load;
 pub mod model;
+pub mod outcome;
 pub mod panel;
 pub mod serve;
 pub mod shop;

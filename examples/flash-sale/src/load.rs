@@ -17,6 +17,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
+use crate::greedy::{self, BotReport, ScraperReport};
+use crate::limits::CLIENT_ID_HEADER;
+use crate::outcome::{Outcome, classify};
+
 /// One purchase request of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shot {
@@ -88,6 +92,10 @@ pub struct LoadOptions {
     pub max_duration: Duration,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
+    /// The bot's purchase attempts, one after another, next to the load (0: no bot).
+    pub bot_attempts: usize,
+    /// The scraper's polls of the sale's stats, one after another (0: no scraper).
+    pub scraper_requests: usize,
 }
 
 /// What the load saw.
@@ -106,6 +114,8 @@ pub struct LoadReport {
     /// `409 lock_busy`: a double click turned away at once because the buyer lock was held
     /// (by the buyer's other request, on another instance).
     pub lock_busy: usize,
+    /// `429`: refused by a rate limit (the buyer's or the client's), before any lock.
+    pub rate_limited: usize,
     /// `503` busy or lock lost: retryable.
     pub busy: usize,
     /// `503 stale_lock`: a stale write refused by the fencing check.
@@ -134,6 +144,10 @@ pub struct LoadReport {
     pub replays_refused_by_write: usize,
     /// Payment callbacks that failed.
     pub payment_errors: usize,
+    /// What the bot's burst of purchase attempts was answered (not in the counts above).
+    pub bot: BotReport,
+    /// What the scraper's polls were answered.
+    pub scraper: ScraperReport,
 }
 
 impl LoadReport {
@@ -175,6 +189,11 @@ impl LoadReport {
                 self.lock_busy,
                 "409: a double click turned away at once by the buyer lock",
             ),
+            row(
+                "rate limited",
+                self.rate_limited,
+                "429: over the buyer's or the client's rate limit, before any lock",
+            ),
             row("busy", self.busy, "503: retry"),
             row(
                 "stale",
@@ -210,6 +229,7 @@ impl LoadReport {
                 self.replays_refused_by_write,
             ));
         }
+        lines.extend(self.greedy_lines());
         for sample in &self.error_samples {
             lines.push(format!("  error: {sample}"));
         }
@@ -217,33 +237,46 @@ impl LoadReport {
     }
 }
 
-/// What one request's answer means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Accepted,
-    SoldOut,
-    AlreadyOrdered,
-    LockBusy,
-    Busy,
-    Stale,
-    Error,
-}
-
-fn classify(status: u16, code: &str) -> Outcome {
-    match (status, code) {
-        (201, _) => Outcome::Accepted,
-        (410, "sold_out") => Outcome::SoldOut,
-        (409, "already_ordered") => Outcome::AlreadyOrdered,
-        (409, "lock_busy") => Outcome::LockBusy,
-        (503, "stale_lock") => Outcome::Stale,
-        (503, _) => Outcome::Busy,
-        _ => Outcome::Error,
+impl LoadReport {
+    /// The bot's and the scraper's lines, if they ran.
+    fn greedy_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let bot = &self.bot;
+        if bot.sent > 0 {
+            lines.push(format!(
+                "  bot {}: {} purchase attempts in a row; {} refused 429 by a rate limit, {} \
+                 reached the purchase: {} ordered, {} already ordered, {} lock busy, {} sold \
+                 out, {} other",
+                greedy::BOT,
+                bot.sent,
+                bot.rate_limited,
+                bot.reached(),
+                bot.accepted,
+                bot.already_ordered,
+                bot.lock_busy,
+                bot.sold_out,
+                bot.other
+            ));
+        }
+        let scraper = &self.scraper;
+        if scraper.sent > 0 {
+            lines.push(format!(
+                "  scraper {}: {} polls of the sale's stats; {} served, {} refused 429 by the \
+                 per-client rate limit, {} other",
+                greedy::SCRAPER,
+                scraper.sent,
+                scraper.served,
+                scraper.rate_limited,
+                scraper.other
+            ));
+        }
+        lines
     }
 }
 
 #[derive(Default)]
 struct Tally {
-    outcomes: [usize; 7],
+    outcomes: [usize; 8],
     latencies_us: Vec<u64>,
     orders: Vec<String>,
     samples: Vec<String>,
@@ -292,18 +325,89 @@ pub fn http_client(timeout: Duration, concurrency: usize) -> reqwest::Client {
         .unwrap_or_else(|_| reqwest::Client::new())
 }
 
-/// Runs the load described by `options`.
-pub async fn run(options: &LoadOptions) -> LoadReport {
-    let shots = Arc::new(plan(
-        options.buyers,
-        options.duplicate_rate,
-        options.targets.len(),
-        options.seed,
-    ));
-    let http = http_client(options.request_timeout, options.concurrency);
-    let targets = Arc::new(options.targets.clone());
-    let bar = if options.progress {
-        ProgressBar::new(shots.len() as u64)
+/// What every worker of the load shares.
+#[derive(Clone)]
+struct Shared {
+    shots: Arc<Vec<Shot>>,
+    targets: Arc<Vec<String>>,
+    http: reqwest::Client,
+    sale: String,
+    next: Arc<AtomicUsize>,
+    sold: Arc<AtomicUsize>,
+    bar: ProgressBar,
+    deadline: Instant,
+}
+
+impl Shared {
+    /// Sends the plan's next shot, and the next, until there is none or time is up.
+    async fn work(self) -> Tally {
+        let mut tally = Tally::default();
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.shots.len() || Instant::now() >= self.deadline {
+                break;
+            }
+            let shot = &self.shots[i];
+            let url = format!(
+                "{}/api/sales/{}/orders",
+                self.targets[shot.target], self.sale
+            );
+            let t0 = Instant::now();
+            // Each buyer is a browser of its own for the per-client rate limit (they all come
+            // from one loopback address).
+            let result = self
+                .http
+                .post(&url)
+                .header("x-user-id", &shot.user)
+                .header(CLIENT_ID_HEADER, &shot.user)
+                .send()
+                .await;
+            let outcome = self.outcome(&mut tally, &url, result).await;
+            tally
+                .latencies_us
+                .push(t0.elapsed().as_micros().min(u64::MAX as u128) as u64);
+            tally.outcomes[outcome as usize] += 1;
+            tally.sent += 1;
+            self.bar.inc(1);
+        }
+        tally
+    }
+
+    /// What an answer means; an order and error samples go into `tally`.
+    async fn outcome(
+        &self,
+        tally: &mut Tally,
+        url: &str,
+        result: reqwest::Result<reqwest::Response>,
+    ) -> Outcome {
+        let res = match result {
+            Ok(res) => res,
+            Err(e) => {
+                if tally.samples.len() < 3 {
+                    tally.samples.push(format!("{url}: {e}"));
+                }
+                return Outcome::Error;
+            }
+        };
+        let status = res.status().as_u16();
+        let body: Value = res.json().await.unwrap_or(Value::Null);
+        let outcome = classify(status, body["code"].as_str().unwrap_or(""));
+        if outcome == Outcome::Accepted {
+            if let Some(id) = body["id"].as_str() {
+                tally.orders.push(id.to_owned());
+            }
+            let n = self.sold.fetch_add(1, Ordering::Relaxed) + 1;
+            self.bar.set_message(format!("({n} orders)"));
+        } else if outcome == Outcome::Error && tally.samples.len() < 3 {
+            tally.samples.push(format!("{status} {body}"));
+        }
+        outcome
+    }
+}
+
+fn progress_bar(shown: bool, len: usize) -> ProgressBar {
+    let bar = if shown {
+        ProgressBar::new(len as u64)
     } else {
         ProgressBar::hidden()
     };
@@ -314,66 +418,11 @@ pub async fn run(options: &LoadOptions) -> LoadReport {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    let next = Arc::new(AtomicUsize::new(0));
-    let sold = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let deadline = started + options.max_duration;
-    let mut workers = JoinSet::new();
-    for _ in 0..options.concurrency.max(1) {
-        let (shots, targets, http, next, sold, bar) = (
-            shots.clone(),
-            targets.clone(),
-            http.clone(),
-            next.clone(),
-            sold.clone(),
-            bar.clone(),
-        );
-        let sale = options.sale_id.clone();
-        workers.spawn(async move {
-            let mut tally = Tally::default();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= shots.len() || Instant::now() >= deadline {
-                    break;
-                }
-                let shot = &shots[i];
-                let url = format!("{}/api/sales/{sale}/orders", targets[shot.target]);
-                let t0 = Instant::now();
-                let result = http.post(&url).header("x-user-id", &shot.user).send().await;
-                let outcome = match result {
-                    Ok(res) => {
-                        let status = res.status().as_u16();
-                        let body: Value = res.json().await.unwrap_or(Value::Null);
-                        let code = body["code"].as_str().unwrap_or("");
-                        let outcome = classify(status, code);
-                        if outcome == Outcome::Accepted {
-                            if let Some(id) = body["id"].as_str() {
-                                tally.orders.push(id.to_owned());
-                            }
-                            let n = sold.fetch_add(1, Ordering::Relaxed) + 1;
-                            bar.set_message(format!("({n} orders)"));
-                        } else if outcome == Outcome::Error && tally.samples.len() < 3 {
-                            tally.samples.push(format!("{status} {body}"));
-                        }
-                        outcome
-                    }
-                    Err(e) => {
-                        if tally.samples.len() < 3 {
-                            tally.samples.push(format!("{url}: {e}"));
-                        }
-                        Outcome::Error
-                    }
-                };
-                tally
-                    .latencies_us
-                    .push(t0.elapsed().as_micros().min(u64::MAX as u128) as u64);
-                tally.outcomes[outcome as usize] += 1;
-                tally.sent += 1;
-                bar.inc(1);
-            }
-            tally
-        });
-    }
+    bar
+}
+
+/// The workers' tallies, added up.
+async fn join_tallies(mut workers: JoinSet<Tally>) -> Tally {
     let mut all = Tally::default();
     while let Some(joined) = workers.join_next().await {
         let Ok(t) = joined else { continue };
@@ -389,37 +438,88 @@ pub async fn run(options: &LoadOptions) -> LoadReport {
             }
         }
     }
-    let elapsed = started.elapsed();
-    bar.finish_and_clear();
     all.latencies_us.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if all.latencies_us.is_empty() {
-            return 0.0;
-        }
-        let idx = ((all.latencies_us.len() as f64 * p).ceil() as usize)
-            .clamp(1, all.latencies_us.len())
-            - 1;
-        all.latencies_us[idx] as f64 / 1000.0
+    all
+}
+
+/// The `p`-quantile of sorted latencies, in milliseconds.
+fn quantile_ms(sorted_us: &[u64], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted_us.len() as f64 * p).ceil() as usize).clamp(1, sorted_us.len()) - 1;
+    sorted_us[idx] as f64 / 1000.0
+}
+
+/// Runs the load described by `options`: the plan's purchases, with the bot and the scraper
+/// ([`crate::greedy`]) alongside, then the payments.
+pub async fn run(options: &LoadOptions) -> LoadReport {
+    let shots = Arc::new(plan(
+        options.buyers,
+        options.duplicate_rate,
+        options.targets.len(),
+        options.seed,
+    ));
+    let http = http_client(options.request_timeout, options.concurrency);
+    let started = Instant::now();
+    let shared = Shared {
+        bar: progress_bar(options.progress, shots.len()),
+        shots: shots.clone(),
+        targets: Arc::new(options.targets.clone()),
+        http: http.clone(),
+        sale: options.sale_id.clone(),
+        next: Arc::new(AtomicUsize::new(0)),
+        sold: Arc::new(AtomicUsize::new(0)),
+        deadline: started + options.max_duration,
     };
+    let mut workers = JoinSet::new();
+    for _ in 0..options.concurrency.max(1) {
+        workers.spawn(shared.clone().work());
+    }
+    let (targets, sale) = (&options.targets, &options.sale_id);
+    let (all, bot, scraper) = tokio::join!(
+        join_tallies(workers),
+        greedy::bot(
+            &http,
+            targets,
+            sale,
+            options.bot_attempts,
+            options.max_duration
+        ),
+        greedy::scraper(
+            &http,
+            targets,
+            sale,
+            options.scraper_requests,
+            options.max_duration
+        ),
+    );
+    let elapsed = started.elapsed();
+    shared.bar.finish_and_clear();
+    let count = |o: Outcome| all.outcomes[o as usize];
     let mut report = LoadReport {
         requests: all.sent,
         not_sent: shots.len() - all.sent,
-        accepted: all.outcomes[Outcome::Accepted as usize],
-        sold_out: all.outcomes[Outcome::SoldOut as usize],
-        already_ordered: all.outcomes[Outcome::AlreadyOrdered as usize],
-        lock_busy: all.outcomes[Outcome::LockBusy as usize],
-        busy: all.outcomes[Outcome::Busy as usize],
-        stale: all.outcomes[Outcome::Stale as usize],
-        errors: all.outcomes[Outcome::Error as usize],
+        accepted: count(Outcome::Accepted),
+        sold_out: count(Outcome::SoldOut),
+        already_ordered: count(Outcome::AlreadyOrdered),
+        lock_busy: count(Outcome::LockBusy),
+        rate_limited: count(Outcome::RateLimited),
+        busy: count(Outcome::Busy),
+        stale: count(Outcome::Stale),
+        errors: count(Outcome::Error),
         error_samples: all.samples,
         elapsed,
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
+        p50_ms: quantile_ms(&all.latencies_us, 0.50),
+        p99_ms: quantile_ms(&all.latencies_us, 0.99),
         orders: all.orders,
+        bot,
+        scraper,
         ..LoadReport::default()
     };
+    report.orders.extend(report.bot.orders.iter().cloned());
     if options.pay {
-        pay_all(&http, &targets, &mut report, options.concurrency).await;
+        pay_all(&http, &shared.targets, &mut report, options.concurrency).await;
     }
     report
 }
@@ -516,14 +616,5 @@ mod tests {
             assert_ne!(orig.target, s.target);
         }
         assert_eq!(plan(5000, 0.2, 3, 7), shots);
-    }
-
-    #[test]
-    fn outcomes() {
-        assert_eq!(classify(201, ""), Outcome::Accepted);
-        assert_eq!(classify(409, "lock_busy"), Outcome::LockBusy);
-        assert_eq!(classify(409, "already_ordered"), Outcome::AlreadyOrdered);
-        assert_eq!(classify(503, "stale_lock"), Outcome::Stale);
-        assert_eq!(classify(500, "internal"), Outcome::Error);
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! flash-sale demo                  # everything, start to finish, ends with a RESULT line
 //! flash-sale demo --no-lock        # the same without the locks: what they prevent
+//! flash-sale demo --no-limit       # the same without the rate limits: what they prevent
 //! flash-sale demo --stall-holder   # one instance freezes inside the critical section
 //! flash-sale serve --port 8080     # one instance (REDIS_URL, DATABASE_URL or --data-dir)
 //! flash-sale load --targets http://127.0.0.1:8080,http://127.0.0.1:8081 --buyers 5000
@@ -19,6 +20,7 @@ use clap::{Args, Parser, Subcommand};
 use flash_sale::db::{Db, sqlite_url};
 use flash_sale::demo::{self, DemoOptions};
 use flash_sale::invariants::Invariants;
+use flash_sale::limits::{BUYER_QUOTA, CLIENT_QUOTA, Limits};
 use flash_sale::load::{self, LoadOptions};
 use flash_sale::model::SaleId;
 use flash_sale::serve::{self, BoxError, ServeOptions};
@@ -88,6 +90,8 @@ struct ServeArgs {
     /// Take no locks (to show what they prevent; never in production).
     #[arg(long)]
     no_lock: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Lease of the locks, renewed every third of it while held (milliseconds).
     #[arg(long, default_value_t = 10_000)]
     lease_ms: u64,
@@ -114,6 +118,41 @@ struct ServeArgs {
     /// Exit when stdin closes (for a supervising process).
     #[arg(long, hide = true)]
     supervised: bool,
+}
+
+/// The rate limits' options of `serve`.
+#[derive(Debug, Args)]
+struct LimitArgs {
+    /// No rate limits (to show what they prevent).
+    #[arg(long)]
+    no_limit: bool,
+    /// Purchase attempts per second per buyer (the per-buyer rate limit).
+    #[arg(long, default_value_t = BUYER_QUOTA.rate())]
+    buyer_rate: u32,
+    /// Purchase attempts one buyer may make at once.
+    #[arg(long, default_value_t = BUYER_QUOTA.burst_size())]
+    buyer_burst: u32,
+    /// API requests per second per client (the per-client rate limit).
+    #[arg(long, default_value_t = CLIENT_QUOTA.rate())]
+    client_rate: u32,
+    /// API requests one client may make at once.
+    #[arg(long, default_value_t = CLIENT_QUOTA.burst_size())]
+    client_burst: u32,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Result<Option<Limits>, BoxError> {
+        if self.no_limit {
+            return Ok(None);
+        }
+        let limits = Limits {
+            buyer: lock_core::Quota::per_second(self.buyer_rate).burst(self.buyer_burst),
+            client: lock_core::Quota::per_second(self.client_rate).burst(self.client_burst),
+        };
+        limits.buyer.check()?;
+        limits.client.check()?;
+        Ok(Some(limits))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -146,7 +185,20 @@ struct LoadArgs {
     #[arg(long, default_value_t = 120)]
     max_seconds: u64,
     #[command(flatten)]
+    greedy: GreedyArgs,
+    #[command(flatten)]
     db: DbArgs,
+}
+
+/// The greedy clients sent next to the load (`flash_sale::greedy`).
+#[derive(Debug, Args)]
+struct GreedyArgs {
+    /// Purchase attempts of one bot buyer, one after another, next to the load.
+    #[arg(long, default_value_t = 0)]
+    bot_attempts: usize,
+    /// Polls of the sale's stats by one scraper, one after another, next to the load.
+    #[arg(long, default_value_t = 0)]
+    scraper_requests: usize,
 }
 
 #[derive(Debug, Args)]
@@ -154,6 +206,15 @@ struct DemoArgs {
     /// Run without the locks, to show what they prevent.
     #[arg(long, conflicts_with = "stall_holder")]
     no_lock: bool,
+    /// Run without the rate limits, to show what they prevent.
+    #[arg(long)]
+    no_limit: bool,
+    /// Purchase attempts of one bot buyer, one after another, next to the load.
+    #[arg(long, default_value_t = 40)]
+    bot_attempts: usize,
+    /// Polls of the sale's stats by one scraper, one after another, next to the load.
+    #[arg(long, default_value_t = 1000)]
+    scraper_requests: usize,
     /// Freeze one instance (SIGSTOP) inside the stock critical section past its lease.
     #[arg(long)]
     stall_holder: bool,
@@ -239,6 +300,7 @@ async fn run_serve(args: ServeArgs) -> Result<ExitCode, BoxError> {
         database_url: args.db.url()?,
         redis_url: args.redis_url,
         locking: !args.no_lock,
+        limits: args.limits.limits()?,
         lease: Duration::from_millis(args.lease_ms),
         work: Duration::from_millis(args.work_ms),
         stall_once: args.stall_once,
@@ -291,6 +353,8 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, BoxError> {
         request_timeout: Duration::from_secs(20),
         max_duration: Duration::from_secs(args.max_seconds),
         progress: true,
+        bot_attempts: args.greedy.bot_attempts,
+        scraper_requests: args.greedy.scraper_requests,
     })
     .await;
     for line in report.lines() {
@@ -342,6 +406,9 @@ async fn run_demo(args: DemoArgs) -> Result<ExitCode, BoxError> {
         duplicate_rate: args.duplicate_rate,
         concurrency: args.concurrency.max(1),
         locking: !args.no_lock,
+        limiting: !args.no_limit,
+        bot_attempts: args.bot_attempts,
+        scraper_requests: args.scraper_requests,
         stall_holder: args.stall_holder,
         lease: Duration::from_millis(args.lease_ms),
         work: Duration::from_millis(args.work_ms),

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::db::Db;
 use crate::idempotency::SqlRecordStore;
+use crate::limits::Limits;
 use crate::model::{NewSale, now_ms};
 use crate::panel::{Me, Panel};
 use crate::shop::{CrashHook, Shop, ShopOptions, StallHook};
@@ -30,6 +31,8 @@ pub struct ServeOptions {
     pub redis_url: String,
     /// Take the locks.
     pub locking: bool,
+    /// The rate limits' quotas; None: no rate limits (`--no-limit`).
+    pub limits: Option<Limits>,
     /// The lock client's watchdog lease.
     pub lease: Duration,
     /// The reservation step inside the critical section.
@@ -76,6 +79,25 @@ async fn seed_demo_sale(db: &Db) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Migrates the database under a Redis lock, so that instances starting together take turns,
+/// and (`demo_sale`) creates the demo sale on an empty database under the same lock.
+async fn migrate(locks: &LockClient, db: &Db, demo_sale: bool) -> Result<(), BoxError> {
+    let guard = locks
+        .lock("flash-sale:migrate")
+        .wait(Duration::from_secs(60))
+        .await?;
+    db.migrate()
+        .await
+        .map_err(|e| format!("cannot migrate the database: {e}"))?;
+    if demo_sale {
+        seed_demo_sale(db)
+            .await
+            .map_err(|e| format!("cannot create the demo sale: {e}"))?;
+    }
+    guard.unlock().await?;
+    Ok(())
+}
+
 /// Installs the metrics recorder, connects, migrates (under a Redis lock, so instances
 /// starting together take turns; under the same lock, creates the demo sale on an empty
 /// database unless told not to), records this instance (name and lock client id) in the
@@ -94,27 +116,14 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at the given URL (--redis-url / REDIS_URL): {e}"))?;
-    {
-        let guard = locks
-            .lock("flash-sale:migrate")
-            .wait(Duration::from_secs(60))
-            .await?;
-        db.migrate()
-            .await
-            .map_err(|e| format!("cannot migrate the database: {e}"))?;
-        if options.demo_sale {
-            seed_demo_sale(&db)
-                .await
-                .map_err(|e| format!("cannot create the demo sale: {e}"))?;
-        }
-        guard.unlock().await?;
-    }
+    migrate(&locks, &db, options.demo_sale).await?;
     let stall = options.stall_once.then(|| Arc::new(StallHook::new()));
     let shop = Arc::new(Shop::new(
         db.clone(),
         locks,
         ShopOptions {
             locking: options.locking,
+            limits: options.limits,
             work: options.work,
             stall: stall.clone(),
             crash: options
@@ -145,7 +154,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         writeln!(out, "LISTENING http://{addr}")?;
         out.flush()?;
     }
-    tracing::info!(%addr, locking = options.locking, "serving");
+    tracing::info!(%addr, locking = options.locking, limits = ?options.limits, "serving");
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
     if options.supervised {
@@ -165,7 +174,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, crate::api::router(shop, panel))
+    // With the peer's address: the per-client rate limit's key when a request names no client.
+    let app = crate::api::router(shop, panel).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;
     db.close().await;

@@ -48,6 +48,7 @@ use tokio::sync::Notify;
 use crate::db::{Db, PaymentWrite, WriteOutcome};
 use crate::error::ApiError;
 use crate::idempotency::{Recorded, Recorder, ToRecord, record_fenced};
+use crate::limits::Limits;
 use crate::model::{
     NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, ReplayCheck,
     SaleId, SaleStats, SaleView, UserId, format_ms, now_ms,
@@ -58,6 +59,8 @@ use crate::model::{
 pub struct ShopOptions {
     /// Take the locks (`false` only to show what they prevent: `--no-lock`).
     pub locking: bool,
+    /// The rate limits' quotas ([`crate::limits`]); None: no rate limits (`--no-limit`).
+    pub limits: Option<Limits>,
     /// How long the reservation step inside the critical section takes (a call to a
     /// warehouse or payment service in a real shop).
     pub work: Duration,
@@ -71,6 +74,7 @@ impl Default for ShopOptions {
     fn default() -> Self {
         Self {
             locking: true,
+            limits: Some(Limits::default()),
             work: Duration::from_millis(2),
             stall: None,
             crash: None,
@@ -245,6 +249,15 @@ impl Drop for Queued {
     }
 }
 
+/// `503 lock_lost`: the purchase's lock was gone before it wrote.
+fn lost_before_writing() -> ApiError {
+    ApiError::unavailable(
+        "lock_lost",
+        "the purchase lost its lock before writing; nothing was written: try again".to_owned(),
+        Duration::from_secs(1),
+    )
+}
+
 fn sale_not_found(id: &SaleId) -> ApiError {
     ApiError::not_found("sale_not_found", format!("no sale {id}"))
 }
@@ -287,6 +300,11 @@ impl Shop {
     /// Whether the shop takes its locks.
     pub fn locking(&self) -> bool {
         self.options.locking
+    }
+
+    /// The rate limits' quotas, if the shop limits rates.
+    pub fn limits(&self) -> Option<Limits> {
+        self.options.limits
     }
 
     /// Creates a sale.
@@ -421,15 +439,8 @@ impl Shop {
             tokio::time::sleep(self.options.work).await;
         }
         // 4. Still ours? A pause can come after this check all the same: the fence catches it.
-        if let Some(lock) = lock
-            && !lock.is_held()
-        {
-            return Err(ApiError::unavailable(
-                "lock_lost",
-                "the purchase lost its lock before writing; nothing was written: try again"
-                    .to_owned(),
-                Duration::from_secs(1),
-            ));
+        if lock.is_some_and(|l| !l.is_held()) {
+            return Err(lost_before_writing());
         }
         if let Some(hook) = &self.options.stall {
             hook.reached(sale_id, token).await;

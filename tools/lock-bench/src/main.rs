@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
-//!                                      [--only W1,W3h,...] [--rslock-retry-ms N] [--pool N]
+//!                                      [--only W1,W3h,R1,...] [--rslock-retry-ms N] [--pool N]
 //! ```
 //!
 //! | scenario | what |
@@ -29,6 +29,8 @@
 //! | W5 | 100,000 watchdog-leased locks (9 s lease; quick: 25,000 on 3 s) held for 3 renewal periods |
 //! | W6 | axum handler behind `DistributedLockLayer` vs the same handler locking itself (W6n: the layer vs the handler calling the floor, both on a `TCP_NODELAY` server) |
 //! | W7 | a realistic mix: 64 tasks over 10,000 names drawn Zipf(1.0), 1 ms hold, 200,000 sections or 30 s |
+//! | R1 | rate-limit decisions: 64 tasks, 100,000 decisions on one hot key, lock-core's `RateLimit::check` against the fixed-window floor (`INCR` + `PEXPIRE … NX`) |
+//! | R2 | the same over 10,000 keys |
 //!
 //! `--quick` runs a quarter of the cycles, sections, locks and requests, and W7 for a quarter
 //! of its sections and time (≤ 90 s); the full run takes about 4 minutes. See the README of
@@ -37,7 +39,8 @@
 //! The modules: `cli` and `plan` (what to run), `run` (a whole run), one per scenario family
 //! (`cycles`: W1 and W2; `w3`: W3h and W3x; `w4` to `w7`), `measure` (the measuring frame of
 //! every timed run), `report` (tables, targets, `BENCH` lines, files), and the contenders and
-//! their drivers (`contender`, `floor`, `handoff`, `mix`, `watchdog`, `http`).
+//! their drivers (`contender`, `floor`, `handoff`, `mix`, `watchdog`, `http`); R1 and R2's
+//! scenario is `rate`, its floor `window` (a fixed-window rate limiter).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod chart;
@@ -52,6 +55,7 @@ mod measure;
 mod mix;
 mod monitor;
 mod plan;
+mod rate;
 mod report;
 mod run;
 mod server;
@@ -63,6 +67,7 @@ mod w5;
 mod w6;
 mod w7;
 mod watchdog;
+mod window;
 
 use std::time::Duration;
 

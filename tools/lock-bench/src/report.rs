@@ -21,6 +21,9 @@ pub(crate) struct Bench {
     /// The client's CPU µs per cycle of each row that has it, in the order of the rows: (row
     /// key, µs).
     pub(crate) client_us: Vec<(&'static str, f64)>,
+    /// Figures of the scenario's own, last on the line, in this order: (field, whole
+    /// number). R1/R2: each row's state per key in bytes.
+    pub(crate) extra: Vec<(String, f64)>,
 }
 
 impl Bench {
@@ -32,13 +35,14 @@ impl Bench {
             native: None,
             server_us: Vec::new(),
             client_us: Vec::new(),
+            extra: Vec::new(),
         }
     }
 
     /// The `BENCH` line: `ours=`, `floor=`, `rslock=` and their ratios as always, then (new
     /// fields at the end, so older parsers keep working) `native_floor=` and
     /// `ratio_native_floor=` where the native floor ran, `server_us_<row>=` per row, then
-    /// `client_cpu_us_<row>=` per row.
+    /// `client_cpu_us_<row>=` per row, then the scenario's [`extra`](Self::extra) fields.
     pub(crate) fn line(&self) -> String {
         let fmt = |v: f64| format!("{v:.*}", self.decimals);
         let mut s = format!("BENCH {}", self.scenario);
@@ -68,6 +72,11 @@ impl Bench {
         for (key, us) in &self.client_us {
             if us.is_finite() {
                 s += &format!(" client_cpu_us_{key}={us:.2}");
+            }
+        }
+        for (key, v) in &self.extra {
+            if v.is_finite() {
+                s += &format!(" {key}={v:.0}");
             }
         }
         s
