@@ -80,7 +80,7 @@ use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::metrics;
-use crate::wire::rate::{Decided, decide, decided};
+use crate::wire::rate::{self, Decided, decided};
 
 /// What follows `P{N}` in a rate limit's key.
 pub const SUFFIX: &str = crate::name::RATE;
@@ -366,32 +366,32 @@ impl RateLimit {
                 ),
             });
         }
-        let decided = self.call(self.quota.interval_us(), n).await?;
-        decided.ok_or_else(|| LockError::UnexpectedReply("rate_limit answered nil".into()))
+        self.decide(n).await
     }
 
     /// Whether one permit would be allowed now, and how many are free, without taking any.
     pub async fn peek(&self) -> Result<RateDecision, LockError> {
         self.quota.check()?;
-        let decided = self.call(self.quota.interval_us(), 0).await?;
-        decided.ok_or_else(|| LockError::UnexpectedReply("rate_limit answered nil".into()))
+        self.decide(0).await
     }
 
     /// The limit's state as the last request wrote it, read with the quota it was written
     /// with (not this handle's, which need not be set): None when there is none (nobody
     /// took a permit lately, and a full burst is free). Takes nothing.
     pub async fn inspect(&self) -> Result<Option<RateDecision>, LockError> {
-        self.call(0, 0).await
+        let reply = self.engine.invoke_raw(&rate::inspect(&self.key()?)).await?;
+        Ok(decided(reply)?.map(RateDecision::new))
     }
 
-    async fn call(&self, interval_us: u64, n: u32) -> Result<Option<RateDecision>, LockError> {
-        let key = self.key()?;
-        let burst = self.quota.burst_size();
-        let reply = self
-            .engine
-            .invoke_raw(&decide(&key, interval_us, burst, n))
-            .await?;
-        Ok(decided(reply)?.map(RateDecision::new))
+    /// A decision on `n` permits with the checked quota: batched with other calls when
+    /// calls are already in flight (see the engine's batching), else sent alone.
+    async fn decide(&self, n: u32) -> Result<RateDecision, LockError> {
+        let (interval, burst) = (self.quota.interval_us(), self.quota.burst_size());
+        let call = rate::decide(&self.key()?, interval, burst, n);
+        let decided = decided(self.engine.invoke_batched(call).await?)?;
+        let decided =
+            decided.ok_or_else(|| LockError::UnexpectedReply("rate_limit answered nil".into()))?;
+        Ok(RateDecision::new(decided))
     }
 }
 

@@ -72,6 +72,10 @@ const OPERATIONS: &[(&str, &str)] = &[
         include_str!("../../lock-core/src/wire/scripts/multi_acquire.lua"),
     ),
     (
+        "rate_inspect",
+        include_str!("../../lock-core/src/wire/scripts/rate_inspect.lua"),
+    ),
+    (
         "rate_limit",
         include_str!("../../lock-core/src/wire/scripts/rate_limit.lua"),
     ),
@@ -413,8 +417,8 @@ impl Draw {
     }
 
     /// A rate limit's decision (`rate_limit.lua`): mostly on a limit's key, now and then on a
-    /// lock string (refused as not a limit's). One permit a minute, so none comes back while
-    /// a sequence runs; 0 as the interval reads the stored state.
+    /// lock string (refused as not a limit's), and now and then a read of its state. One
+    /// permit a minute, so none comes back while a sequence runs.
     fn rate_limit(&mut self) -> Step {
         let k = self.name();
         let key = if self.rng.random_bool(0.85) {
@@ -422,17 +426,19 @@ impl Draw {
         } else {
             k.mutex
         };
-        let interval = if self.rng.random_bool(0.85) {
-            60_000_000
-        } else {
-            0
-        };
+        if self.rng.random_bool(0.4) {
+            return Step::Script {
+                op: "rate_inspect",
+                keys: vec![key],
+                args: vec![],
+            };
+        }
         let burst = self.rng.random_range(1..4u32);
         let n = self.rng.random_range(0..=burst);
         Step::Script {
             op: "rate_limit",
             keys: vec![key],
-            args: vec![lit(interval), lit(burst), lit(n)],
+            args: vec![lit(60_000_000), lit(burst), lit(n)],
         }
     }
 
@@ -446,7 +452,19 @@ impl Draw {
             } else {
                 self.owner()
             };
-            if self.rng.random_bool(0.5) {
+            let roll = self.rng.random_range(0..10);
+            if roll < 2 {
+                // A rate limit's decision, on its own key (or now and then a lock string's).
+                let burst = self.rng.random_range(1..4u32);
+                let n = self.rng.random_range(0..=burst);
+                args.extend([lit("g"), lit(60_000_000), lit(burst), lit(n), lit(0)]);
+                keys.push(match roll {
+                    0 => format!("{}:rate", k.mutex),
+                    _ => k.mutex,
+                });
+                continue;
+            }
+            if roll < 6 {
                 args.extend([
                     lit("a"),
                     lit(owner),

@@ -1,6 +1,6 @@
-//! The call of a rate limit (`P{N}:rate`, see [`rate_limit`](crate::rate_limit)): one script,
-//! `rate_limit.lua`, a GCRA decision on the server's clock, and its reply read into a
-//! [`Decided`].
+//! The calls of a rate limit (`P{N}:rate`, see [`rate_limit`](crate::rate_limit)): a GCRA
+//! decision on the server's clock (`rate_limit.lua`, or one operation of `batch.lua`) and a
+//! read of the state (`rate_inspect.lua`), their replies read into a [`Decided`].
 
 use redis::Value;
 
@@ -27,11 +27,19 @@ pub(crate) struct Decided {
 }
 
 /// Takes `n` permits (0: only reads whether one would be allowed) of the limit at `key`, whose
-/// emission interval is `interval_us` microseconds (0: the one its state was written with)
-/// and burst `burst`. Read by [`decided`].
+/// emission interval is `interval_us` (>= 1) microseconds and burst `burst`. It may go out in
+/// a batch with other calls (`batch.lua`). Read by [`decided`].
 pub(crate) fn decide(key: &str, interval_us: u64, burst: u32, n: u32) -> Command {
     let mut call = Call::new(Op::RateLimit);
     call.key(key).arg(interval_us).arg(burst).arg(n);
+    call.into()
+}
+
+/// Reads the limit at `key` with the interval and burst it was written with; takes nothing.
+/// Read by [`decided`] (None: no state).
+pub(crate) fn inspect(key: &str) -> Command {
+    let mut call = Call::new(Op::RateInspect);
+    call.key(key);
     call.into()
 }
 

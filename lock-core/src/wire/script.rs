@@ -111,6 +111,7 @@ ops!(
     SemForceUnlock => "sem_force_unlock",
     RecordPut => "record_put",
     RateLimit => "rate_limit",
+    RateInspect => "rate_inspect",
 );
 
 impl Op {
@@ -234,9 +235,9 @@ impl Call {
     }
 
     /// Whether the call may go out in a [`batch`](Self::batch) with others: a mutex's
-    /// acquisition or release.
+    /// acquisition or release, a rate limit's decision.
     pub(crate) fn batches(&self) -> bool {
-        matches!(self.op, Op::Acquire | Op::Release)
+        matches!(self.op, Op::Acquire | Op::Release | Op::RateLimit)
     }
 
     /// Adds a key (each key of a call must be in one Cluster slot).
@@ -263,9 +264,9 @@ impl Call {
         self.args.iter()
     }
 
-    /// One [`Op::Batch`] call doing `calls` (each an [`Op::Acquire`] or an [`Op::Release`]) in
-    /// order, each with its own answer (see `batch.lua`); `None` if any call is of another
-    /// operation.
+    /// One [`Op::Batch`] call doing `calls` (each an [`Op::Acquire`], an [`Op::Release`] or an
+    /// [`Op::RateLimit`]) in order, each with its own answer (see `batch.lua`); `None` if any
+    /// call is of another operation.
     pub(crate) fn batch(calls: &[&Call]) -> Option<Call> {
         // ARGV[1]: the releases' fence TTL (their 5th argument; one value per client).
         let fence_ttl = calls
@@ -276,19 +277,25 @@ impl Call {
         let mut batch = Call::new(Op::Batch);
         batch.args.write_arg(fence_ttl);
         for call in calls {
-            let tag: &[u8] = match call.op {
-                Op::Acquire => b"a",
-                Op::Release => b"r",
+            // Each operation takes four arguments in a batch: its first four (a decision has
+            // three, and a 0 after them).
+            let (tag, given): (&[u8], usize) = match call.op {
+                Op::Acquire => (b"a", 4),
+                Op::Release => (b"r", 4),
+                Op::RateLimit => (b"g", 3),
                 _ => return None,
             };
             let key = call.keys.iter().next()?;
-            if call.args.len() < 4 {
+            if call.args.len() < given {
                 return None;
             }
             batch.keys.write_arg(key);
             batch.args.write_arg(tag);
-            for arg in call.args.iter().take(4) {
+            for arg in call.args.iter().take(given) {
                 batch.args.write_arg(arg);
+            }
+            for _ in given..4 {
+                batch.args.write_arg(b"0");
             }
         }
         Some(batch)
@@ -437,9 +444,15 @@ mod tests {
             .arg(77u64)
             .arg("lock:{b}:released")
             .arg(3_600_000u64);
-        let batch = Call::batch(&[&acquire, &release]).unwrap();
+        let mut decide = Call::new(Op::RateLimit);
+        decide
+            .key("lock:{c}:rate")
+            .arg(100_000u64)
+            .arg(5u32)
+            .arg(1u32);
+        let batch = Call::batch(&[&acquire, &release, &decide]).unwrap();
         let keys: Vec<&[u8]> = batch.keys.iter().collect();
-        assert_eq!(keys, [&b"lock:{a}"[..], b"lock:{b}"]);
+        assert_eq!(keys, [&b"lock:{a}"[..], b"lock:{b}", b"lock:{c}:rate"]);
         let args: Vec<String> = batch
             .args
             .iter()
@@ -458,10 +471,15 @@ mod tests {
                 "o:2",
                 "1",
                 "77",
-                "lock:{b}:released"
+                "lock:{b}:released",
+                "g",
+                "100000",
+                "5",
+                "1",
+                "0"
             ]
         );
-        // Only acquisitions and releases batch.
+        // Only acquisitions, releases and rate-limit decisions batch.
         assert!(Call::batch(&[&Call::new(Op::Renew)]).is_none());
     }
 

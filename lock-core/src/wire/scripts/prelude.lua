@@ -239,3 +239,35 @@ local function release_lock(key, owner, expected, token, channel, fence_ttl)
   end
   return result
 end
+
+-- A rate limit's decision (GCRA) at `key`: see rate_limit.lua for the arguments (numbers
+-- here) and the answer. `t`: a TIME reply.
+local function rate_decide(key, interval, burst, n, t)
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local tat = now
+  local stored = redis.call('GET', key)
+  if stored then
+    local last, i, b = string.match(stored, '^(%d+)|(%d+)|(%d+)$')
+    if not last then
+      return redis.error_reply('WRONGTYPE the rate limit key holds a value lock-core did not write')
+    end
+    tat = math.max(tonumber(last), now)
+    if interval == 0 then
+      interval, burst = tonumber(i), tonumber(b)
+    end
+  elseif interval == 0 then
+    return false
+  end
+  local window = burst * interval
+  local allow_at = tat + math.max(n, 1) * interval - window
+  if now < allow_at then
+    local remaining = math.max(0, math.floor((now - (tat - window)) / interval))
+    return {0, remaining, allow_at - now, tat - now, interval, burst}
+  end
+  if n > 0 then
+    tat = tat + n * interval
+    local value = string.format('%.0f|%.0f|%.0f', tat, interval, burst)
+    redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000))
+  end
+  return {1, math.floor((now - (tat - window)) / interval), 0, tat - now, interval, burst}
+end
