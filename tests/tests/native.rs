@@ -11,7 +11,8 @@ use std::time::Duration;
 use lock_core::{LockClient, LockError, MutexProtocol};
 use lock_tests::RedisServer;
 use lock_tests::fixtures::{
-    assert_clean, client, client_with_lease, expected_protocol, native_server,
+    assert_clean, client, client_with_lease, command_calls, eventually, expected_protocol,
+    native_server,
 };
 
 /// True (and says so) when the test server cannot run a native test.
@@ -161,6 +162,86 @@ async fn native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_co
     let g4 = a.lock("t").await.unwrap();
     next(g4.fencing_token(), "after the counter was lost");
     assert!(g4.unlock().await.unwrap());
+    assert_clean(&server).await;
+}
+
+/// What an uncontended cycle sends, as the server counts it: the acquisition is `MULTI`,
+/// `SET counter seed NX`, `INCR` of the counter, `SET … NX PX … GET`, `PTTL`, `EXEC`; the
+/// release `DELIFEQ` and a `PUBLISH` (always: see DESIGN.md, "No waiters flag").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_native_cycle_is_eight_commands() {
+    let server = RedisServer::start();
+    if skip_without_native(&server, "an_uncontended_native_cycle_is_eight_commands") {
+        return;
+    }
+    let c = client(&server.url()).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let g = c.lock("plain").await.unwrap();
+    assert!(g.unlock().await.unwrap());
+    let sent = [
+        ("multi", 1),
+        ("incr", 1),
+        ("set", 2),
+        ("pttl", 1),
+        ("exec", 1),
+        ("delifeq", 1),
+        ("publish", 1),
+    ];
+    for (command, calls) in sent {
+        assert_eq!(command_calls(&server, command), calls, "{command}");
+    }
+    assert_clean(&server).await;
+}
+
+/// A waiter is woken by the release, with the holder on another client and on the waiter's
+/// own client. The holder's lease (60 s) outlasts the wait (20 s): a waiter that missed the
+/// release would look again only when that lease ran out, and time out instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_release_wakes_its_waiter_long_before_the_lease_would() {
+    let server = RedisServer::start();
+    let test = "a_native_release_wakes_its_waiter_long_before_the_lease_would";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    let holder = client(&server.url()).await;
+    let elsewhere = client(&server.url()).await;
+    for (case, waiter) in [("another client", &elsewhere), ("the same client", &holder)] {
+        let guard = holder
+            .lock("w")
+            .lease(Duration::from_secs(60))
+            .await
+            .unwrap();
+        server.cmd(&["CONFIG", "RESETSTAT"]);
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let guard = waiter.lock("w").wait(Duration::from_secs(20)).await;
+                (guard, tokio::time::Instant::now())
+            }
+        });
+        // The waiter listens on the release channel and has found the lock busy: it sleeps
+        // until a message or the holder's lease runs out.
+        eventually("the waiter listens and found the lock busy", || {
+            let listeners = server.query(&["PUBSUB", "NUMSUB", "lock:{w}:released"]);
+            let count = listeners
+                .into_strings()
+                .get(1)
+                .and_then(|n| n.parse::<u32>().ok());
+            let listening = count.is_some_and(|n| n >= 1);
+            listening && command_calls(&server, "exec") >= 1
+        })
+        .await;
+        let released = tokio::time::Instant::now();
+        assert!(guard.unlock().await.unwrap());
+        let (taken, at) = waiting.await.unwrap();
+        let taken = taken.unwrap_or_else(|e| panic!("{case}: the wake-up was lost: {e}"));
+        assert!(
+            at - released < Duration::from_secs(5),
+            "{case}: woken {:?} after the release",
+            at - released
+        );
+        assert!(taken.unlock().await.unwrap());
+    }
     assert_clean(&server).await;
 }
 
