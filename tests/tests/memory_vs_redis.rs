@@ -351,7 +351,7 @@ impl Draw {
         }
     }
 
-    /// One command of the native protocol (as `native.rs` builds them), on a mutex's key, the
+    /// One command of the native protocol (as `wire/native/` builds them), on a mutex's key, the
     /// fencing counter, or a key of another type; now and then a script that makes such a key.
     fn native_step(&mut self) -> Step {
         let plain = |args: &[&str]| Step::Plain(args.iter().map(|a| a.to_string()).collect());
@@ -946,7 +946,7 @@ async fn every_operation_answers_and_writes_as_its_lua_script_does() {
 }
 
 /// The native mutex protocol's commands (Valkey 9's `SET … IFEQ` and `DELIFEQ`, and the rest of
-/// what `native.rs` sends) against the server's own, where the test server has them.
+/// what `wire/native/` sends) against the server's own, where the test server has them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_native_protocols_commands_answer_and_write_as_the_servers_do() {
     let server = RedisServer::start();

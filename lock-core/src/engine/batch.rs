@@ -1,4 +1,4 @@
-//! Natural batching of mutex acquisitions and releases.
+//! Natural batching of mutex acquisitions and releases, and of rate-limit decisions.
 //!
 //! At most [`IN_FLIGHT`] calls of these two operations are in flight per client. A request
 //! that finds a free place goes out at once as its own call, so a lone request waits for
@@ -8,8 +8,10 @@
 //! cost (a round trip's share of the socket work, the server's command dispatch and function
 //! setup, the server clock) is then paid once per batch instead of once per lock.
 //!
-//! Batching is on where one server holds every key (standalone, Sentinel) and acquisitions
-//! need no replica acknowledgement (`WAIT` follows one call, not many).
+//! Batching is on where one server holds every key (standalone, Sentinel), the server runs
+//! scripts, and acquisitions need no replica acknowledgement (`WAIT` follows one call, not
+//! many). What batches: the scripted mutex's acquisitions and releases, and rate-limit
+//! decisions (where the mutex speaks the native protocol, only the decisions).
 //!
 //! A queued request whose caller goes away still runs: the batch does not know it was
 //! abandoned, and the caller's own cancellation handling (`send`'s `InFlight`) undoes an

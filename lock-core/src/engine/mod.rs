@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::backend::{Backend, Invocation};
-use crate::capabilities::{MutexProtocol, ServerCapabilities};
+use crate::capabilities::ServerCapabilities;
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::hold::{Hold, Kind, Lease, Snapshot, Status};
@@ -102,9 +102,10 @@ impl Engine {
         config: Config,
         waiters: Waiters,
     ) -> Arc<Engine> {
+        // Where the mutex speaks the native protocol, only rate-limit decisions batch.
         let batching = !backend.is_sharded()
             && config.min_replicas.is_none()
-            && speech.capabilities.mutex_protocol == MutexProtocol::Scripted;
+            && speech.capabilities.scripting;
         let protocol = Protocol::new(
             &speech.capabilities,
             backend.is_sharded(),

@@ -1,0 +1,231 @@
+//! [`Call`]: one native call, its commands and what its reply is read into ([`Op`]), built
+//! here for every operation of the native mutex.
+
+use redis::Pipeline;
+
+use super::args::{Acquire, set_if_owner};
+use super::multi::{Multi, MultiLock};
+use crate::wire::answer::Answer;
+
+/// What a native call does, and what its reply is read into.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// A fresh acquisition by the owner whose id is these bytes: read into an [`Answer`].
+    Acquire { owner: Vec<u8> },
+    /// A re-entry of a hold whose token is this: read into an [`Answer`].
+    Reenter { token: u64 },
+    /// The last hold's release: read into a [`GaveBack`].
+    Release,
+    /// An earlier hold's release: read into a [`GaveBack`].
+    ReleaseOne,
+    /// The last hold kept until its minimum hold: read into a [`GaveBack`].
+    Keep,
+    /// Renewals, one per lock: renewed, or not held.
+    Renew,
+    /// What a multi-lock's partial acquisition took, given back (its reply is not read).
+    GiveBack,
+    /// A free lock string of the scripts deleted where it is unchanged (its reply is not
+    /// read).
+    Clear,
+    /// A force-unlock: freed, or already free.
+    ForceUnlock,
+    /// The state: the lock's remaining lease and owner.
+    Inspect,
+    /// Several locks at once: read into an [`Answer`] and what to give back.
+    MultiAcquire(Multi),
+}
+
+/// A native call: its commands and how to read their reply.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(super) op: Op,
+    pub(super) pipe: Pipeline,
+    /// The lock's key, which routes the call on a Cluster.
+    pub(super) key: String,
+}
+
+/// What the reply to an acquisition found in the lock's place.
+#[derive(Debug, Clone)]
+pub(crate) enum Found {
+    /// Nothing (taken), a repeat of this acquisition (taken), another holder (busy), or for
+    /// a re-entry the owner's hold gone (lost).
+    Answer(Answer),
+    /// Not all of a multi-lock's names could be had: what was taken must go back (`give_back`)
+    /// before the answer (busy, or lost) is given.
+    Partial { answer: Answer, give_back: Call },
+    /// A free lock string of the scripted protocol (kept for its fencing counter): it must
+    /// go before the name can be taken natively. The value, to delete it if it is unchanged.
+    Scripted(Vec<u8>),
+}
+
+impl Call {
+    /// A fresh acquisition (see the module docs).
+    pub(crate) fn acquire<O: redis::ToRedisArgs>(a: Acquire<'_, O>) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(a.counter)
+            .arg(a.seed)
+            .arg("NX")
+            .cmd("INCR")
+            .arg(a.counter)
+            .cmd("SET")
+            .arg(a.key)
+            .arg(&a.owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(a.lease_ms)
+            .arg("GET")
+            .cmd("PTTL")
+            .arg(a.key);
+        Self::new(
+            Op::Acquire {
+                owner: a.owner_bytes,
+            },
+            pipe,
+            a.key,
+        )
+    }
+
+    /// A re-entry by `owner`, whose hold's token is `token`: the lease becomes `lease_ms`.
+    pub(crate) fn reenter(
+        key: &str,
+        owner: impl redis::ToRedisArgs,
+        lease_ms: u64,
+        token: u64,
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(&owner)
+            .arg("IFEQ")
+            .arg(&owner)
+            .arg("PX")
+            .arg(lease_ms);
+        Self::new(Op::Reenter { token }, pipe, key)
+    }
+
+    /// A release of one hold of `owner`'s, the last one when `last`, published on `channel`
+    /// with `publish` (`PUBLISH`, or `SPUBLISH` on a Cluster) and the hold's token.
+    pub(crate) fn release(
+        key: &str,
+        owner: impl redis::ToRedisArgs,
+        last: bool,
+        (publish, channel, token): (&str, impl redis::ToRedisArgs, u64),
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        if last {
+            pipe.cmd("DELIFEQ").arg(key).arg(&owner);
+            pipe.cmd(publish).arg(channel).arg(token);
+            Self::new(Op::Release, pipe, key)
+        } else {
+            pipe.cmd("SET")
+                .arg(key)
+                .arg(&owner)
+                .arg("IFEQ")
+                .arg(&owner)
+                .arg("KEEPTTL");
+            Self::new(Op::ReleaseOne, pipe, key)
+        }
+    }
+
+    /// Sets the lease of `owner`'s lock to `ms` if it is still theirs: a release kept until
+    /// its minimum hold.
+    pub(crate) fn keep(key: &str, owner: impl redis::ToRedisArgs, ms: u64) -> Self {
+        let mut pipe = redis::pipe();
+        set_if_owner(&mut pipe, key, &owner, ms);
+        Self::new(Op::Keep, pipe, key)
+    }
+
+    /// Renews each lock `(key, owner)` to `ms` if it is still its owner's; `route` is the
+    /// first key (all in one slot on a Cluster).
+    pub(crate) fn renew<'a, O: redis::ToRedisArgs + 'a>(
+        locks: impl IntoIterator<Item = (&'a str, O)>,
+        ms: u64,
+    ) -> Self {
+        let mut pipe = redis::pipe();
+        let mut route = None;
+        for (key, owner) in locks {
+            route.get_or_insert_with(|| key.to_owned());
+            set_if_owner(&mut pipe, key, &owner, ms);
+        }
+        let key = route.unwrap_or_default();
+        Self {
+            op: Op::Renew,
+            pipe,
+            key,
+        }
+    }
+
+    /// Frees the lock whoever holds it, and publishes on its channel.
+    pub(crate) fn force_unlock(key: &str, (publish, channel): (&str, &str)) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL").arg(key);
+        pipe.cmd(publish).arg(channel).arg("");
+        Self::new(Op::ForceUnlock, pipe, key)
+    }
+
+    /// Deletes `key` if it still holds `value` (a free lock string of the scripts in the way
+    /// of a native acquisition): answers 1 deleted, 0 not.
+    pub(crate) fn delete_if(key: &str, value: Vec<u8>) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("DELIFEQ").arg(key).arg(value);
+        Self::new(Op::Clear, pipe, key)
+    }
+
+    /// Reads the lock's state, and its fencing counter (the holder's token is at most it).
+    pub(crate) fn inspect(key: &str, counter: &str) -> Self {
+        let mut pipe = redis::pipe();
+        pipe.cmd("PTTL")
+            .arg(key)
+            .cmd("GET")
+            .arg(key)
+            .cmd("GET")
+            .arg(counter);
+        Self::new(Op::Inspect, pipe, key)
+    }
+
+    pub(super) fn new(op: Op, pipe: Pipeline, key: &str) -> Self {
+        Self {
+            op,
+            pipe,
+            key: key.to_owned(),
+        }
+    }
+
+    /// The commands.
+    pub(crate) fn pipeline(&self) -> &Pipeline {
+        &self.pipe
+    }
+
+    /// Whether there is nothing to send.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pipe.cmd_iter().next().is_none()
+    }
+
+    /// The key that routes the call.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether this is a fresh acquisition (of one lock or several).
+    pub(crate) fn is_acquisition(&self) -> bool {
+        matches!(self.op, Op::Acquire { .. } | Op::MultiAcquire(_))
+    }
+
+    /// A multi-lock's acquisition: every lock in one `MULTI`/`EXEC`, all or none (see
+    /// [`Multi::build`]).
+    pub(crate) fn multi_acquire<O: redis::ToRedisArgs>(
+        a: Acquire<'_, O>,
+        locks: Vec<MultiLock>,
+        publish: &'static str,
+    ) -> Self {
+        let (multi, pipe) = Multi::build(a, locks, publish);
+        let key = multi.route().to_owned();
+        Self {
+            op: Op::MultiAcquire(multi),
+            pipe,
+            key,
+        }
+    }
+}
