@@ -103,9 +103,8 @@ impl Engine {
         waiters: Waiters,
     ) -> Arc<Engine> {
         // Where the mutex speaks the native protocol, only rate-limit decisions batch.
-        let batching = !backend.is_sharded()
-            && config.min_replicas.is_none()
-            && speech.capabilities.scripting;
+        let batching =
+            !backend.is_sharded() && config.min_replicas.is_none() && speech.capabilities.scripting;
         let protocol = Protocol::new(
             &speech.capabilities,
             backend.is_sharded(),
