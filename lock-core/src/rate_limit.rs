@@ -388,7 +388,7 @@ impl RateLimit {
     async fn decide(&self, n: u32) -> Result<RateDecision, LockError> {
         let (interval, burst) = (self.quota.interval_us(), self.quota.burst_size());
         let call = rate::decide(&self.key()?, interval, burst, n);
-        let decided = decided(self.engine.invoke_batched(call).await?)?;
+        let decided = decided(self.engine.invoke_batched(call).await?.reply)?;
         let decided =
             decided.ok_or_else(|| LockError::UnexpectedReply("rate_limit answered nil".into()))?;
         Ok(RateDecision::new(decided))

@@ -193,6 +193,75 @@ async fn an_uncontended_native_cycle_is_eight_commands() {
     assert_clean(&server).await;
 }
 
+/// Concurrent acquisitions, re-entries and releases of one client go out in batches (see
+/// `wire::native::Call::batch`): 64 tasks on names of their own, and 8 on one shared name,
+/// each 25 cycles. Every cycle is applied (one `DELIFEQ` each), far fewer transactions than
+/// acquisitions reach the server, and the batches keep every promise: one holder of the
+/// shared name at a time, its tokens increasing, a re-entry inside a batch keeping the
+/// holder's token, nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_native_calls_go_out_in_batches_and_keep_every_promise() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let server = RedisServer::start();
+    let test = "concurrent_native_calls_go_out_in_batches_and_keep_every_promise";
+    if skip_without_native(&server, test) {
+        return;
+    }
+    let c = client(&server.url()).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    const CYCLES: usize = 25;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let last_token = Arc::new(std::sync::Mutex::new(0u64));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..72 {
+        let (c, inside, last_token) = (c.clone(), inside.clone(), last_token.clone());
+        tasks.spawn(lock_core::reentrant(async move {
+            let shared = i >= 64;
+            let name = if shared {
+                "shared".to_owned()
+            } else {
+                format!("own:{i}")
+            };
+            for _ in 0..CYCLES {
+                let g = c.lock(&name).await.unwrap();
+                if shared {
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    let mut last = last_token.lock().unwrap();
+                    assert!(g.fencing_token() > *last, "token went back");
+                    *last = g.fencing_token();
+                    drop(last);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                } else {
+                    // A re-entry, sent while other tasks' calls queue: same token.
+                    let again = c.lock(&name).await.unwrap();
+                    assert_eq!(again.hold_count(), 2);
+                    assert_eq!(again.fencing_token(), g.fencing_token());
+                    assert!(again.unlock().await.unwrap());
+                }
+                assert!(g.unlock().await.unwrap());
+            }
+        }));
+    }
+    let deadline = Duration::from_secs(60);
+    tokio::time::timeout(deadline, async {
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await
+    .expect("the cycles finished within 60 s");
+    let acquisitions = 72 * CYCLES as u64;
+    assert_eq!(command_calls(&server, "delifeq"), acquisitions);
+    let transactions = command_calls(&server, "exec");
+    assert!(
+        transactions >= 1 && transactions < acquisitions / 2,
+        "{transactions} transactions for {acquisitions} fresh acquisitions: not batched"
+    );
+    assert_clean(&server).await;
+}
+
 /// A waiter is woken by the release, with the holder on another client and on the waiter's
 /// own client. The holder's lease (60 s) outlasts the wait (20 s): a waiter that missed the
 /// release would look again only when that lease ran out, and time out instead.

@@ -101,12 +101,19 @@ fn run(server: &Server, request: Request<'_>) -> Value {
 
 impl Topology for Memory {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        self.call(|server| {
+        let run = |server: &Server| {
             // Counted once it reaches the server, as a connection's send is.
             invocation.sends.fetch_add(1, Ordering::Relaxed);
             run(server, Request::Call(invocation))
-        })
-        .await
+        };
+        match invocation.command {
+            // A batch's pipeline ignores errors: each stays in its call's place.
+            Wire::Native(native) if native.is_batch() => match self.reply(run).await? {
+                Value::ServerError(error) => Err(LockError::Redis(error.into())),
+                reply => Ok(reply),
+            },
+            _ => self.call(run).await,
+        }
     }
 
     async fn invoke_acked(

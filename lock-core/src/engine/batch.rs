@@ -1,17 +1,20 @@
-//! Natural batching of mutex acquisitions and releases, and of rate-limit decisions.
+//! Natural batching of mutex acquisitions, re-entries and releases, and of rate-limit
+//! decisions.
 //!
-//! At most [`IN_FLIGHT`] calls of these two operations are in flight per client. A request
-//! that finds a free place goes out at once as its own call, so a lone request waits for
-//! nothing (the uncontended path is unchanged). A request that finds them all taken queues;
-//! when an in-flight call finishes, everything queued (up to [`MAX_BATCH`]) goes out as one
-//! `batch` call that does each request in order and answers each on its own. The per-call
-//! cost (a round trip's share of the socket work, the server's command dispatch and function
-//! setup, the server clock) is then paid once per batch instead of once per lock.
+//! At most [`IN_FLIGHT`] calls of these operations are in flight per client. A request that
+//! finds a free place goes out at once as its own call, so a lone request waits for nothing
+//! (the uncontended path is unchanged). A request that finds them all taken queues; when an
+//! in-flight call finishes, everything queued (up to [`MAX_BATCH`]) goes out together: the
+//! scripted requests as one `batch` call that does each in order and answers each on its
+//! own, the native ones as one pipeline (their acquisitions in one `MULTI`/`EXEC`, see
+//! `wire::native::Call::batch`), each read by its own reader. The per-call cost (a round
+//! trip's share of the socket work, the server's command dispatch and function setup, the
+//! server clock) is then paid once per batch instead of once per lock.
 //!
-//! Batching is on where one server holds every key (standalone, Sentinel), the server runs
-//! scripts, and acquisitions need no replica acknowledgement (`WAIT` follows one call, not
-//! many). What batches: the scripted mutex's acquisitions and releases, and rate-limit
-//! decisions (where the mutex speaks the native protocol, only the decisions).
+//! Batching is on where one server holds every key (standalone, Sentinel) and acquisitions
+//! need no replica acknowledgement (`WAIT` follows one call, not many). What batches: the
+//! mutex's acquisitions and releases in either protocol (and a native mutex's re-entries and
+//! releases kept until their minimum hold), and rate-limit decisions.
 //!
 //! A queued request whose caller goes away still runs: the batch does not know it was
 //! abandoned, and the caller's own cancellation handling (`send`'s `InFlight`) undoes an
@@ -23,12 +26,11 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use super::Engine;
-use super::batcher::{IN_FLIGHT, MAX_BATCH, Queued, Route};
+use super::batcher::{IN_FLIGHT, MAX_BATCH, Queued, Reply, Route};
 use crate::error::LockError;
 use crate::metrics;
 use crate::util::lock;
-use crate::wire::Command;
-use crate::wire::script::Call;
+use crate::wire::{Command, native, script};
 
 /// A place among the calls in flight; giving it back sends what queued meanwhile.
 struct Place(Arc<Engine>);
@@ -39,40 +41,61 @@ impl Drop for Place {
     }
 }
 
+/// A call's reply, with the call handed back to read it.
+pub(crate) struct Replied {
+    pub(crate) command: Command,
+    pub(crate) reply: Value,
+    /// Whether it was sent more than once (by the backend, after a connection failure).
+    pub(crate) resent: bool,
+}
+
 impl Engine {
-    /// Runs `call` and returns its raw reply: batched with other acquisitions and releases
-    /// when there is a batcher and calls are already in flight (see the module docs).
+    /// Runs `command`: batched with other batchable calls when there is a batcher and calls
+    /// are already in flight (see the module docs).
     pub(crate) async fn invoke_batched(
         self: &Arc<Self>,
         command: Command,
-    ) -> Result<Value, LockError> {
-        let (batcher, call) = match (&self.batcher, command) {
-            (Some(b), Command::Script(call)) if call.batches() => (b, call),
-            (_, command) => return self.invoke_raw(&command).await,
+    ) -> Result<Replied, LockError> {
+        let (command, reply) = self.route(command).await?;
+        let (reply, resent) = reply?;
+        Ok(Replied {
+            command,
+            reply,
+            resent,
+        })
+    }
+
+    async fn route(self: &Arc<Self>, command: Command) -> Result<(Command, Reply), LockError> {
+        let batcher = match &self.batcher {
+            Some(batcher) if command.batches() => batcher,
+            _ => {
+                let reply = self.invoke_wire(command.wire()).await;
+                return Ok((command, reply));
+            }
         };
-        let answer = {
+        let route = {
             let mut state = lock(&batcher.state);
             if state.in_flight < IN_FLIGHT {
                 state.in_flight += 1;
-                Route::Now(call)
+                Route::Now(command)
             } else {
                 let (reply, answer) = oneshot::channel();
-                state.queue.push_back(Queued { call, reply });
+                state.queue.push_back(Queued { command, reply });
                 Route::Queued(answer)
             }
         };
-        let answer = match answer {
-            Route::Queued(answer) => answer,
-            Route::Now(call) => {
+        match route {
+            Route::Now(command) => {
                 let _place = Place(self.clone());
-                return self.invoke_script(&call).await;
+                let reply = self.invoke_wire(command.wire()).await;
+                Ok((command, reply))
             }
-        };
-        answer.await.unwrap_or_else(|_| {
-            Err(LockError::UnexpectedReply(
-                "a batch ended without answering (the runtime is shutting down)".to_owned(),
-            ))
-        })
+            Route::Queued(answer) => answer.await.map_err(|_| {
+                LockError::UnexpectedReply(
+                    "a batch ended without answering (the runtime is shutting down)".to_owned(),
+                )
+            }),
+        }
     }
 
     /// A call in flight finished: the queue, if any, goes out as one batch in its place, and
@@ -112,40 +135,92 @@ impl Engine {
         Some(state.queue.drain(..n).collect())
     }
 
-    /// Sends `batch` as one call (a single request as itself) and answers each request.
+    /// Sends `batch`: its scripted requests as one call, its native ones as one pipeline
+    /// (a single request as itself), at the same time, and answers each request.
     async fn send_batch(&self, batch: Vec<Queued>) {
         metrics::batch(batch.len());
-        if let [_] = batch.as_slice() {
-            let Some(Queued { call, reply }) = batch.into_iter().next() else {
-                return;
-            };
-            let _ = reply.send(self.invoke_script(&call).await);
-            return;
-        }
-        let calls: Vec<&Call> = batch.iter().map(|q| &q.call).collect();
-        let Some(call) = Call::batch(&calls) else {
-            // Only batchable calls are queued; should one not be, each goes alone.
-            for Queued { call, reply } in batch {
-                let _ = reply.send(self.invoke_script(&call).await);
+        let (scripted, native): (Vec<Queued>, Vec<Queued>) = batch
+            .into_iter()
+            .partition(|q| matches!(q.command, Command::Script(_)));
+        tokio::join!(self.send_together(scripted), self.send_together(native));
+    }
+
+    /// Sends `batch` (requests of one dialect) as one call and answers each request.
+    async fn send_together(&self, batch: Vec<Queued>) {
+        if batch.len() <= 1 {
+            for Queued { command, reply } in batch {
+                let answer = self.invoke_wire(command.wire()).await;
+                let _ = reply.send((command, answer));
             }
             return;
+        }
+        let replies: Result<Vec<Reply>, LockError> = match one_call(&batch) {
+            Some(call) => match self.invoke_wire(call.wire()).await {
+                Ok((value, resent)) => split(&call, value, batch.len())
+                    .map(|each| each.into_iter().map(|r| r.map(|v| (v, resent))).collect()),
+                Err(e) => Err(e),
+            },
+            // Only batchable calls are queued; should one not be, each goes alone.
+            None => {
+                for Queued { command, reply } in batch {
+                    let answer = self.invoke_wire(command.wire()).await;
+                    let _ = reply.send((command, answer));
+                }
+                return;
+            }
         };
-        match self
-            .invoke_script(&call)
-            .await
-            .and_then(|v| answers(v, batch.len()))
-        {
-            Ok(answers) => {
-                for (queued, answer) in batch.into_iter().zip(answers) {
-                    let _ = queued.reply.send(answer);
+        match replies {
+            Ok(replies) => {
+                for (queued, answer) in batch.into_iter().zip(replies) {
+                    let _ = queued.reply.send((queued.command, answer));
                 }
             }
             Err(e) => {
                 for queued in batch {
-                    let _ = queued.reply.send(Err(e.clone()));
+                    let _ = queued.reply.send((queued.command, Err(e.clone())));
                 }
             }
         }
+    }
+}
+
+/// The one call that does every request of `batch` (all of one dialect); `None` if one does
+/// not batch.
+fn one_call(batch: &[Queued]) -> Option<Command> {
+    match batch.first().map(|q| &q.command) {
+        Some(Command::Script(_)) => {
+            let calls: Option<Vec<&script::Call>> = batch
+                .iter()
+                .map(|q| match &q.command {
+                    Command::Script(call) => Some(call),
+                    Command::Native(_) => None,
+                })
+                .collect();
+            script::Call::batch(&calls?).map(Command::Script)
+        }
+        Some(Command::Native(_)) => {
+            let calls: Option<Vec<&native::Call>> = batch
+                .iter()
+                .map(|q| match &q.command {
+                    Command::Native(call) => Some(call),
+                    Command::Script(_) => None,
+                })
+                .collect();
+            native::Call::batch(&calls?).map(Command::Native)
+        }
+        None => None,
+    }
+}
+
+/// A batch call's reply, split into one per request.
+fn split(
+    call: &Command,
+    value: Value,
+    expected: usize,
+) -> Result<Vec<Result<Value, LockError>>, LockError> {
+    match call {
+        Command::Script(_) => answers(value, expected),
+        Command::Native(call) => call.split(value),
     }
 }
 

@@ -8,7 +8,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::error::LockError;
-use crate::wire::script::Call;
+use crate::wire::Command;
 
 /// Calls of the batchable operations in flight at once, per client: while one is on the
 /// wire (or in the server), the next batch fills up behind it.
@@ -29,13 +29,18 @@ pub(super) struct State {
     pub(super) queue: VecDeque<Queued>,
 }
 
+/// A call's reply, and whether it was sent more than once (by the backend, after a
+/// connection failure).
+pub(super) type Reply = Result<(Value, bool), LockError>;
+
+/// A queued request: its command, handed back with its reply.
 pub(super) struct Queued {
-    pub(super) call: Call,
-    pub(super) reply: oneshot::Sender<Result<Value, LockError>>,
+    pub(super) command: Command,
+    pub(super) reply: oneshot::Sender<(Command, Reply)>,
 }
 
 /// Where a request goes: out now, alone, or into the queue for the next batch.
 pub(super) enum Route {
-    Now(Call),
-    Queued(oneshot::Receiver<Result<Value, LockError>>),
+    Now(Command),
+    Queued(oneshot::Receiver<(Command, Reply)>),
 }

@@ -73,8 +73,8 @@ pub(crate) struct Engine {
     client_id: String,
     registry: Mutex<Registry>,
     jobs: jobs::Sender,
-    /// Batches mutex acquisitions and releases, where one server holds every key and no
-    /// replica must acknowledge an acquisition.
+    /// Batches mutex acquisitions and releases (and rate-limit decisions), where one server
+    /// holds every key and no replica must acknowledge an acquisition.
     batcher: Option<batcher::Batcher>,
 }
 
@@ -102,9 +102,7 @@ impl Engine {
         config: Config,
         waiters: Waiters,
     ) -> Arc<Engine> {
-        // Where the mutex speaks the native protocol, only rate-limit decisions batch.
-        let batching =
-            !backend.is_sharded() && config.min_replicas.is_none() && speech.capabilities.scripting;
+        let batching = !backend.is_sharded() && config.min_replicas.is_none();
         let protocol = Protocol::new(
             &speech.capabilities,
             backend.is_sharded(),

@@ -39,17 +39,11 @@ impl Engine {
             return Ok(false);
         };
         let call = self.give_back_call(hold, count, token, keep_until);
-        let reply = match call {
-            Command::Native(_) => {
-                let ours = hold.valid(generation);
-                self.give_back(&call, ours, false).await
-            }
-            Command::Script(script) => {
-                let op = script.op();
-                let reply = self.invoke_batched(Command::Script(script)).await;
-                reply.and_then(|reply| wire::script_gave_back(op, reply))
-            }
-        };
+        let ours = hold.valid(generation);
+        let reply = self
+            .invoke_batched(call)
+            .await
+            .and_then(|r| r.command.gave_back(r.reply, ours && r.resent));
         match reply {
             Ok(reply) => apply_release(hold, generation, reply),
             Err(e) => {

@@ -20,7 +20,6 @@ use tokio::time::Instant;
 use super::Engine;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold};
-use crate::wire;
 use crate::wire::Command;
 use crate::wire::answer::Answer;
 use crate::wire::native::{self, Found};
@@ -215,23 +214,19 @@ impl Engine {
         if let Command::Native(native) = &call
             && native.is_acquisition()
         {
-            return self.native_acquisition(native, &call, ack.as_ref()).await;
+            return self.native_acquisition(call, ack.as_ref()).await;
         }
-        if let (None, Command::Script(script)) = (&ack, &call) {
-            // Batched where the engine batches: the call goes into the batch, its reading
-            // (by its operation) stays here.
-            let op = script.op();
-            let reply = self.invoke_batched(call).await?;
-            return Ok((wire::script_answer(op, reply, holds)?, None));
-        }
-        let (reply, acked) = match &ack {
+        match &ack {
             Some(ack) => {
                 let (reply, acked) = self.acked(&call, ack).await?;
-                (reply, Some(acked))
+                Ok((call.answer(reply, holds)?, Some(acked)))
             }
-            None => (self.invoke_raw(&call).await?, None),
-        };
-        Ok((call.answer(reply, holds)?, acked))
+            // Batched where the engine batches.
+            None => {
+                let replied = self.invoke_batched(call).await?;
+                Ok((replied.command.answer(replied.reply, holds)?, None))
+            }
+        }
     }
 
     /// The call, then `WAIT`; the reply as sent.
@@ -245,15 +240,23 @@ impl Engine {
     /// the same, and the acquisition sent once more; found again, the name counts as busy
     /// for now.
     async fn native_acquisition(
-        &self,
-        native: &native::Call,
-        call: &Command,
+        self: &Arc<Self>,
+        mut call: Command,
         ack: Option<&Ack>,
     ) -> Result<(Answer, Option<u32>), LockError> {
         for _ in 0..2 {
             let (raw, acked) = match ack {
-                Some(ack) => self.acked(call, ack).await.map(|(v, n)| (v, Some(n)))?,
-                None => (self.invoke_raw(call).await?, None),
+                Some(ack) => self.acked(&call, ack).await.map(|(v, n)| (v, Some(n)))?,
+                None => {
+                    let replied = self.invoke_batched(call).await?;
+                    call = replied.command;
+                    (replied.reply, None)
+                }
+            };
+            let Command::Native(native) = &call else {
+                return Err(LockError::UnexpectedReply(
+                    "a native acquisition came back as a script call".to_owned(),
+                ));
             };
             match native.found(raw)? {
                 Found::Answer(answer) => return Ok((answer, acked)),

@@ -35,6 +35,17 @@ impl Command {
     }
 }
 
+impl Command {
+    /// Whether the call may go out in a batch with others of its dialect (see
+    /// [`scripts::Call::batch`] and [`native::Call::batch`]).
+    pub(crate) fn batches(&self) -> bool {
+        match self {
+            Command::Script(call) => call.batches(),
+            Command::Native(call) => call.batches(),
+        }
+    }
+}
+
 impl From<scripts::Call> for Command {
     fn from(call: scripts::Call) -> Self {
         Command::Script(call)
@@ -128,7 +139,7 @@ pub(crate) fn script_gave_back(op: Op, reply: Value) -> Result<GaveBack, LockErr
 }
 
 /// The reply to a call of the acquisition `op`, about `holds` holds.
-pub(crate) fn script_answer(op: Op, reply: Value, holds: usize) -> Result<Answer, LockError> {
+fn script_answer(op: Op, reply: Value, holds: usize) -> Result<Answer, LockError> {
     match op.shape() {
         Some(shape) => Answer::read(shape, reply, holds),
         None => Err(unexpected(op, &reply)),

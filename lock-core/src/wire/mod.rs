@@ -33,7 +33,9 @@ pub(crate) mod rwlock;
 pub(crate) mod script;
 pub(crate) mod semaphore;
 
-pub(crate) use command::{Command, Wire, script_answer, script_gave_back};
+#[cfg(test)]
+pub(crate) use command::script_gave_back;
+pub(crate) use command::{Command, Wire};
 pub(crate) use convert::convert;
 pub(crate) use owner::Owner;
 pub(crate) use protocol::{Dialect, Protocol, Target};

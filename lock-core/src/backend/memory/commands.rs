@@ -68,10 +68,34 @@ fn info() -> String {
     )
 }
 
-/// A pipeline's (or a `MULTI`/`EXEC`'s: the call is atomic either way) replies, one per
-/// command; a command that fails has its error in its place.
+/// A pipeline's (or an atomic pipeline's `EXEC`'s) replies, one per command; a command that
+/// fails has its error in its place. The whole pipeline runs at once, so a `MULTI` … `EXEC`
+/// written into it runs its commands as they are queued: `MULTI` answers `OK`, each command
+/// inside `QUEUED`, and `EXEC` their replies.
 pub(super) fn pipeline(ctx: &mut Ctx<'_>, lua: &mut Interpreter, pipe: &redis::Pipeline) -> Value {
-    Value::Array(pipe.cmd_iter().map(|cmd| command(ctx, lua, cmd)).collect())
+    let mut replies = Vec::with_capacity(pipe.len());
+    let mut queued: Option<Vec<Value>> = None;
+    for cmd in pipe.cmd_iter() {
+        let name = match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(name)) => name,
+            _ => &[][..],
+        };
+        match (&mut queued, name) {
+            (None, n) if n.eq_ignore_ascii_case(b"MULTI") => {
+                queued = Some(Vec::new());
+                replies.push(Value::Okay);
+            }
+            (Some(_), n) if n.eq_ignore_ascii_case(b"EXEC") => {
+                replies.push(Value::Array(queued.take().unwrap_or_default()));
+            }
+            (Some(inside), _) => {
+                inside.push(command(ctx, lua, cmd));
+                replies.push(Value::SimpleString("QUEUED".to_owned()));
+            }
+            (None, _) => replies.push(command(ctx, lua, cmd)),
+        }
+    }
+    Value::Array(replies)
 }
 
 /// One command's reply (an error value when it fails).

@@ -33,6 +33,17 @@ pub(crate) enum Op {
     Inspect,
     /// Several locks at once: read into an [`Answer`] and what to give back.
     MultiAcquire(Multi),
+    /// Several calls at once, each read on its own: where each one's replies are.
+    Batch(Vec<Part>),
+}
+
+/// Where one call's replies are in a batch's reply (see `batch.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Part {
+    /// Inside the batch's transaction (an acquisition).
+    pub(super) atomic: bool,
+    /// How many commands the call has.
+    pub(super) len: usize,
 }
 
 /// A native call: its commands and how to read their reply.

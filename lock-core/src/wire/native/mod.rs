@@ -26,6 +26,7 @@
 //! while another holds the rest), see [`Call::multi_acquire`].
 
 mod args;
+mod batch;
 mod call;
 mod multi;
 mod read;

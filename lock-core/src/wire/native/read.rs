@@ -114,7 +114,7 @@ impl Call {
         }
     }
 
-    fn unexpected(&self, replies: &[Value]) -> LockError {
+    pub(super) fn unexpected(&self, replies: &[Value]) -> LockError {
         LockError::UnexpectedReply(format!("{:?} answered {replies:?}", self.op))
     }
 }
