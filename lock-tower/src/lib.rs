@@ -261,6 +261,7 @@ pub mod body;
 mod config;
 mod extract;
 pub mod future;
+mod guard;
 mod hold;
 pub mod idempotency;
 mod key;

@@ -13,7 +13,7 @@ use lock_core::LockError;
 
 use crate::body::ResponseBody;
 use crate::config::{FailMode, Kind, Settings};
-use crate::hold::Guarded;
+use crate::guard::AnyGuard;
 
 /// Why a layer of this crate answered a request itself instead of calling the inner service
 /// (or instead of sending its response): the lock layer's kinds, then the
@@ -129,7 +129,7 @@ impl fmt::Display for RejectionKind {
 /// What to do with a request once its acquisition ended.
 pub(crate) enum Decision {
     /// Run the inner service, with the lock (or without it, failing open).
-    Run(Option<Guarded>),
+    Run(Option<AnyGuard>),
     Reject(Rejection),
 }
 
@@ -138,7 +138,7 @@ pub(crate) enum Decision {
 /// request run without the lock (failing open), `error` for a misconfiguration. A rejection's
 /// own `info` event is [`Rejection::log`]'s, when it becomes the response.
 pub(crate) fn decide(
-    outcome: Option<Result<Guarded, LockError>>,
+    outcome: Option<Result<AnyGuard, LockError>>,
     settings: &Settings,
     span: &tracing::Span,
 ) -> Decision {
