@@ -9,8 +9,9 @@ use lock_core::{Guard, LockError, LockRequest};
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use crate::config::{Kind, Settings, Side};
+use crate::config::Side;
 use crate::guard::AnyGuard;
+use crate::settings::{Kind, Settings};
 
 /// The acquisition of a request's lock.
 pub(crate) struct Acquire {

@@ -26,9 +26,10 @@ use tracing::Span;
 
 use crate::acquire::Acquire;
 use crate::body::ResponseBody;
-use crate::config::{Release, Settings};
+use crate::config::Release;
 use crate::hold::Hold;
 use crate::response::{Decision, OnRejection, Rejection, answer, decide};
+use crate::settings::Settings;
 
 /// The largest response body (by its size hint's upper bound), 64 KiB, read in full under the
 /// lock with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until

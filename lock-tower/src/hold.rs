@@ -10,8 +10,9 @@ use lock_core::Lost;
 use tokio::time::Instant;
 use tracing::Span;
 
-use crate::config::{HoldTimes, LeaseLost, Settings};
+use crate::config::{HoldTimes, LeaseLost};
 use crate::guard::{AnyGuard, Unlock};
+use crate::settings::Settings;
 
 /// A held lock: the guard, the watch for its loss, and the span that reports on it.
 ///

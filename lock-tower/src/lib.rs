@@ -265,11 +265,13 @@ mod guard;
 mod hold;
 pub mod idempotency;
 mod key;
+mod key_settings;
 mod layer;
 mod macros;
 pub mod rate;
 mod response;
 mod service;
+mod settings;
 
 pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]

@@ -12,8 +12,9 @@ use http::{Response, StatusCode};
 use lock_core::LockError;
 
 use crate::body::ResponseBody;
-use crate::config::{FailMode, Kind, Settings};
+use crate::config::FailMode;
 use crate::guard::AnyGuard;
+use crate::settings::{Kind, Settings};
 
 /// Why a layer of this crate answered a request itself instead of calling the inner service
 /// (or instead of sending its response): the lock layer's kinds, then the
@@ -157,7 +158,7 @@ pub(crate) fn decide(
     };
     let error = rejection.error().map(tracing::field::display);
     match rejection.kind() {
-        RejectionKind::Unavailable if settings.fail_mode == FailMode::Open => {
+        RejectionKind::Unavailable if settings.keys.fail_mode == FailMode::Open => {
             span.record("outcome", "fail_open");
             tracing::warn!(
                 error,
@@ -259,7 +260,7 @@ impl Rejection {
                 StatusCode::SERVICE_UNAVAILABLE,
                 detail,
             )
-            .with_retry_after(settings.unavailable_retry_after)
+            .with_retry_after(settings.keys.unavailable_retry_after)
         };
         let rejection = match &error {
             LockError::Timeout {
@@ -320,7 +321,7 @@ impl Rejection {
             StatusCode::SERVICE_UNAVAILABLE,
             "the lock service did not answer in time",
         )
-        .with_retry_after(settings.unavailable_retry_after)
+        .with_retry_after(settings.keys.unavailable_retry_after)
     }
 
     /// The rejection for a request aborted because its lock was lost.
@@ -330,7 +331,7 @@ impl Rejection {
             StatusCode::SERVICE_UNAVAILABLE,
             "the lock was lost while the request was running",
         )
-        .with_retry_after(settings.unavailable_retry_after)
+        .with_retry_after(settings.keys.unavailable_retry_after)
     }
 
     /// The one `info` event of a rejected request (every rejection, whatever its status),

@@ -208,10 +208,10 @@ where
         }
         Err(error) => error,
     };
-    let rejection = Rejection::for_rate_limit_error(error, settings.unavailable_retry_after);
+    let rejection = Rejection::for_rate_limit_error(error, settings.keys.unavailable_retry_after);
     let error = rejection.error().map(tracing::field::display);
     match rejection.kind() {
-        RejectionKind::Unavailable if settings.fail_mode == FailMode::Open => {
+        RejectionKind::Unavailable if settings.keys.fail_mode == FailMode::Open => {
             span.record("outcome", "fail_open");
             tracing::warn!(
                 error,

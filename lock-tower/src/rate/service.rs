@@ -88,7 +88,7 @@ where
         let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
         let span = tracing::info_span!(
             "rate_limit",
-            family = %settings.keys.prefix,
+            family = %settings.keys.rules.prefix,
             key = Empty,
             outcome = Empty,
             remaining = Empty,
@@ -146,17 +146,17 @@ impl<S, K, Q, R> RateLimitService<S, K, Q, R> {
         K: KeyExtractor<B>,
     {
         let settings = &self.settings;
-        if let Some(error) = settings.invalid() {
+        if let Some(error) = settings.keys.invalid() {
             tracing::error!(parent: span, %error, "the rate-limit layer is misconfigured");
             let rejection = Rejection::misconfigured(error).by_rate_limit_layer();
             return Named::Reject(rejection, "error");
         }
         let Some(key) = self.extractor.extract_mut(request) else {
-            if settings.missing_key == MissingKey::PassThrough {
+            if settings.keys.missing_key == MissingKey::PassThrough {
                 return Named::PassThrough;
             }
             if let Some(mismatch) = self.extractor.route_mismatch(request) {
-                if settings.mismatched_routes.first(mismatch.route()) {
+                if settings.keys.mismatched_routes.first(mismatch.route()) {
                     tracing::error!(
                         parent: span,
                         parameter = mismatch.parameter(),
@@ -175,7 +175,7 @@ impl<S, K, Q, R> RateLimitService<S, K, Q, R> {
             );
             return Named::Reject(rejection.by_rate_limit_layer(), "missing_key");
         };
-        match lock_name(&settings.keys, &key) {
+        match lock_name(&settings.keys.rules, &key) {
             Ok(name) => {
                 span.record("key", tracing::field::display(shorten(&name)));
                 Named::Limit(name)
