@@ -259,6 +259,7 @@
 mod acquire;
 pub mod body;
 mod config;
+mod deferred;
 mod extract;
 pub mod future;
 mod guard;

@@ -12,6 +12,7 @@ use tracing::field::Empty;
 use crate::acquire::Acquire;
 use crate::body::ResponseBody;
 use crate::config::MissingKey;
+use crate::deferred::Deferred;
 use crate::extract::{KeyExtractor, shorten};
 use crate::future::ResponseFuture;
 use crate::key::lock_name;
@@ -80,14 +81,10 @@ where
             held_ms = Empty,
             lost = Empty,
         );
+        let kept = || Deferred::new(settings.clone(), on_rejection.clone(), span.clone());
         let reject = |rejection, outcome| {
             span.record("outcome", outcome);
-            ResponseFuture::rejected(
-                rejection,
-                settings.clone(),
-                on_rejection.clone(),
-                span.clone(),
-            )
+            ResponseFuture::rejected(rejection, kept())
         };
         if let Some(error) = settings.keys.invalid() {
             tracing::error!(parent: &span, %error, "the lock layer is misconfigured");
@@ -97,7 +94,7 @@ where
             if settings.keys.missing_key == MissingKey::PassThrough {
                 span.record("outcome", "no_key");
                 let future = span.in_scope(|| self.inner.call(request));
-                return ResponseFuture::unlocked(future, settings, on_rejection, span);
+                return ResponseFuture::unlocked(future, kept());
             }
             if let Some(mismatch) = self.extractor.route_mismatch(&request) {
                 if settings.keys.mismatched_routes.first(mismatch.route()) {
@@ -128,7 +125,7 @@ where
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
         let acquire = Acquire::start(&settings, name, request.method(), &span);
-        ResponseFuture::acquiring(acquire, inner, request, settings, on_rejection, span)
+        ResponseFuture::acquiring(acquire, inner, request, kept())
     }
 }
 

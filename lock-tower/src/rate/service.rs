@@ -15,6 +15,7 @@ use tracing::{Instrument, Span};
 
 use crate::body::ResponseBody;
 use crate::config::MissingKey;
+use crate::deferred::Deferred;
 use crate::extract::{KeyExtractor, shorten};
 use crate::key::lock_name;
 use crate::macros::inner_service_accessors;
@@ -93,14 +94,10 @@ where
             outcome = Empty,
             remaining = Empty,
         );
+        let kept = || Deferred::new(settings.clone(), on_rejection.clone(), span.clone());
         let reject = |rejection, outcome| {
             span.record("outcome", outcome);
-            RateLimitFuture::rejected(
-                rejection,
-                settings.clone(),
-                on_rejection.clone(),
-                span.clone(),
-            )
+            RateLimitFuture::rejected(rejection, kept())
         };
         let name = match self.name(&mut request, &span) {
             Named::Limit(name) => name,
@@ -108,7 +105,7 @@ where
             Named::PassThrough => {
                 span.record("outcome", "no_key");
                 let future = span.in_scope(|| self.inner.call(request));
-                return RateLimitFuture::unlimited(future, settings, on_rejection, span);
+                return RateLimitFuture::unlimited(future, kept());
             }
         };
         let quota = self.quota.quota(&request);
@@ -134,7 +131,7 @@ where
         // polled (tower-service: "Be careful when cloning inner services").
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
-        RateLimitFuture::checking(check, (inner, request), settings, on_rejection, span)
+        RateLimitFuture::checking(check, (inner, request), kept())
     }
 }
 
