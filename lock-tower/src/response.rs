@@ -156,17 +156,12 @@ pub(crate) fn decide(
         Some(Err(error)) => Rejection::for_lock_error(error, settings),
         None => Rejection::acquire_timed_out(settings),
     };
+    let fail_open = "lock service unavailable; running the request without the lock (fail open)";
+    if fails_open(&rejection, settings.keys.fail_mode, span, fail_open) {
+        return Decision::Run(None);
+    }
     let error = rejection.error().map(tracing::field::display);
     match rejection.kind() {
-        RejectionKind::Unavailable if settings.keys.fail_mode == FailMode::Open => {
-            span.record("outcome", "fail_open");
-            tracing::warn!(
-                error,
-                detail = rejection.detail(),
-                "lock service unavailable; running the request without the lock (fail open)"
-            );
-            return Decision::Run(None);
-        }
         RejectionKind::Busy | RejectionKind::PermitsInUse => {
             span.record("outcome", "busy");
         }
@@ -179,6 +174,29 @@ pub(crate) fn decide(
         }
     }
     Decision::Reject(rejection)
+}
+
+/// Whether a request that `rejection` would answer runs without the layer instead: true when
+/// Redis is unavailable and the layer fails open ([`FailMode::Open`]), in which case it
+/// records the outcome `fail_open` on the request's span and logs `message` at `warn`, with
+/// the error and the rejection's detail. The one fail-open rule of the lock and rate-limit
+/// layers.
+pub(crate) fn fails_open(
+    rejection: &Rejection,
+    fail_mode: FailMode,
+    span: &tracing::Span,
+    message: &str,
+) -> bool {
+    if rejection.kind() != RejectionKind::Unavailable || fail_mode != FailMode::Open {
+        return false;
+    }
+    span.record("outcome", "fail_open");
+    tracing::warn!(
+        error = rejection.error().map(tracing::field::display),
+        detail = rejection.detail(),
+        "{message}"
+    );
+    true
 }
 
 /// The layer's decision not to run the inner service (or to abort it), with everything a

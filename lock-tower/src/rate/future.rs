@@ -20,11 +20,10 @@ use tower::Service;
 use tracing::Span;
 
 use crate::body::ResponseBody;
-use crate::config::FailMode;
 use crate::deferred::Deferred;
 use crate::rate::config::RateSettings;
 use crate::rate::headers::insert_fields;
-use crate::response::{OnRejection, Rejection, RejectionKind, answer};
+use crate::response::{OnRejection, Rejection, RejectionKind, answer, fails_open};
 
 /// A check of a request's rate limit under way.
 pub(crate) type Check = Pin<Box<dyn Future<Output = Result<RateDecision, LockError>> + Send>>;
@@ -186,20 +185,16 @@ where
         Err(error) => error,
     };
     let rejection = Rejection::for_rate_limit_error(error, settings.keys.unavailable_retry_after);
+    let fail_open = "rate limit store unavailable; letting the request through (fail open)";
+    if fails_open(&rejection, settings.keys.fail_mode, span, fail_open) {
+        let future = service.call(request);
+        return State::Running {
+            future,
+            decision: None,
+        };
+    }
     let error = rejection.error().map(tracing::field::display);
     match rejection.kind() {
-        RejectionKind::Unavailable if settings.keys.fail_mode == FailMode::Open => {
-            span.record("outcome", "fail_open");
-            tracing::warn!(
-                error,
-                "rate limit store unavailable; letting the request through (fail open)"
-            );
-            let future = service.call(request);
-            return State::Running {
-                future,
-                decision: None,
-            };
-        }
         RejectionKind::Unavailable => {
             span.record("outcome", "unavailable");
         }
