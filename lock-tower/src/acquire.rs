@@ -5,12 +5,13 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use http::Method;
-use lock_core::{LockError, LockRequest};
+use lock_core::{Guard, LockError, LockRequest};
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use crate::config::{Kind, Settings, Side};
-use crate::hold::Guarded;
+use crate::config::Side;
+use crate::guard::AnyGuard;
+use crate::settings::{Kind, Settings};
 
 /// The acquisition of a request's lock.
 pub(crate) struct Acquire {
@@ -20,7 +21,7 @@ pub(crate) struct Acquire {
 /// How an acquisition ended.
 pub(crate) struct Acquired {
     /// `None`: cut off by the acquire timeout.
-    pub(crate) outcome: Option<Result<Guarded, LockError>>,
+    pub(crate) outcome: Option<Result<AnyGuard, LockError>>,
     pub(crate) waited: Duration,
 }
 
@@ -29,18 +30,18 @@ impl Acquire {
     pub(crate) fn start(settings: &Settings, name: String, method: &Method, span: &Span) -> Self {
         let client = &settings.client;
         let future = match settings.kind {
-            Kind::Mutex => bounded(settings, client.lock(name), Guarded::Lock, span),
-            Kind::Fair => bounded(settings, client.fair_lock(name).lock(), Guarded::Lock, span),
+            Kind::Mutex => bounded(settings, client.lock(name), span),
+            Kind::Fair => bounded(settings, client.fair_lock(name).lock(), span),
             Kind::ReadWrite(side) => {
                 let lock = client.read_write_lock(name);
                 match side(method) {
-                    Side::Read => bounded(settings, lock.read(), Guarded::Read, span),
-                    Side::Write => bounded(settings, lock.write(), Guarded::Write, span),
+                    Side::Read => bounded(settings, lock.read(), span),
+                    Side::Write => bounded(settings, lock.write(), span),
                 }
             }
             Kind::Permits(n) => {
                 let permit = client.semaphore(name, n).acquire(1);
-                bounded(settings, permit, Guarded::Permit, span)
+                bounded(settings, permit, span)
             }
         };
         Self { future }
@@ -59,10 +60,9 @@ impl Future for Acquire {
 }
 
 /// `request` with the layer's wait and lease, cut off by its acquire timeout.
-fn bounded<G: Send + 'static>(
+fn bounded<G: Guard + 'static>(
     settings: &Settings,
     request: LockRequest<G>,
-    wrap: fn(G) -> Guarded,
     span: &Span,
 ) -> Pin<Box<dyn Future<Output = Acquired> + Send>> {
     let timeout = settings.acquire_timeout();
@@ -75,7 +75,7 @@ fn bounded<G: Send + 'static>(
         let outcome = tokio::time::timeout(timeout, request)
             .await
             .ok()
-            .map(|result| result.map(wrap));
+            .map(|result| result.map(AnyGuard::new));
         Acquired {
             outcome,
             waited: start.elapsed(),

@@ -1,13 +1,14 @@
-//! What a [`DistributedLockLayer`](crate::DistributedLockLayer) was told: the policy enums, the
-//! kind of lock, and [`Settings`]. No behaviour lives here.
+//! The policies a layer is told (public enums) and the small pieces its settings are made
+//! of: key rules, the settings that cannot work, hold times, logged routes. No behaviour
+//! lives here.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use http::{Method, StatusCode};
-use lock_core::{LockClient, LockError};
+use http::Method;
+use lock_core::LockError;
 
 /// What to do with a request whose extractor finds no key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -98,40 +99,6 @@ impl Side {
     }
 }
 
-/// The kind of lock each request takes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Kind {
-    Mutex,
-    Fair,
-    ReadWrite(fn(&Method) -> Side),
-    /// A semaphore of this size per key; each request takes one permit.
-    Permits(u32),
-}
-
-/// The layer's settings, shared by its services and their futures.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) client: LockClient,
-    pub(crate) kind: Kind,
-    pub(crate) keys: KeyRules,
-    /// Settings that cannot work, reported on every request.
-    pub(crate) invalid: Problems,
-    pub(crate) wait: Duration,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) acquire_timeout: Option<Duration>,
-    pub(crate) missing_key: MissingKey,
-    pub(crate) fail_mode: FailMode,
-    pub(crate) lease_lost: LeaseLost,
-    pub(crate) release: Release,
-    pub(crate) busy_status: StatusCode,
-    pub(crate) max_retry_after: Duration,
-    pub(crate) unavailable_retry_after: Duration,
-    /// How long this layer's requests have held their locks lately.
-    pub(crate) hold_times: Arc<HoldTimes>,
-    /// The routes whose key mismatch this layer has logged.
-    pub(crate) mismatched_routes: Arc<LoggedRoutes>,
-}
-
 /// How a request's key becomes a lock name.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyRules {
@@ -145,49 +112,6 @@ pub(crate) struct KeyRules {
 
 /// How much longer than `wait` an acquisition may take before the layer gives up on Redis.
 pub(crate) const REDIS_ALLOWANCE: Duration = Duration::from_secs(2);
-
-impl Settings {
-    pub(crate) fn new(client: LockClient) -> Self {
-        Settings {
-            client,
-            kind: Kind::Mutex,
-            keys: KeyRules {
-                prefix: "http:".to_owned(),
-                max_key_len: 128,
-                hash_keys: false,
-            },
-            invalid: Problems::default(),
-            wait: Duration::ZERO,
-            lease: None,
-            acquire_timeout: None,
-            missing_key: MissingKey::Reject,
-            fail_mode: FailMode::Closed,
-            lease_lost: LeaseLost::Abort,
-            release: Release::AfterBody,
-            busy_status: StatusCode::CONFLICT,
-            max_retry_after: Duration::from_secs(5),
-            unavailable_retry_after: Duration::from_secs(1),
-            hold_times: Arc::default(),
-            mismatched_routes: Arc::default(),
-        }
-    }
-
-    /// The bound on one whole acquisition, waiting included.
-    pub(crate) fn acquire_timeout(&self) -> Duration {
-        self.acquire_timeout
-            .unwrap_or_else(|| self.wait.saturating_add(REDIS_ALLOWANCE))
-    }
-
-    /// Records whether `option` can work: `Some(reason)` if not.
-    pub(crate) fn check(&mut self, option: &'static str, problem: Option<String>) {
-        self.invalid.check(option, problem);
-    }
-
-    /// The error of a setting that cannot work, if there is one.
-    pub(crate) fn invalid(&self) -> Option<LockError> {
-        self.invalid.error()
-    }
-}
 
 /// The settings of a layer that cannot work: (option, reason), the latest word on each.
 #[derive(Debug, Clone, Default)]

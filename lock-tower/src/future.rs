@@ -14,7 +14,6 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
@@ -26,14 +25,19 @@ use tracing::Span;
 
 use crate::acquire::Acquire;
 use crate::body::ResponseBody;
-use crate::config::{Release, Settings};
+use crate::config::Release;
+use crate::deferred::Deferred;
 use crate::hold::Hold;
 use crate::response::{Decision, OnRejection, Rejection, answer, decide};
+use crate::settings::Settings;
 
 /// The largest response body (by its size hint's upper bound), 64 KiB, read in full under the
 /// lock with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until
 /// their last frame.
 pub const BUFFER_LIMIT: u64 = 64 * 1024;
+
+/// What the lock layer's future keeps beside its state (see [`Deferred`]).
+pub(crate) type Kept<S, ReqBody, R> = Deferred<S, Request<ReqBody>, Settings, R>;
 
 pin_project! {
     /// Response future of [`DistributedLock`](crate::DistributedLock).
@@ -50,11 +54,7 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, ResBody>,
-        service: Option<S>,
-        request: Option<Request<ReqBody>>,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
+        kept: Kept<S, ReqBody, R>,
         // The acquisition and the handler run as one lock holder, so the handler can re-enter
         // the request's lock and find it with `lock_core::current_lock`.
         scope: ReentrantScope,
@@ -95,61 +95,31 @@ where
     S: Service<Request<ReqBody>>,
     ResBody: Body,
 {
-    pub(crate) fn rejected(
-        rejection: Rejection,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
+    pub(crate) fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
         let state = State::Rejected {
             rejection: Some(rejection),
         };
-        Self::with(state, None, settings, on_rejection, span)
+        Self::with(state, kept)
     }
 
-    pub(crate) fn unlocked(
-        future: S::Future,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
-        let state = State::Running { future, hold: None };
-        Self::with(state, None, settings, on_rejection, span)
+    pub(crate) fn unlocked(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
+        Self::with(State::Running { future, hold: None }, kept)
     }
 
     pub(crate) fn acquiring(
         acquire: Acquire,
         service: S,
         request: Request<ReqBody>,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
+        kept: Kept<S, ReqBody, R>,
     ) -> Self {
         let state = State::Acquiring { acquire };
-        Self::with(
-            state,
-            Some((service, request)),
-            settings,
-            on_rejection,
-            span,
-        )
+        Self::with(state, kept.calling(service, request))
     }
 
-    fn with(
-        state: State<S::Future, ResBody>,
-        call: Option<(S, Request<ReqBody>)>,
-        settings: Arc<Settings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
-        let (service, request) = call.unzip();
+    fn with(state: State<S::Future, ResBody>, kept: Kept<S, ReqBody, R>) -> Self {
         Self {
             state,
-            service,
-            request,
-            settings,
-            on_rejection,
-            span,
+            kept,
             scope: ReentrantScope::current_or_new(),
         }
     }
@@ -165,31 +135,25 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let _entered = this.span.enter();
+        let (pending, settings, on_rejection, span) = this.kept.parts();
+        let _entered = span.enter();
         loop {
             let step = match this.state.as_mut().project() {
                 StateProj::Rejected { rejection } => {
-                    Step::Ready(Ok(answer(rejection, &**this.on_rejection)))
+                    Step::Ready(Ok(answer(rejection, on_rejection)))
                 }
                 StateProj::Acquiring { acquire } => {
                     let acquired = ready!(this.scope.enter(|| Pin::new(acquire).poll(cx)));
-                    this.span.record("wait_ms", millis(acquired.waited));
-                    let decision = decide(acquired.outcome, this.settings, this.span);
-                    let service = this.service.take().expect("service taken twice");
-                    let request = this.request.take().expect("request taken twice");
-                    Step::Next(call(
-                        decision,
-                        service,
-                        request,
-                        this.settings,
-                        this.scope,
-                        this.span,
-                    ))
+                    span.record("wait_ms", millis(acquired.waited));
+                    let decision = decide(acquired.outcome, settings, span);
+                    let (service, request) =
+                        pending.take().expect("service and request taken twice");
+                    Step::Next(call(decision, service, request, settings, this.scope, span))
                 }
                 StateProj::Running { future, hold } => {
-                    ready!(running(future, hold, this.settings, this.scope, cx))
+                    ready!(running(future, hold, settings, this.scope, cx))
                 }
-                StateProj::Buffering { buffer } => ready!(buffering(buffer, this.settings, cx)),
+                StateProj::Buffering { buffer } => ready!(buffering(buffer, settings, cx)),
                 StateProj::Releasing { hold, response } => {
                     let released = ready!(hold.poll_release(cx));
                     if released.is_ok() || !hold.aborts_on_loss() {
@@ -198,7 +162,7 @@ where
                         // Redis says the lock was gone before the request gave it back: the
                         // response was made without it, so it is dropped unsent.
                         Step::Next(State::Rejected {
-                            rejection: Some(Rejection::lost(this.settings)),
+                            rejection: Some(Rejection::lost(settings)),
                         })
                     }
                 }

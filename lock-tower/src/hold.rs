@@ -3,85 +3,23 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
-use lock_core::{
-    Guard, HeldLock, LockError, LockGuard, Lost, ReadGuard, SemaphoreGuard, WriteGuard,
-};
+use lock_core::Lost;
 use tokio::time::Instant;
 use tracing::Span;
 
-use std::sync::Arc;
-
-use crate::config::{HoldTimes, LeaseLost, Settings};
-
-/// A release under way, with a view of the lock it gives back (for its name afterwards).
-type Unlock = Pin<Box<dyn Future<Output = (Result<bool, LockError>, HeldLock)> + Send>>;
-
-/// A guard of any kind the layer takes.
-pub(crate) enum Guarded {
-    Lock(LockGuard),
-    Read(ReadGuard),
-    Write(WriteGuard),
-    Permit(SemaphoreGuard),
-}
-
-macro_rules! each {
-    ($guarded:expr, $g:ident => $e:expr) => {
-        match $guarded {
-            Guarded::Lock($g) => $e,
-            Guarded::Read($g) => $e,
-            Guarded::Write($g) => $e,
-            Guarded::Permit($g) => $e,
-        }
-    };
-}
-
-impl Guarded {
-    pub(crate) fn name(&self) -> &str {
-        each!(self, g => Guard::name(g))
-    }
-
-    pub(crate) fn fencing_token(&self) -> Option<u64> {
-        each!(self, g => Guard::fencing_token(g))
-    }
-
-    pub(crate) fn held_lock(&self) -> HeldLock {
-        each!(self, g => Guard::held_lock(g))
-    }
-
-    fn is_held(&self) -> bool {
-        each!(self, g => Guard::is_held(g))
-    }
-
-    fn lost(&self) -> Lost {
-        each!(self, g => Guard::lost(g))
-    }
-
-    /// The release, polled by the request's future or body. Dropped before it is done (the
-    /// request abandoned half-way through), it finishes in the background: lock-core's
-    /// `unlock` is not cut short by a drop.
-    fn unlock(self) -> Unlock {
-        each!(self, g => {
-            let held = Guard::held_lock(&g);
-            Box::pin(async move { (Guard::unlock(g).await, held) })
-        })
-    }
-}
-
-impl fmt::Debug for Guarded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        each!(self, g => fmt::Debug::fmt(g, f))
-    }
-}
+use crate::config::{HoldTimes, LeaseLost};
+use crate::guard::{AnyGuard, Unlock};
+use crate::settings::Settings;
 
 /// A held lock: the guard, the watch for its loss, and the span that reports on it.
 ///
 /// Released with [`poll_release`](Hold::poll_release) when the request is done, or by
 /// dropping it (the guard's background release) when the request is abandoned.
 pub(crate) struct Hold {
-    guard: Option<Guarded>,
+    guard: Option<AnyGuard>,
     /// Whether losing the lock aborts the request ([`LeaseLost::Abort`]).
     abort: bool,
     /// Whether the loss is still watched: `abort`, until the lock is lost or given back.
@@ -98,7 +36,7 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn new(guard: Guarded, settings: &Settings, span: Span) -> Self {
+    pub(crate) fn new(guard: AnyGuard, settings: &Settings, span: Span) -> Self {
         let abort = settings.lease_lost == LeaseLost::Abort;
         Self {
             abort,
@@ -114,7 +52,7 @@ impl Hold {
 
     /// The lock's name (empty once released).
     pub(crate) fn name(&self) -> &str {
-        self.guard.as_ref().map_or("", Guarded::name)
+        self.guard.as_ref().map_or("", AnyGuard::name)
     }
 
     /// Whether losing the lock aborts the request ([`LeaseLost::Abort`]).
@@ -127,7 +65,7 @@ impl Hold {
     /// knows of a lease that ran out before any timer or renewal has said so. Cheap: no
     /// future is made. Always false when loss is not watched.
     pub(crate) fn check_lost(&mut self) -> bool {
-        if !self.watch || self.guard.as_ref().is_none_or(Guarded::is_held) {
+        if !self.watch || self.guard.as_ref().is_none_or(AnyGuard::is_held) {
             return false;
         }
         self.on_lost();

@@ -6,12 +6,12 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 use lock_core::{LockClient, Semaphore};
 
-use crate::config::{
-    FailMode, Kind, LeaseLost, MissingKey, Release, Settings, Side, prefix_problem,
-};
+use crate::config::{LeaseLost, Release, Side};
+use crate::key_settings::key_setters;
 use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 use crate::service::DistributedLock;
+use crate::settings::{Kind, Settings};
 
 /// Applies [`DistributedLock`] to a service: each request takes the Redis lock named
 /// `prefix + key`, where the key comes from the request, and holds it while the inner
@@ -52,9 +52,7 @@ impl<K, R> DistributedLockLayer<K, R> {
     /// ([`validate_prefix`](lock_core::validate_prefix)): at most 128 bytes without braces,
     /// whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.settings.check("prefix", prefix_problem(&prefix));
-        self.settings.keys.prefix = prefix;
+        self.settings.keys.set_prefix(prefix.into());
         self
     }
 
@@ -85,7 +83,7 @@ impl<K, R> DistributedLockLayer<K, R> {
     /// [`HeldLock`](lock_core::HeldLock) has no fencing token.
     pub fn permits(mut self, n: u32) -> Self {
         let valid = (1..=Semaphore::MAX_SIZE).contains(&n);
-        self.settings.check(
+        self.settings.keys.check(
             "permits",
             (!valid).then(|| format!("{n} is outside 1..={}", Semaphore::MAX_SIZE)),
         );
@@ -106,7 +104,7 @@ impl<K, R> DistributedLockLayer<K, R> {
     /// watchdog lease, renewed for as long as the request runs.
     pub fn lease(mut self, lease: Duration) -> Self {
         let valid = (LockClient::MIN_LEASE..=LockClient::MAX_LEASE).contains(&lease);
-        self.settings.check(
+        self.settings.keys.check(
             "lease",
             (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days")),
         );
@@ -123,37 +121,12 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// The longest key accepted, in bytes, not counting the prefix; longer keys get `400`
-    /// (or are hashed, with [`hash_keys`](Self::hash_keys)). Default 128. Prefix and key
-    /// together can never exceed the lock-name limit of 512 bytes.
-    pub fn max_key_len(mut self, max: usize) -> Self {
-        self.settings.keys.max_key_len = max;
-        self
-    }
-
-    /// Hashes keys that break the lock-name rules instead of answering `400`: a key that is
-    /// longer than [`max_key_len`](Self::max_key_len) or has whitespace, braces or control
-    /// characters locks `prefix + "sha256:" + hex(SHA-256(key))` instead (as does a key that
-    /// starts with `sha256:`, so no other key can take a hashed key's name). Two keys then
-    /// share a lock only if they are equal or their SHA-256 digests collide, which nobody
-    /// knows how to make happen. Use it for ids you do not control (a payment provider's);
-    /// empty keys are still refused. Default off.
-    pub fn hash_keys(mut self, hash: bool) -> Self {
-        self.settings.keys.hash_keys = hash;
-        self
-    }
-
-    /// What to do with requests without a key. Default [`MissingKey::Reject`] (`400`).
-    pub fn missing_key(mut self, policy: MissingKey) -> Self {
-        self.settings.missing_key = policy;
-        self
-    }
-
-    /// What to do when Redis is unavailable. Default [`FailMode::Closed`] (`503`).
-    pub fn fail_mode(mut self, mode: FailMode) -> Self {
-        self.settings.fail_mode = mode;
-        self
-    }
+    key_setters!(
+        store: "Redis",
+        bound: "within [`acquire_timeout`](Self::acquire_timeout)",
+        without: "without a lock (and without the [`HeldLock`](lock_core::HeldLock) extension)",
+        unavailable: "Redis unavailable, lock lost",
+    );
 
     /// What to do when the lock is lost while the request runs. Default
     /// [`LeaseLost::Abort`] (`503`, or a cut-off body).
@@ -183,12 +156,6 @@ impl<K, R> DistributedLockLayer<K, R> {
     /// milliseconds.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
         self.settings.max_retry_after = max;
-        self
-    }
-
-    /// The `Retry-After` of a `503` (Redis unavailable, lock lost). Default 1 s.
-    pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
-        self.settings.unavailable_retry_after = retry_after;
         self
     }
 

@@ -259,16 +259,20 @@
 mod acquire;
 pub mod body;
 mod config;
+mod deferred;
 mod extract;
 pub mod future;
+mod guard;
 mod hold;
 pub mod idempotency;
 mod key;
+mod key_settings;
 mod layer;
 mod macros;
 pub mod rate;
 mod response;
 mod service;
+mod settings;
 
 pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]

@@ -12,8 +12,9 @@ use http::{Response, StatusCode};
 use lock_core::LockError;
 
 use crate::body::ResponseBody;
-use crate::config::{FailMode, Kind, Settings};
-use crate::hold::Guarded;
+use crate::config::FailMode;
+use crate::guard::AnyGuard;
+use crate::settings::{Kind, Settings};
 
 /// Why a layer of this crate answered a request itself instead of calling the inner service
 /// (or instead of sending its response): the lock layer's kinds, then the
@@ -129,7 +130,7 @@ impl fmt::Display for RejectionKind {
 /// What to do with a request once its acquisition ended.
 pub(crate) enum Decision {
     /// Run the inner service, with the lock (or without it, failing open).
-    Run(Option<Guarded>),
+    Run(Option<AnyGuard>),
     Reject(Rejection),
 }
 
@@ -138,7 +139,7 @@ pub(crate) enum Decision {
 /// request run without the lock (failing open), `error` for a misconfiguration. A rejection's
 /// own `info` event is [`Rejection::log`]'s, when it becomes the response.
 pub(crate) fn decide(
-    outcome: Option<Result<Guarded, LockError>>,
+    outcome: Option<Result<AnyGuard, LockError>>,
     settings: &Settings,
     span: &tracing::Span,
 ) -> Decision {
@@ -155,17 +156,12 @@ pub(crate) fn decide(
         Some(Err(error)) => Rejection::for_lock_error(error, settings),
         None => Rejection::acquire_timed_out(settings),
     };
+    let fail_open = "lock service unavailable; running the request without the lock (fail open)";
+    if fails_open(&rejection, settings.keys.fail_mode, span, fail_open) {
+        return Decision::Run(None);
+    }
     let error = rejection.error().map(tracing::field::display);
     match rejection.kind() {
-        RejectionKind::Unavailable if settings.fail_mode == FailMode::Open => {
-            span.record("outcome", "fail_open");
-            tracing::warn!(
-                error,
-                detail = rejection.detail(),
-                "lock service unavailable; running the request without the lock (fail open)"
-            );
-            return Decision::Run(None);
-        }
         RejectionKind::Busy | RejectionKind::PermitsInUse => {
             span.record("outcome", "busy");
         }
@@ -178,6 +174,29 @@ pub(crate) fn decide(
         }
     }
     Decision::Reject(rejection)
+}
+
+/// Whether a request that `rejection` would answer runs without the layer instead: true when
+/// Redis is unavailable and the layer fails open ([`FailMode::Open`]), in which case it
+/// records the outcome `fail_open` on the request's span and logs `message` at `warn`, with
+/// the error and the rejection's detail. The one fail-open rule of the lock and rate-limit
+/// layers.
+pub(crate) fn fails_open(
+    rejection: &Rejection,
+    fail_mode: FailMode,
+    span: &tracing::Span,
+    message: &str,
+) -> bool {
+    if rejection.kind() != RejectionKind::Unavailable || fail_mode != FailMode::Open {
+        return false;
+    }
+    span.record("outcome", "fail_open");
+    tracing::warn!(
+        error = rejection.error().map(tracing::field::display),
+        detail = rejection.detail(),
+        "{message}"
+    );
+    true
 }
 
 /// The layer's decision not to run the inner service (or to abort it), with everything a
@@ -259,7 +278,7 @@ impl Rejection {
                 StatusCode::SERVICE_UNAVAILABLE,
                 detail,
             )
-            .with_retry_after(settings.unavailable_retry_after)
+            .with_retry_after(settings.keys.unavailable_retry_after)
         };
         let rejection = match &error {
             LockError::Timeout {
@@ -320,7 +339,7 @@ impl Rejection {
             StatusCode::SERVICE_UNAVAILABLE,
             "the lock service did not answer in time",
         )
-        .with_retry_after(settings.unavailable_retry_after)
+        .with_retry_after(settings.keys.unavailable_retry_after)
     }
 
     /// The rejection for a request aborted because its lock was lost.
@@ -330,7 +349,7 @@ impl Rejection {
             StatusCode::SERVICE_UNAVAILABLE,
             "the lock was lost while the request was running",
         )
-        .with_retry_after(settings.unavailable_retry_after)
+        .with_retry_after(settings.keys.unavailable_retry_after)
     }
 
     /// The one `info` event of a rejected request (every rejection, whatever its status),

@@ -11,12 +11,14 @@ use tracing::field::Empty;
 
 use crate::acquire::Acquire;
 use crate::body::ResponseBody;
-use crate::config::{MissingKey, Settings};
+use crate::config::MissingKey;
+use crate::deferred::Deferred;
 use crate::extract::{KeyExtractor, shorten};
 use crate::future::ResponseFuture;
 use crate::key::lock_name;
 use crate::macros::{common_impls, inner_service_accessors};
 use crate::response::{DefaultRejection, OnRejection, Rejection};
+use crate::settings::Settings;
 
 /// Middleware that holds a Redis lock, named after a key from each request, while the inner
 /// service handles the request and its response body is sent.
@@ -79,27 +81,23 @@ where
             held_ms = Empty,
             lost = Empty,
         );
+        let kept = || Deferred::new(settings.clone(), on_rejection.clone(), span.clone());
         let reject = |rejection, outcome| {
             span.record("outcome", outcome);
-            ResponseFuture::rejected(
-                rejection,
-                settings.clone(),
-                on_rejection.clone(),
-                span.clone(),
-            )
+            ResponseFuture::rejected(rejection, kept())
         };
-        if let Some(error) = settings.invalid() {
+        if let Some(error) = settings.keys.invalid() {
             tracing::error!(parent: &span, %error, "the lock layer is misconfigured");
             return reject(Rejection::misconfigured(error), "error");
         }
         let Some(key) = self.extractor.extract_mut(&mut request) else {
-            if settings.missing_key == MissingKey::PassThrough {
+            if settings.keys.missing_key == MissingKey::PassThrough {
                 span.record("outcome", "no_key");
                 let future = span.in_scope(|| self.inner.call(request));
-                return ResponseFuture::unlocked(future, settings, on_rejection, span);
+                return ResponseFuture::unlocked(future, kept());
             }
             if let Some(mismatch) = self.extractor.route_mismatch(&request) {
-                if settings.mismatched_routes.first(mismatch.route()) {
+                if settings.keys.mismatched_routes.first(mismatch.route()) {
                     tracing::error!(
                         parent: &span,
                         parameter = mismatch.parameter(),
@@ -112,7 +110,7 @@ where
             }
             return reject(Rejection::missing_key(), "missing_key");
         };
-        let name = match lock_name(&settings.keys, &key) {
+        let name = match lock_name(&settings.keys.rules, &key) {
             Ok(name) => name,
             Err(reason) => {
                 span.record("key", tracing::field::display(shorten(&key)));
@@ -127,7 +125,7 @@ where
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
         let acquire = Acquire::start(&settings, name, request.method(), &span);
-        ResponseFuture::acquiring(acquire, inner, request, settings, on_rejection, span)
+        ResponseFuture::acquiring(acquire, inner, request, kept())
     }
 }
 

@@ -10,7 +10,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
@@ -21,13 +20,16 @@ use tower::Service;
 use tracing::Span;
 
 use crate::body::ResponseBody;
-use crate::config::FailMode;
+use crate::deferred::Deferred;
 use crate::rate::config::RateSettings;
 use crate::rate::headers::insert_fields;
-use crate::response::{OnRejection, Rejection, RejectionKind, answer};
+use crate::response::{OnRejection, Rejection, RejectionKind, answer, fails_open};
 
 /// A check of a request's rate limit under way.
 pub(crate) type Check = Pin<Box<dyn Future<Output = Result<RateDecision, LockError>> + Send>>;
+
+/// What the rate-limit future keeps beside its state (see [`Deferred`]).
+pub(crate) type Kept<S, ReqBody, R> = Deferred<S, Request<ReqBody>, RateSettings, R>;
 
 pin_project! {
     /// Response future of [`RateLimitService`](crate::RateLimitService).
@@ -42,11 +44,7 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future>,
-        service: Option<S>,
-        request: Option<Request<ReqBody>>,
-        settings: Arc<RateSettings>,
-        on_rejection: Arc<R>,
-        span: Span,
+        kept: Kept<S, ReqBody, R>,
         body: PhantomData<fn() -> ResBody>,
     }
 }
@@ -69,58 +67,35 @@ impl<S, ReqBody, ResBody, R> RateLimitFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn rejected(
-        rejection: Rejection,
-        settings: Arc<RateSettings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
+    pub(crate) fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
         let state = State::Rejected {
             rejection: Some(rejection),
             decision: None,
         };
-        Self::with(state, None, settings, on_rejection, span)
+        Self::with(state, kept)
     }
 
-    pub(crate) fn unlimited(
-        future: S::Future,
-        settings: Arc<RateSettings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
+    pub(crate) fn unlimited(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
         let state = State::Running {
             future,
             decision: None,
         };
-        Self::with(state, None, settings, on_rejection, span)
+        Self::with(state, kept)
     }
 
     pub(crate) fn checking(
         check: Check,
-        call: (S, Request<ReqBody>),
-        settings: Arc<RateSettings>,
-        on_rejection: Arc<R>,
-        span: Span,
+        (service, request): (S, Request<ReqBody>),
+        kept: Kept<S, ReqBody, R>,
     ) -> Self {
         let state = State::Checking { check };
-        Self::with(state, Some(call), settings, on_rejection, span)
+        Self::with(state, kept.calling(service, request))
     }
 
-    fn with(
-        state: State<S::Future>,
-        call: Option<(S, Request<ReqBody>)>,
-        settings: Arc<RateSettings>,
-        on_rejection: Arc<R>,
-        span: Span,
-    ) -> Self {
-        let (service, request) = call.unzip();
+    fn with(state: State<S::Future>, kept: Kept<S, ReqBody, R>) -> Self {
         Self {
             state,
-            service,
-            request,
-            settings,
-            on_rejection,
-            span,
+            kept,
             body: PhantomData,
         }
     }
@@ -136,14 +111,15 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let _entered = this.span.enter();
+        let (pending, settings, on_rejection, span) = this.kept.parts();
+        let _entered = span.enter();
         loop {
             let next = match this.state.as_mut().project() {
                 StateProj::Rejected {
                     rejection,
                     decision,
                 } => {
-                    let mut response = answer(rejection, &**this.on_rejection);
+                    let mut response = answer(rejection, on_rejection);
                     if let Some(decision) = decision {
                         insert_fields(response.headers_mut(), decision);
                     }
@@ -152,9 +128,9 @@ where
                 }
                 StateProj::Checking { check } => {
                     let checked = ready!(check.as_mut().poll(cx));
-                    let service = this.service.take().expect("service taken twice");
-                    let request = this.request.take().expect("request taken twice");
-                    decide(checked, service, request, this.settings, this.span)
+                    let (service, request) =
+                        pending.take().expect("service and request taken twice");
+                    decide(checked, service, request, settings, span)
                 }
                 StateProj::Running { future, decision } => {
                     let output = ready!(future.poll(cx)).map(|response| {
@@ -208,21 +184,17 @@ where
         }
         Err(error) => error,
     };
-    let rejection = Rejection::for_rate_limit_error(error, settings.unavailable_retry_after);
+    let rejection = Rejection::for_rate_limit_error(error, settings.keys.unavailable_retry_after);
+    let fail_open = "rate limit store unavailable; letting the request through (fail open)";
+    if fails_open(&rejection, settings.keys.fail_mode, span, fail_open) {
+        let future = service.call(request);
+        return State::Running {
+            future,
+            decision: None,
+        };
+    }
     let error = rejection.error().map(tracing::field::display);
     match rejection.kind() {
-        RejectionKind::Unavailable if settings.fail_mode == FailMode::Open => {
-            span.record("outcome", "fail_open");
-            tracing::warn!(
-                error,
-                "rate limit store unavailable; letting the request through (fail open)"
-            );
-            let future = service.call(request);
-            return State::Running {
-                future,
-                decision: None,
-            };
-        }
         RejectionKind::Unavailable => {
             span.record("outcome", "unavailable");
         }

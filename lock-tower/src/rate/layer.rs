@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use lock_core::{LockClient, Quota};
 
-use crate::config::{FailMode, MissingKey, prefix_problem};
+use crate::config::FailMode;
+use crate::key_settings::key_setters;
 use crate::rate::config::RateSettings;
 use crate::rate::service::RateLimitService;
 use crate::response::DefaultRejection;
@@ -41,7 +42,7 @@ impl<K> RateLimitLayer<K> {
             lock_core::LockError::InvalidOption { option, reason } => format!("{option}: {reason}"),
             other => other.to_string(),
         });
-        settings.invalid.check("quota", problem);
+        settings.keys.check("quota", problem);
         Self {
             extractor: Arc::new(extractor),
             quota: Arc::new(quota),
@@ -58,7 +59,7 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
     /// request `500`, logged at `error`. Replaces the layer's quota (and whether it could
     /// work).
     pub fn quota_by<F>(mut self, quota: F) -> RateLimitLayer<K, F, R> {
-        self.settings.invalid.check("quota", None);
+        self.settings.keys.check("quota", None);
         RateLimitLayer {
             extractor: self.extractor,
             quota: Arc::new(quota),
@@ -74,47 +75,19 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
     /// ([`validate_prefix`](lock_core::validate_prefix)): at most 128 bytes without braces,
     /// whitespace or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.settings
-            .invalid
-            .check("prefix", prefix_problem(&prefix));
-        self.settings.keys.prefix = prefix;
+        self.settings.keys.set_prefix(prefix.into());
         self
     }
 
-    /// The longest key accepted, in bytes, not counting the prefix; longer keys get `400`
-    /// (or are hashed, with [`hash_keys`](Self::hash_keys)). Default 128.
-    pub fn max_key_len(mut self, max: usize) -> Self {
-        self.settings.keys.max_key_len = max;
-        self
-    }
-
-    /// Hashes keys that break the name rules instead of answering `400`, as
-    /// [`DistributedLockLayer::hash_keys`](crate::DistributedLockLayer::hash_keys) does:
-    /// `prefix + "sha256:" + hex(SHA-256(key))`. Empty keys are still refused. Default off.
-    pub fn hash_keys(mut self, hash: bool) -> Self {
-        self.settings.keys.hash_keys = hash;
-        self
-    }
-
-    /// What to do with requests without a key. Default [`MissingKey::Reject`] (`400`);
-    /// [`MissingKey::PassThrough`] lets them through unlimited (and without the RateLimit
-    /// fields).
-    pub fn missing_key(mut self, policy: MissingKey) -> Self {
-        self.settings.missing_key = policy;
-        self
-    }
-
-    /// What to do when the store cannot be reached (within the client's
-    /// [`connect_timeout`](lock_core::LockClientBuilder::connect_timeout)), does not answer
-    /// (within its [`response_timeout`](lock_core::LockClientBuilder::response_timeout), or
-    /// the layer's [`check_timeout`](Self::check_timeout)) or fails. Default [`FailMode::Closed`]: `503` with `Retry-After`.
-    /// [`FailMode::Open`] lets the request through without a decision (and without the
-    /// RateLimit fields), logging a warning.
-    pub fn fail_mode(mut self, mode: FailMode) -> Self {
-        self.settings.fail_mode = mode;
-        self
-    }
+    key_setters!(
+        store: "the store",
+        bound: "within the client's \
+            [`connect_timeout`](lock_core::LockClientBuilder::connect_timeout) and \
+            [`response_timeout`](lock_core::LockClientBuilder::response_timeout), or the \
+            layer's [`check_timeout`](Self::check_timeout)",
+        without: "unlimited (and without the RateLimit fields)",
+        unavailable: "the store unavailable, failing closed",
+    );
 
     /// Bounds a whole check, getting a connection from the client's pool included: past it
     /// the store counts as unavailable ([`fail_mode`](Self::fail_mode)). Default: no bound
@@ -132,12 +105,6 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
     /// lets requests through.
     pub fn fail_open(self) -> Self {
         self.fail_mode(FailMode::Open)
-    }
-
-    /// The `Retry-After` of a `503` (the store unavailable, failing closed). Default 1 s.
-    pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
-        self.settings.unavailable_retry_after = retry_after;
-        self
     }
 
     /// Answers rejections with `on_rejection` instead of [`DefaultRejection`]'s JSON problem

@@ -15,6 +15,7 @@ use tracing::{Instrument, Span};
 
 use crate::body::ResponseBody;
 use crate::config::MissingKey;
+use crate::deferred::Deferred;
 use crate::extract::{KeyExtractor, shorten};
 use crate::key::lock_name;
 use crate::macros::inner_service_accessors;
@@ -88,19 +89,15 @@ where
         let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
         let span = tracing::info_span!(
             "rate_limit",
-            family = %settings.keys.prefix,
+            family = %settings.keys.rules.prefix,
             key = Empty,
             outcome = Empty,
             remaining = Empty,
         );
+        let kept = || Deferred::new(settings.clone(), on_rejection.clone(), span.clone());
         let reject = |rejection, outcome| {
             span.record("outcome", outcome);
-            RateLimitFuture::rejected(
-                rejection,
-                settings.clone(),
-                on_rejection.clone(),
-                span.clone(),
-            )
+            RateLimitFuture::rejected(rejection, kept())
         };
         let name = match self.name(&mut request, &span) {
             Named::Limit(name) => name,
@@ -108,7 +105,7 @@ where
             Named::PassThrough => {
                 span.record("outcome", "no_key");
                 let future = span.in_scope(|| self.inner.call(request));
-                return RateLimitFuture::unlimited(future, settings, on_rejection, span);
+                return RateLimitFuture::unlimited(future, kept());
             }
         };
         let quota = self.quota.quota(&request);
@@ -134,7 +131,7 @@ where
         // polled (tower-service: "Be careful when cloning inner services").
         let clone = self.inner.clone();
         let inner = mem::replace(&mut self.inner, clone);
-        RateLimitFuture::checking(check, (inner, request), settings, on_rejection, span)
+        RateLimitFuture::checking(check, (inner, request), kept())
     }
 }
 
@@ -146,17 +143,17 @@ impl<S, K, Q, R> RateLimitService<S, K, Q, R> {
         K: KeyExtractor<B>,
     {
         let settings = &self.settings;
-        if let Some(error) = settings.invalid() {
+        if let Some(error) = settings.keys.invalid() {
             tracing::error!(parent: span, %error, "the rate-limit layer is misconfigured");
             let rejection = Rejection::misconfigured(error).by_rate_limit_layer();
             return Named::Reject(rejection, "error");
         }
         let Some(key) = self.extractor.extract_mut(request) else {
-            if settings.missing_key == MissingKey::PassThrough {
+            if settings.keys.missing_key == MissingKey::PassThrough {
                 return Named::PassThrough;
             }
             if let Some(mismatch) = self.extractor.route_mismatch(request) {
-                if settings.mismatched_routes.first(mismatch.route()) {
+                if settings.keys.mismatched_routes.first(mismatch.route()) {
                     tracing::error!(
                         parent: span,
                         parameter = mismatch.parameter(),
@@ -175,7 +172,7 @@ impl<S, K, Q, R> RateLimitService<S, K, Q, R> {
             );
             return Named::Reject(rejection.by_rate_limit_layer(), "missing_key");
         };
-        match lock_name(&settings.keys, &key) {
+        match lock_name(&settings.keys.rules, &key) {
             Ok(name) => {
                 span.record("key", tracing::field::display(shorten(&name)));
                 Named::Limit(name)
