@@ -225,8 +225,10 @@ impl Call {
     pub(crate) fn new(op: Op) -> Self {
         Self {
             op,
-            keys: Args::default(),
-            args: Args::default(),
+            // Room for a typical call (a key or two, an owner id and a few numbers), so
+            // writing it does not grow the buffers argument by argument.
+            keys: Args::with_capacity(4, 96),
+            args: Args::with_capacity(8, 128),
         }
     }
 
@@ -331,6 +333,13 @@ struct Args {
 }
 
 impl Args {
+    fn with_capacity(args: usize, bytes: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(args),
+        }
+    }
+
     fn len(&self) -> usize {
         self.ends.len()
     }

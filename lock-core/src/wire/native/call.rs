@@ -3,7 +3,7 @@
 
 use redis::Pipeline;
 
-use super::args::{Acquire, set_if_owner};
+use super::args::{Acquire, ROOM, set_if_owner, start};
 use super::multi::{Multi, MultiLock};
 use crate::wire::answer::Answer;
 
@@ -72,23 +72,22 @@ pub(crate) enum Found {
 impl Call {
     /// A fresh acquisition (see the module docs).
     pub(crate) fn acquire<O: redis::ToRedisArgs>(a: Acquire<'_, O>) -> Self {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("SET")
+        let room = a.key.len() + a.counter.len() + ROOM;
+        let mut pipe = Pipeline::with_capacity(4);
+        pipe.atomic();
+        start(&mut pipe, "SET", room)
             .arg(a.counter)
             .arg(a.seed)
-            .arg("NX")
-            .cmd("INCR")
-            .arg(a.counter)
-            .cmd("SET")
+            .arg("NX");
+        start(&mut pipe, "INCR", room).arg(a.counter);
+        start(&mut pipe, "SET", room)
             .arg(a.key)
             .arg(&a.owner)
             .arg("NX")
             .arg("PX")
             .arg(a.lease_ms)
-            .arg("GET")
-            .cmd("PTTL")
-            .arg(a.key);
+            .arg("GET");
+        start(&mut pipe, "PTTL", room).arg(a.key);
         Self::new(
             Op::Acquire {
                 owner: a.owner_bytes,
@@ -105,14 +104,8 @@ impl Call {
         lease_ms: u64,
         token: u64,
     ) -> Self {
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(key)
-            .arg(&owner)
-            .arg("IFEQ")
-            .arg(&owner)
-            .arg("PX")
-            .arg(lease_ms);
+        let mut pipe = Pipeline::with_capacity(1);
+        set_if_owner(&mut pipe, key, &owner, lease_ms);
         Self::new(Op::Reenter { token }, pipe, key)
     }
 
@@ -124,13 +117,14 @@ impl Call {
         last: bool,
         (publish, channel, token): (&str, impl redis::ToRedisArgs, u64),
     ) -> Self {
-        let mut pipe = redis::pipe();
+        let mut pipe = Pipeline::with_capacity(2);
+        let room = key.len() + 2 * ROOM;
         if last {
-            pipe.cmd("DELIFEQ").arg(key).arg(&owner);
-            pipe.cmd(publish).arg(channel).arg(token);
+            start(&mut pipe, "DELIFEQ", room).arg(key).arg(&owner);
+            start(&mut pipe, publish, room).arg(channel).arg(token);
             Self::new(Op::Release, pipe, key)
         } else {
-            pipe.cmd("SET")
+            start(&mut pipe, "SET", room)
                 .arg(key)
                 .arg(&owner)
                 .arg("IFEQ")
