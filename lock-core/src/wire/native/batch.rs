@@ -10,6 +10,13 @@
 //! instead of one each changes nothing for any of them: each one's commands still run
 //! together, in its order, with no other client's command in between.
 //!
+//! **One seed per counter.** Every acquisition starts with `SET counter seed NX` (a missing
+//! counter starts at the server's clock). In one transaction, the first acquisition's seed
+//! does that for every later acquisition of the same counter (on one server, all of them), so
+//! the others' seeds are left out and their replies read as the `nil` a `SET … NX` answers
+//! where the key is there: the counter exists before each of their `INCR`s either way, and a
+//! seed is any recent reading of this client's clock of the server.
+//!
 //! **Replies.** The pipeline ignores errors, so one call's error (a key of another type)
 //! stays that call's: it is in its replies, where its reader finds it, as it would alone. A
 //! refused transaction (`EXECABORT`) is every acquisition's error.
@@ -42,18 +49,29 @@ impl Call {
         if !calls.iter().all(|c| c.batches()) {
             return None;
         }
+        // One seed per counter: the first acquisition of a counter seeds it for the rest.
+        let mut seeded: Vec<&[u8]> = Vec::new();
         let parts: Vec<Part> = calls
             .iter()
-            .map(|c| Part {
-                atomic: c.pipe.is_transaction(),
-                len: c.pipe.len(),
+            .map(|c| {
+                let counter = c.seeded_counter();
+                let seed_shared = counter.is_some_and(|k| seeded.contains(&k));
+                if let (Some(k), false) = (counter, seed_shared) {
+                    seeded.push(k);
+                }
+                Part {
+                    atomic: c.pipe.is_transaction(),
+                    len: c.pipe.len() - usize::from(seed_shared),
+                    seed_shared,
+                }
             })
             .collect();
         let mut pipe = Pipeline::with_capacity(parts.iter().map(|p| p.len).sum::<usize>() + 2);
         pipe.ignore_errors();
         let add = |atomic: bool, pipe: &mut Pipeline| {
-            for call in calls.iter().filter(|c| c.pipe.is_transaction() == atomic) {
-                for cmd in call.pipe.cmd_iter() {
+            for (call, part) in calls.iter().zip(&parts).filter(|(_, p)| p.atomic == atomic) {
+                let skip = usize::from(part.seed_shared);
+                for cmd in call.pipe.cmd_iter().skip(skip) {
                     pipe.add_command(cmd.clone());
                 }
             }
@@ -65,6 +83,17 @@ impl Call {
         }
         add(false, &mut pipe);
         Some(Call::new(Op::Batch(parts), pipe, &first.key))
+    }
+
+    /// The fencing counter a fresh acquisition's first command seeds (`SET counter seed NX`).
+    fn seeded_counter(&self) -> Option<&[u8]> {
+        if !matches!(self.op, Op::Acquire { .. }) {
+            return None;
+        }
+        match self.pipe.cmd_iter().next()?.args_iter().nth(1)? {
+            redis::Arg::Simple(counter) => Some(counter),
+            _ => None,
+        }
     }
 
     /// Splits a batch's reply into each call's, in the order the calls were given: what
@@ -96,7 +125,13 @@ impl Call {
         Ok(parts
             .iter()
             .map(|part| match (part.atomic, &mut executed) {
-                (true, Ok(executed)) => Ok(Value::Array(executed.take(part.len).collect())),
+                (true, Ok(executed)) => {
+                    // A seed left out answers as `SET … NX` does where the key is there.
+                    let seed = part.seed_shared.then_some(Value::Nil);
+                    Ok(Value::Array(
+                        seed.into_iter().chain(executed.take(part.len)).collect(),
+                    ))
+                }
                 (true, Err(e)) => Err(e.clone()),
                 (false, _) => Ok(Value::Array(replies.by_ref().take(part.len).collect())),
             })
@@ -110,12 +145,16 @@ mod tests {
     use crate::wire::native::Acquire;
 
     fn acquire(key: &str) -> Call {
+        acquire_counted(key, "fence")
+    }
+
+    fn acquire_counted(key: &str, counter: &str) -> Call {
         Call::acquire(Acquire {
             key,
             owner: "me:1",
             owner_bytes: b"me:1".to_vec(),
             lease_ms: 1000,
-            counter: "fence",
+            counter,
             seed: 7,
         })
     }
@@ -135,14 +174,30 @@ mod tests {
     }
 
     #[test]
-    fn acquisitions_share_one_transaction_and_the_rest_follow_it() {
+    fn acquisitions_share_one_transaction_and_one_seed_per_counter_and_the_rest_follow() {
         let (a, r, b) = (acquire("x"), release("y"), acquire("z"));
         let batch = Call::batch(&[&a, &r, &b]).unwrap();
         let expected = [
-            "MULTI", "SET", "INCR", "SET", "PTTL", "SET", "INCR", "SET", "PTTL", "EXEC", "DELIFEQ",
+            "MULTI", "SET", "INCR", "SET", "PTTL", "INCR", "SET", "PTTL", "EXEC", "DELIFEQ",
             "PUBLISH",
         ];
         assert_eq!(names(&batch), expected);
+        // Another counter (another Cluster slot's, were a Cluster to batch) gets its own seed.
+        let other = acquire_counted("w", "fence:{7}");
+        let both = Call::batch(&[&a, &other, &b]).unwrap();
+        let seeds: Vec<String> = both
+            .pipe
+            .cmd_iter()
+            .filter_map(|c| match c.args_iter().collect::<Vec<_>>()[..] {
+                [redis::Arg::Simple(b"SET"), redis::Arg::Simple(counter), ..]
+                    if counter.starts_with(b"fence") =>
+                {
+                    Some(String::from_utf8_lossy(counter).into_owned())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(seeds, ["fence", "fence:{7}"]);
         assert!(!batch.pipe.is_transaction());
         let kept = Call::new(Op::Renew, redis::pipe(), "x");
         assert!(Call::batch(&[&a, &kept]).is_none());
@@ -156,13 +211,12 @@ mod tests {
         let queued = || Value::SimpleString("QUEUED".into());
         let int = Value::Int;
         let mut reply = vec![Value::Okay];
-        reply.extend((0..8).map(|_| queued()));
+        reply.extend((0..7).map(|_| queued()));
         reply.push(Value::Array(vec![
             Value::Nil,
             int(10),
             Value::Nil,
             int(-2),
-            Value::Nil,
             int(11),
             Value::BulkString(b"other".to_vec()),
             int(500),
@@ -177,11 +231,18 @@ mod tests {
             Value::Array(vec![Value::Nil, int(10), Value::Nil, int(-2)])
         );
         assert_eq!(*second, Value::Array(vec![int(1), int(0)]));
-        assert!(
-            matches!(third, Value::Array(v) if v[1] == int(11) && v[3] == int(500)),
-            "{third:?}"
+        // The seed left out reads as nil, so the acquisition's reply has its usual shape.
+        assert_eq!(
+            *third,
+            Value::Array(vec![
+                Value::Nil,
+                int(11),
+                Value::BulkString(b"other".to_vec()),
+                int(500)
+            ])
         );
         assert!(a.found(first.clone()).is_ok());
+        assert!(b.found(third.clone()).is_ok());
     }
 
     #[test]

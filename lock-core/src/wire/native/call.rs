@@ -42,8 +42,11 @@ pub(crate) enum Op {
 pub(crate) struct Part {
     /// Inside the batch's transaction (an acquisition).
     pub(super) atomic: bool,
-    /// How many commands the call has.
+    /// How many of the call's commands are sent.
     pub(super) len: usize,
+    /// An acquisition whose counter an earlier acquisition of the batch seeds: its own seed
+    /// (its first command) is left out.
+    pub(super) seed_shared: bool,
 }
 
 /// A native call: its commands and how to read their reply.
