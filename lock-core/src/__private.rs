@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::Guard;
-use crate::held::HeldLock;
+use crate::held_lock::HeldLock;
 use crate::request::LockRequest;
 use crate::run::locked;
 

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost};
+use crate::held_lock::{AtRisk, HeldLock, LeaseWatch, Lost};
 use crate::hold::Hold;
 use crate::lease::LeaseState;
 use crate::scope;
@@ -250,7 +250,7 @@ macro_rules! core_guard {
 
             /// Resolves when it is known or presumed lost (the watchdog found it gone, no
             /// renewal succeeded within the lease, a fixed lease ran out), or released.
-            pub fn lost(&self) -> $crate::held::Lost {
+            pub fn lost(&self) -> $crate::held_lock::Lost {
                 self.core.lost()
             }
 
@@ -264,18 +264,18 @@ macro_rules! core_guard {
             /// Resolves when its lease is at risk (a renewal failed while the lease still
             /// runs) or it is not held any more, whichever comes first: see
             /// [`Guard::at_risk`]($crate::Guard::at_risk).
-            pub fn at_risk(&self) -> $crate::held::AtRisk {
+            pub fn at_risk(&self) -> $crate::held_lock::AtRisk {
                 self.core.held_lock().at_risk()
             }
 
             /// A watch of every change of its lease's state: see
             /// [`LeaseWatch`]($crate::LeaseWatch).
-            pub fn watch_lease(&self) -> $crate::held::LeaseWatch {
+            pub fn watch_lease(&self) -> $crate::held_lock::LeaseWatch {
                 self.core.held_lock().watch_lease()
             }
 
             /// A cloneable view (name, fencing token, lost signal) that cannot release it.
-            pub fn held_lock(&self) -> $crate::held::HeldLock {
+            pub fn held_lock(&self) -> $crate::held_lock::HeldLock {
                 self.core.held_lock()
             }
 
@@ -308,7 +308,7 @@ macro_rules! core_guard {
                 self.core.remaining()
             }
 
-            fn lost(&self) -> $crate::held::Lost {
+            fn lost(&self) -> $crate::held_lock::Lost {
                 self.core.lost()
             }
 
@@ -316,15 +316,15 @@ macro_rules! core_guard {
                 self.core.lease_state()
             }
 
-            fn at_risk(&self) -> $crate::held::AtRisk {
+            fn at_risk(&self) -> $crate::held_lock::AtRisk {
                 self.core.held_lock().at_risk()
             }
 
-            fn watch_lease(&self) -> $crate::held::LeaseWatch {
+            fn watch_lease(&self) -> $crate::held_lock::LeaseWatch {
                 self.core.held_lock().watch_lease()
             }
 
-            fn held_lock(&self) -> $crate::held::HeldLock {
+            fn held_lock(&self) -> $crate::held_lock::HeldLock {
                 self.core.held_lock()
             }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::Stream;
 
 use crate::error::LockError;
-use crate::held::{HeldLock, Lost};
+use crate::held_lock::{HeldLock, Lost};
 use crate::mutex::{LockGuard, Mutex};
 
 /// Leader election among the instances that campaign for one name: made by

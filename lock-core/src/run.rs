@@ -7,7 +7,7 @@ use std::task::{Poll, ready};
 
 use crate::error::LockError;
 use crate::guard::Guard;
-use crate::held::HeldLock;
+use crate::held_lock::HeldLock;
 use crate::request::{LockRequest, TryLockRequest};
 
 /// What to do when the lock is lost while a body runs.

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::held::HeldLock;
+use crate::held_lock::HeldLock;
 
 tokio::task_local! {
     static SCOPE: ReentrantScope;

@@ -11,7 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 use lock_core::LockError;
 use pin_project_lite::pin_project;
 
-use crate::hold::Hold;
+use crate::request_lock::RequestLock;
 
 /// The error type of [`ResponseBody`]: the inner body's error, or the lock's loss when
 /// [`LeaseLost::Abort`](crate::LeaseLost::Abort) cut the body short.
@@ -39,7 +39,7 @@ pin_project! {
     {
         #[pin]
         kind: Kind<B>,
-        hold: Option<Hold>,
+        hold: Option<RequestLock>,
         // The inner body's last frame, kept back while the lock is released.
         last: Option<Frame<B::Data>>,
         // The inner body has ended (its end, or its last frame, has been seen).
@@ -118,7 +118,7 @@ impl<B: Body> ResponseBody<B> {
     }
 
     /// Wraps a body that keeps `hold` until it ends.
-    pub(crate) fn locked(body: B, hold: Hold) -> Self {
+    pub(crate) fn locked(body: B, hold: RequestLock) -> Self {
         Self {
             kind: Kind::Inner { body },
             hold: Some(hold),
@@ -176,7 +176,7 @@ where
             return body.poll_frame(cx).map_err(Into::into);
         };
         // The lock is gone: the body ends with an error; dropping the hold just tidies up.
-        let lost = |hold: &mut Option<Hold>, ended: &mut bool, name: String| {
+        let lost = |hold: &mut Option<RequestLock>, ended: &mut bool, name: String| {
             *hold = None;
             *ended = true;
             Poll::Ready(Some(Err(LockError::Lost { name }.into())))

@@ -27,7 +27,7 @@ use crate::acquire::Acquire;
 use crate::body::ResponseBody;
 use crate::config::Release;
 use crate::deferred::Deferred;
-use crate::hold::Hold;
+use crate::request_lock::RequestLock;
 use crate::response::{Decision, OnRejection, Rejection, answer, decide};
 use crate::settings::Settings;
 
@@ -72,12 +72,12 @@ pin_project! {
         // Taking the lock.
         Acquiring { acquire: Acquire },
         // The inner service runs (with the lock, unless `hold` is `None`).
-        Running { #[pin] future: F, hold: Option<Hold> },
+        Running { #[pin] future: F, hold: Option<RequestLock> },
         // `Release::AfterBody` with a small body: reading it in full under the lock, so the
         // lock can be given back before the response goes out in one piece.
         Buffering { buffer: Option<Buffer<B>> },
         // Giving the lock back before handing the response on.
-        Releasing { hold: Hold, response: Option<Response<ResponseBody<B>>> },
+        Releasing { hold: RequestLock, response: Option<Response<ResponseBody<B>>> },
         Done,
     }
 }
@@ -202,7 +202,7 @@ where
     };
     let hold = guard.map(|guard| {
         request.extensions_mut().insert(guard.held_lock());
-        Hold::new(guard, settings, span.clone())
+        RequestLock::new(guard, settings, span.clone())
     });
     let future = scope.enter(|| service.call(request));
     State::Running { future, hold }
@@ -212,7 +212,7 @@ where
 /// releasing it), or aborts it when the lock is lost.
 fn running<F, B, E>(
     future: Pin<&mut F>,
-    hold: &mut Option<Hold>,
+    hold: &mut Option<RequestLock>,
     settings: &Settings,
     scope: &ReentrantScope,
     cx: &mut Context<'_>,
@@ -230,7 +230,7 @@ where
     };
     // The loss first: a handler that is ready in the same poll in which its lease is found to
     // have run out (its runtime or process stalled past the lease) did not run under the lock.
-    if hold.as_mut().is_some_and(Hold::check_lost) {
+    if hold.as_mut().is_some_and(RequestLock::check_lost) {
         return lost();
     }
     let response = match scope.enter(|| future.poll(cx)) {
@@ -247,7 +247,7 @@ where
         }
     };
     // ... and again once the response is ready: it is accepted only under a valid lock.
-    if hold.as_mut().is_some_and(Hold::check_lost) {
+    if hold.as_mut().is_some_and(RequestLock::check_lost) {
         return lost();
     }
     let Some(hold) = hold.take() else {
@@ -323,7 +323,7 @@ fn buffering<F, B: Body, E>(
 
 /// A small response body read in full while the lock is held.
 struct Buffer<B: Body> {
-    hold: Hold,
+    hold: RequestLock,
     parts: http::response::Parts,
     body: Pin<Box<B>>,
     frames: VecDeque<Frame<B::Data>>,

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
-use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost};
+use crate::held_lock::{AtRisk, HeldLock, LeaseWatch, Lost};
 use crate::hold::Hold;
 use crate::lease::LeaseState;
 use crate::mutex::LockGuard;

@@ -12,7 +12,7 @@ use super::nodes::{Inner, redis_source, spawn_node_attempt};
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
-use crate::held::{AtRisk, HeldLock, LeaseWatch, Lost, View};
+use crate::held_lock::{AtRisk, HeldLock, LeaseWatch, Lost, View};
 use crate::lease::LeaseState;
 use crate::mutex::LockGuard;
 use crate::util::{check_lease, shorten};

@@ -37,7 +37,8 @@ impl Call {
     }
 
     /// Whether this is a [`batch`](Self::batch) (its pipeline ignores errors: each call's
-    /// stay in its replies).
+    /// stay in its replies); for the in-memory backend, which answers as a connection does.
+    #[cfg(feature = "testing")]
     pub(crate) fn is_batch(&self) -> bool {
         matches!(self.op, Op::Batch(_))
     }

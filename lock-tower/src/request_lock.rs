@@ -16,9 +16,9 @@ use crate::settings::Settings;
 
 /// A held lock: the guard, the watch for its loss, and the span that reports on it.
 ///
-/// Released with [`poll_release`](Hold::poll_release) when the request is done, or by
+/// Released with [`poll_release`](RequestLock::poll_release) when the request is done, or by
 /// dropping it (the guard's background release) when the request is abandoned.
-pub(crate) struct Hold {
+pub(crate) struct RequestLock {
     guard: Option<AnyGuard>,
     /// Whether losing the lock aborts the request ([`LeaseLost::Abort`]).
     abort: bool,
@@ -35,7 +35,7 @@ pub(crate) struct Hold {
     hold_times: Arc<HoldTimes>,
 }
 
-impl Hold {
+impl RequestLock {
     pub(crate) fn new(guard: AnyGuard, settings: &Settings, span: Span) -> Self {
         let abort = settings.lease_lost == LeaseLost::Abort;
         Self {
@@ -154,7 +154,7 @@ impl Hold {
     }
 }
 
-impl Drop for Hold {
+impl Drop for RequestLock {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
             // Abandoned (client gone, handler failed, lock lost): the guard releases itself in
@@ -166,9 +166,9 @@ impl Drop for Hold {
     }
 }
 
-impl fmt::Debug for Hold {
+impl fmt::Debug for RequestLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hold")
+        f.debug_struct("RequestLock")
             .field("guard", &self.guard)
             .field("watching_lost", &self.watch)
             .field("releasing", &self.release.is_some())
