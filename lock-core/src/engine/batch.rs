@@ -189,27 +189,35 @@ impl Engine {
 fn one_call(batch: &[Queued]) -> Option<Command> {
     match batch.first().map(|q| &q.command) {
         Some(Command::Script(_)) => {
-            let calls: Option<Vec<&script::Call>> = batch
-                .iter()
-                .map(|q| match &q.command {
-                    Command::Script(call) => Some(call),
-                    Command::Native(_) => None,
-                })
-                .collect();
-            script::Call::batch(&calls?).map(Command::Script)
+            script::Call::batch(&all(batch, script_call)?).map(Command::Script)
         }
         Some(Command::Native(_)) => {
-            let calls: Option<Vec<&native::Call>> = batch
-                .iter()
-                .map(|q| match &q.command {
-                    Command::Native(call) => Some(call),
-                    Command::Script(_) => None,
-                })
-                .collect();
-            native::Call::batch(&calls?).map(Command::Native)
+            native::Call::batch(&all(batch, native_call)?).map(Command::Native)
         }
         None => None,
     }
+}
+
+fn script_call(command: &Command) -> Option<&script::Call> {
+    match command {
+        Command::Script(call) => Some(call),
+        Command::Native(_) => None,
+    }
+}
+
+fn native_call(command: &Command) -> Option<&native::Call> {
+    match command {
+        Command::Native(call) => Some(call),
+        Command::Script(_) => None,
+    }
+}
+
+/// Each request's call of one dialect (`pick`), or `None` if one is of the other.
+fn all<'a, T>(
+    batch: &'a [Queued],
+    pick: impl Fn(&'a Command) -> Option<&'a T>,
+) -> Option<Vec<&'a T>> {
+    batch.iter().map(|q| pick(&q.command)).collect()
 }
 
 /// A batch call's reply, split into one per request.
