@@ -147,27 +147,19 @@ impl Engine {
 
     /// Sends `batch` (requests of one dialect) as one call and answers each request.
     async fn send_together(&self, batch: Vec<Queued>) {
-        if batch.len() <= 1 {
+        // A single request goes as itself; so would each of a batch with a call that does
+        // not batch (only batchable calls are queued).
+        let Some(call) = (batch.len() > 1).then(|| one_call(&batch)).flatten() else {
             for Queued { command, reply } in batch {
                 let answer = self.invoke_wire(command.wire()).await;
                 let _ = reply.send((command, answer));
             }
             return;
-        }
-        let replies: Result<Vec<Reply>, LockError> = match one_call(&batch) {
-            Some(call) => match self.invoke_wire(call.wire()).await {
-                Ok((value, resent)) => split(&call, value, batch.len())
-                    .map(|each| each.into_iter().map(|r| r.map(|v| (v, resent))).collect()),
-                Err(e) => Err(e),
-            },
-            // Only batchable calls are queued; should one not be, each goes alone.
-            None => {
-                for Queued { command, reply } in batch {
-                    let answer = self.invoke_wire(command.wire()).await;
-                    let _ = reply.send((command, answer));
-                }
-                return;
-            }
+        };
+        let replies: Result<Vec<Reply>, LockError> = match self.invoke_wire(call.wire()).await {
+            Ok((value, resent)) => split(&call, value, batch.len())
+                .map(|each| each.into_iter().map(|r| r.map(|v| (v, resent))).collect()),
+            Err(e) => Err(e),
         };
         match replies {
             Ok(replies) => {
