@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
 use crate::info::{self, FairLockInfo};
+use crate::kind::{ChannelRole, Kind};
 use crate::mutex::LockGuard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
@@ -130,7 +131,7 @@ impl Taking {
     /// Our own wake channel.
     fn wake(&self) -> String {
         let owner = self.named.engine.owner(self.hold.holder);
-        format!("{}{owner}", self.hold.keys.fair_wake())
+        format!("{}{owner}", self.hold.keys.channel(ChannelRole::FairWake))
     }
 }
 

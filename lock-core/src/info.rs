@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::hold::Kind;
+use crate::kind::{KeyRole, Kind};
 use crate::name::Keys;
 use crate::wire::answer::{Holder, Permits, Readers};
 use crate::wire::{self, Dialect};
@@ -92,7 +92,13 @@ impl LockInfo {
 
 /// What Redis knows about a fair lock and its queue.
 pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
-    let lock = lock(engine, Kind::Fair, keys, &keys.fair()).await?;
+    let lock = lock(
+        engine,
+        Kind::Fair,
+        keys,
+        &keys.of(KeyRole::Fair).to_string(),
+    )
+    .await?;
     let reply = engine.invoke_script(&wire::fair::inspect(keys)).await?;
     let queued = wire::fair::queued(reply)?;
     Ok(FairLockInfo { lock, queued })
@@ -113,7 +119,13 @@ pub(crate) async fn read_write(
     engine: &Engine,
     keys: &Keys,
 ) -> Result<ReadWriteLockInfo, LockError> {
-    let writer = lock(engine, Kind::Write, keys, &keys.rw_writer()).await?;
+    let writer = lock(
+        engine,
+        Kind::Write,
+        keys,
+        &keys.of(KeyRole::Writer).to_string(),
+    )
+    .await?;
     let reply = engine.invoke_script(&wire::rwlock::inspect(keys)).await?;
     Ok(ReadWriteLockInfo::new(
         writer,

@@ -46,165 +46,8 @@
 //! ```
 
 use crate::error::LockError;
+pub use crate::kind::{ChannelRole, KeyRole, LockKind};
 use crate::name::{self, Keys};
-
-/// A kind of lock: the primitive that owns a key or channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// [`Mutex`](crate::Mutex): the reentrant mutex (also what `lock()`, a
-    /// [`MultiLock`](crate::MultiLock) and a [`Leader`](crate::Leader) take).
-    Mutex,
-    /// [`FairLock`](crate::FairLock).
-    Fair,
-    /// [`ReadWriteLock`](crate::ReadWriteLock).
-    ReadWrite,
-    /// [`Semaphore`](crate::Semaphore).
-    Semaphore,
-}
-
-impl LockKind {
-    /// Every kind, in the order of the table in the [module docs](self).
-    pub const ALL: [LockKind; 4] = [
-        LockKind::Mutex,
-        LockKind::Fair,
-        LockKind::ReadWrite,
-        LockKind::Semaphore,
-    ];
-
-    /// The roles of this kind's keys, its main key (the lock string or the permits) first.
-    pub fn keys(self) -> &'static [KeyRole] {
-        match self {
-            LockKind::Mutex => &[KeyRole::Mutex],
-            LockKind::Fair => &[KeyRole::Fair, KeyRole::FairQueue, KeyRole::FairDeadlines],
-            LockKind::ReadWrite => &[KeyRole::Writer, KeyRole::Readers, KeyRole::WriterWaiting],
-            LockKind::Semaphore => &[KeyRole::Permits, KeyRole::PermitsSize],
-        }
-    }
-
-    /// The role of this kind's release channel.
-    pub fn channel(self) -> ChannelRole {
-        match self {
-            LockKind::Mutex => ChannelRole::Released,
-            LockKind::Fair => ChannelRole::FairWake,
-            LockKind::ReadWrite => ChannelRole::RwReleased,
-            LockKind::Semaphore => ChannelRole::PermitsReleased,
-        }
-    }
-}
-
-/// What a key of a lock holds (DESIGN.md, "Keys", has each value's format).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum KeyRole {
-    /// `P{N}`: the mutex's lock string (owner, hold count, fencing counter).
-    Mutex,
-    /// `P{N}:fair`: the fair lock's lock string.
-    Fair,
-    /// `P{N}:fair:queue`: the fair lock's waiters in arrival order (a sorted set).
-    FairQueue,
-    /// `P{N}:fair:deadlines`: the fair lock's waiters' deadlines (a sorted set); it changes
-    /// together with the queue.
-    FairDeadlines,
-    /// `P{N}:rw`: the read-write lock's writer, a lock string.
-    Writer,
-    /// `P{N}:rw:readers`: the read-write lock's readers (a hash).
-    Readers,
-    /// `P{N}:rw:writer-waiting`: a waiting writer's mark.
-    WriterWaiting,
-    /// `P{N}:permits`: the semaphore's permits held (a sorted set).
-    Permits,
-    /// `P{N}:permits:size`: the semaphore's size, recorded while any permit is held; it
-    /// changes together with the permits.
-    PermitsSize,
-}
-
-impl KeyRole {
-    /// Every role, kind by kind.
-    pub const ALL: [KeyRole; 9] = [
-        KeyRole::Mutex,
-        KeyRole::Fair,
-        KeyRole::FairQueue,
-        KeyRole::FairDeadlines,
-        KeyRole::Writer,
-        KeyRole::Readers,
-        KeyRole::WriterWaiting,
-        KeyRole::Permits,
-        KeyRole::PermitsSize,
-    ];
-
-    /// The kind of lock this key belongs to.
-    pub fn kind(self) -> LockKind {
-        match self {
-            KeyRole::Mutex => LockKind::Mutex,
-            KeyRole::Fair | KeyRole::FairQueue | KeyRole::FairDeadlines => LockKind::Fair,
-            KeyRole::Writer | KeyRole::Readers | KeyRole::WriterWaiting => LockKind::ReadWrite,
-            KeyRole::Permits | KeyRole::PermitsSize => LockKind::Semaphore,
-        }
-    }
-
-    /// What follows `P{N}` in the key (empty for the mutex).
-    pub fn suffix(self) -> &'static str {
-        match self {
-            KeyRole::Mutex => name::MUTEX,
-            KeyRole::Fair => name::FAIR,
-            KeyRole::FairQueue => name::FAIR_QUEUE,
-            KeyRole::FairDeadlines => name::FAIR_DEADLINES,
-            KeyRole::Writer => name::RW_WRITER,
-            KeyRole::Readers => name::RW_READERS,
-            KeyRole::WriterWaiting => name::RW_MARK,
-            KeyRole::Permits => name::PERMITS,
-            KeyRole::PermitsSize => name::PERMITS_SIZE,
-        }
-    }
-}
-
-/// A release channel of a lock: lock-core publishes on it when a waiter may take the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ChannelRole {
-    /// `P{N}:released`: a mutex's full release that someone waits for, a force-unlock.
-    Released,
-    /// `P{N}:fair:wake:<owner>`: the wake-up of one fair-lock waiter, the head of the queue;
-    /// one channel per waiter, the owner id after the prefix `P{N}:fair:wake:`.
-    FairWake,
-    /// `P{N}:rw:released`: a read-write lock's writer out, last reader out, a waiting writer
-    /// giving up, a force-unlock.
-    RwReleased,
-    /// `P{N}:permits:released`: a semaphore's release, a force-unlock.
-    PermitsReleased,
-}
-
-impl ChannelRole {
-    /// Every role, kind by kind.
-    pub const ALL: [ChannelRole; 4] = [
-        ChannelRole::Released,
-        ChannelRole::FairWake,
-        ChannelRole::RwReleased,
-        ChannelRole::PermitsReleased,
-    ];
-
-    /// The kind of lock this channel belongs to.
-    pub fn kind(self) -> LockKind {
-        match self {
-            ChannelRole::Released => LockKind::Mutex,
-            ChannelRole::FairWake => LockKind::Fair,
-            ChannelRole::RwReleased => LockKind::ReadWrite,
-            ChannelRole::PermitsReleased => LockKind::Semaphore,
-        }
-    }
-
-    /// What follows `P{N}` in the channel; for [`FairWake`](Self::FairWake), what comes
-    /// before the waiter's owner id.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            ChannelRole::Released => name::RELEASED,
-            ChannelRole::FairWake => name::FAIR_WAKE,
-            ChannelRole::RwReleased => name::RW_RELEASED,
-            ChannelRole::PermitsReleased => name::PERMITS_RELEASED,
-        }
-    }
-}
 
 /// Every key and channel of one lock name under one key prefix, for every kind of lock.
 ///
@@ -320,7 +163,7 @@ pub enum ParsedKey<'a> {
 pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<ParsedKey<'a>> {
     if let Some(client_id) = key
         .strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix(name::CLIENT))
+        .and_then(|rest| rest.strip_prefix(crate::kind::CLIENT))
         .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()))
     {
         return Some(ParsedKey::ClientDescription { client_id });
@@ -401,21 +244,22 @@ pub fn prefix_glob(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::Kind;
 
     #[test]
     fn the_roles_spell_the_keys_the_locks_use() {
         let keys = LockKeys::new("lock:", "order:42").unwrap();
-        let inner = Keys::new("lock:", "order:42").unwrap();
+        // The layout every deployment already has in Redis: spelled out, not derived.
         let expected = [
-            inner.lock().to_owned(),
-            inner.fair(),
-            inner.fair_queue(),
-            inner.fair_deadlines(),
-            inner.rw_writer(),
-            inner.rw_readers(),
-            inner.rw_mark(),
-            inner.permits(),
-            inner.permits_size(),
+            "lock:{order:42}",
+            "lock:{order:42}:fair",
+            "lock:{order:42}:fair:queue",
+            "lock:{order:42}:fair:deadlines",
+            "lock:{order:42}:rw",
+            "lock:{order:42}:rw:readers",
+            "lock:{order:42}:rw:writer-waiting",
+            "lock:{order:42}:permits",
+            "lock:{order:42}:permits:size",
         ];
         let spelled: Vec<String> = keys.keys().map(|(_, key)| key).collect();
         assert_eq!(spelled, expected);
@@ -423,12 +267,23 @@ mod tests {
         assert_eq!(
             channels,
             [
-                inner.released(),
-                inner.fair_wake(),
-                inner.rw_released(),
-                inner.permits_released()
+                "lock:{order:42}:released",
+                "lock:{order:42}:fair:wake:",
+                "lock:{order:42}:rw:released",
+                "lock:{order:42}:permits:released",
             ]
         );
+        // And the locks use them: a hold's key is its kind's main key.
+        let inner = Keys::new("lock:", "order:42").unwrap();
+        for (kind, role) in [
+            (Kind::Lock, KeyRole::Mutex),
+            (Kind::Fair, KeyRole::Fair),
+            (Kind::Write, KeyRole::Writer),
+            (Kind::Read, KeyRole::Readers),
+            (Kind::Permits(2), KeyRole::Permits),
+        ] {
+            assert_eq!(inner.hold(kind), keys.key(role));
+        }
         for kind in LockKind::ALL {
             assert_eq!(kind.channel().kind(), kind);
             for role in kind.keys() {

@@ -439,6 +439,7 @@ mod guard;
 mod held_lock;
 mod hold;
 mod info;
+mod kind;
 pub mod layout;
 mod leader;
 mod lease;

@@ -5,8 +5,9 @@ use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
 use crate::info::{self, LockInfo};
+use crate::kind::{ChannelRole, Kind};
 use crate::lock_string::{attempt_lock_string, lock_string_guard};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
@@ -151,11 +152,12 @@ impl Started for Taking {
     }
 
     fn queue_channel(&self) -> Option<String> {
-        (self.hold.expected_count().ok()? == 0).then(|| self.hold.keys.released())
+        (self.hold.expected_count().ok()? == 0)
+            .then(|| self.hold.keys.channel(ChannelRole::Released).to_string())
     }
 
     fn channel(&self, _index: usize) -> String {
-        self.hold.keys.released()
+        self.hold.keys.channel(ChannelRole::Released).to_string()
     }
 
     async fn attempt(&mut self) -> Result<Attempt<LockGuard>, LockError> {

@@ -1,25 +1,18 @@
-//! Lock names, key prefixes, and every Redis key and channel of every primitive.
+//! Lock names and key prefixes (checked), and the keys and channels of one name ([`Keys`]).
 //!
 //! A lock named `N` under prefix `P` owns keys and channels that all start with `P{N}`, so
-//! they share the hash tag `{N}` and a Redis Cluster keeps them in one slot. The layout (see
-//! DESIGN.md for what each holds):
-//!
-//! | primitive | keys | channels |
-//! |---|---|---|
-//! | mutex | `P{N}` | `P{N}:released` |
-//! | fair lock | `P{N}:fair`, `P{N}:fair:queue`, `P{N}:fair:deadlines` | `P{N}:fair:wake:<owner>` |
-//! | read-write lock | `P{N}:rw`, `P{N}:rw:readers`, `P{N}:rw:writer-waiting` | `P{N}:rw:released` |
-//! | semaphore | `P{N}:permits`, `P{N}:permits:size` | `P{N}:permits:released` |
-//!
-//! A client with an owner description also writes `Pclient:<client id>` (see [`client_key`]).
-//! This is the only place that spells a suffix.
+//! they share the hash tag `{N}` and a Redis Cluster keeps them in one slot. What follows
+//! `P{N}` is spelled in [`kind`](crate::kind), by role. A client with an owner description
+//! also writes `Pclient:<client id>` (see [`client_key`]).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
 use redis::{RedisWrite, ToRedisArgs};
 
 use crate::error::LockError;
+use crate::kind::{CLIENT, ChannelRole, KeyRole, Kind, RATE, RECORD};
 use crate::util::shorten;
 
 /// The longest lock name accepted, in bytes.
@@ -113,9 +106,6 @@ pub(crate) fn client_key(prefix: &str, client_id: &str) -> String {
     format!("{prefix}{CLIENT}{client_id}")
 }
 
-/// What follows the prefix in a client's key.
-pub(crate) const CLIENT: &str = "client:";
-
 /// The keys and channels of one lock name under one prefix, for every primitive. Cheap to
 /// clone: one shared string, `P{N}`.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -158,94 +148,35 @@ impl Keys {
         }
     }
 
-    /// The channel a mutex's release is published on.
-    pub(crate) fn released(&self) -> String {
-        self.with(RELEASED).to_string()
+    /// The key of `role`: `P{N}` + its suffix, written straight into a command.
+    pub(crate) fn of(&self, role: KeyRole) -> Suffixed<'_> {
+        self.with(role.suffix())
     }
 
-    /// The name's record (`crate::record`): `<token>:<bytes>`.
+    /// The channel of `role` (for [`ChannelRole::FairWake`], the prefix its waiters' owner
+    /// ids follow).
+    pub(crate) fn channel(&self, role: ChannelRole) -> Suffixed<'_> {
+        self.with(role.suffix())
+    }
+
+    /// The key a hold of `kind` lives in (a mutex's is `P{N}` itself, borrowed).
+    pub(crate) fn hold(&self, kind: Kind) -> Cow<'_, str> {
+        match kind.role() {
+            KeyRole::Mutex => Cow::Borrowed(&self.base),
+            role => Cow::Owned(self.of(role).to_string()),
+        }
+    }
+
+    /// The name's record (`crate::record`).
     pub(crate) fn record(&self) -> String {
         self.with(RECORD).to_string()
     }
 
-    /// The name's rate limit (`crate::rate_limit`): `<tat>|<interval>|<burst>`.
+    /// The name's rate limit (`crate::rate_limit`).
     pub(crate) fn rate(&self) -> String {
         self.with(RATE).to_string()
     }
-
-    /// The fair lock: a lock string.
-    pub(crate) fn fair(&self) -> String {
-        self.with(FAIR).to_string()
-    }
-
-    /// The fair lock's queue: owner → arrival (server µs).
-    pub(crate) fn fair_queue(&self) -> String {
-        self.with(FAIR_QUEUE).to_string()
-    }
-
-    /// The fair lock's waiter deadlines: owner → expiry (server ms).
-    pub(crate) fn fair_deadlines(&self) -> String {
-        self.with(FAIR_DEADLINES).to_string()
-    }
-
-    /// The prefix of the fair lock's wake channels: a waiter listens on this + its owner id.
-    pub(crate) fn fair_wake(&self) -> String {
-        self.with(FAIR_WAKE).to_string()
-    }
-
-    /// The read-write lock's writer: a lock string.
-    pub(crate) fn rw_writer(&self) -> String {
-        self.with(RW_WRITER).to_string()
-    }
-
-    /// The read-write lock's readers: owner → `count|expiry`.
-    pub(crate) fn rw_readers(&self) -> String {
-        self.with(RW_READERS).to_string()
-    }
-
-    /// The mark of a waiting writer (its owner id, with a TTL).
-    pub(crate) fn rw_mark(&self) -> String {
-        self.with(RW_MARK).to_string()
-    }
-
-    /// The channel of the read-write lock's releases.
-    pub(crate) fn rw_released(&self) -> String {
-        self.with(RW_RELEASED).to_string()
-    }
-
-    /// The semaphore's permits: permit id `<owner>:<k>` → expiry (server ms).
-    pub(crate) fn permits(&self) -> String {
-        self.with(PERMITS).to_string()
-    }
-
-    /// The semaphore's size, recorded at first use.
-    pub(crate) fn permits_size(&self) -> String {
-        self.with(PERMITS_SIZE).to_string()
-    }
-
-    /// The channel of the semaphore's releases.
-    pub(crate) fn permits_released(&self) -> String {
-        self.with(PERMITS_RELEASED).to_string()
-    }
 }
-
-/// The suffixes after `P{N}`: the one place that spells them (the public
-/// [`layout`](crate::layout) names each by its role). The mutex's key is `P{N}` itself.
-pub(crate) const MUTEX: &str = "";
-pub(crate) const RELEASED: &str = ":released";
-pub(crate) const FAIR: &str = ":fair";
-pub(crate) const FAIR_QUEUE: &str = ":fair:queue";
-pub(crate) const FAIR_DEADLINES: &str = ":fair:deadlines";
-pub(crate) const FAIR_WAKE: &str = ":fair:wake:";
-pub(crate) const RW_WRITER: &str = ":rw";
-pub(crate) const RW_READERS: &str = ":rw:readers";
-pub(crate) const RW_MARK: &str = ":rw:writer-waiting";
-pub(crate) const RW_RELEASED: &str = ":rw:released";
-pub(crate) const PERMITS: &str = ":permits";
-pub(crate) const PERMITS_SIZE: &str = ":permits:size";
-pub(crate) const PERMITS_RELEASED: &str = ":permits:released";
-pub(crate) const RECORD: &str = ":record";
-pub(crate) const RATE: &str = ":rate";
 
 /// The lock name in `key` and what follows it, if `key` is `prefix` + `{name}` + anything with
 /// a valid name: the inverse of [`Keys::new`]. A name has no braces, so the first `}` ends it.
@@ -313,22 +244,10 @@ mod tests {
         let k = Keys::new("lock:", "order:42").unwrap();
         assert_eq!(k.name(), "order:42");
         assert_eq!(k.lock(), "lock:{order:42}");
-        for key in [
-            k.released(),
-            k.fair(),
-            k.fair_queue(),
-            k.fair_deadlines(),
-            k.fair_wake(),
-            k.rw_writer(),
-            k.rw_readers(),
-            k.rw_mark(),
-            k.rw_released(),
-            k.permits(),
-            k.permits_size(),
-            k.permits_released(),
-            k.record(),
-            k.rate(),
-        ] {
+        let roles = KeyRole::ALL.into_iter().filter(|r| *r != KeyRole::Mutex);
+        let keys = roles.map(|r| k.of(r).to_string());
+        let channels = ChannelRole::ALL.map(|r| k.channel(r).to_string());
+        for key in keys.chain(channels).chain([k.record(), k.rate()]) {
             assert!(key.starts_with("lock:{order:42}:"), "{key}");
         }
         assert_eq!(Keys::new("", "a").unwrap().name(), "a");
@@ -339,8 +258,9 @@ mod tests {
         // `a` + ":released" must never equal the key of a lock named "a:released".
         let a = Keys::new("lock:", "a").unwrap();
         let b = Keys::new("lock:", "a:released").unwrap();
-        assert_ne!(a.released(), b.lock());
-        assert_ne!(a.released(), b.released());
+        let released = |k: &Keys| k.channel(ChannelRole::Released).to_string();
+        assert_ne!(released(&a), b.lock());
+        assert_ne!(released(&a), released(&b));
     }
 
     #[test]
@@ -465,22 +385,12 @@ mod tests {
         }
 
         fn every_key(keys: &Keys) -> Vec<String> {
-            vec![
-                keys.lock().to_owned(),
-                keys.with(RELEASED).to_string(),
-                keys.released(),
-                keys.fair(),
-                keys.fair_queue(),
-                keys.fair_deadlines(),
-                keys.fair_wake(),
-                keys.rw_writer(),
-                keys.rw_readers(),
-                keys.rw_mark(),
-                keys.rw_released(),
-                keys.permits(),
-                keys.permits_size(),
-                keys.permits_released(),
-            ]
+            let keys_by_role = KeyRole::ALL.map(|role| keys.of(role).to_string());
+            let channels = ChannelRole::ALL.map(|role| keys.channel(role).to_string());
+            let mut every = vec![keys.lock().to_owned(), keys.record(), keys.rate()];
+            every.extend(keys_by_role);
+            every.extend(channels);
+            every
         }
 
         proptest! {
@@ -525,19 +435,10 @@ mod tests {
         /// Two names: unrelated, equal, or the second one is the first plus a key suffix.
         fn name_pair() -> impl Strategy<Value = (String, String)> {
             name().prop_flat_map(|a| {
-                let suffixes = vec![
-                    RELEASED,
-                    FAIR,
-                    FAIR_QUEUE,
-                    FAIR_WAKE,
-                    RW_WRITER,
-                    RW_MARK,
-                    PERMITS,
-                    PERMITS_SIZE,
-                    "}",
-                    "}:",
-                    ":",
-                ];
+                let mut suffixes: Vec<&'static str> =
+                    KeyRole::ALL.iter().map(|r| r.suffix()).collect();
+                suffixes.extend(ChannelRole::ALL.iter().map(|r| r.suffix()));
+                suffixes.extend(["}", "}:", ":"]);
                 let grown = a.clone();
                 let b = prop_oneof![
                     2 => name(),

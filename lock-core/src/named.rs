@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
+use crate::kind::Kind;
 use crate::name::Keys;
 
 /// A lock name on an engine, checked once when the handle is made: an invalid name is

@@ -83,7 +83,7 @@ use crate::metrics;
 use crate::wire::rate::{self, Decided, decided};
 
 /// What follows `P{N}` in a rate limit's key.
-pub const SUFFIX: &str = crate::name::RATE;
+pub const SUFFIX: &str = crate::kind::RATE;
 
 /// The longest a full burst may take to come back (`burst × period / rate`): 30 days. It is
 /// also the longest the state of one name is kept.

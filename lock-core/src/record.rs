@@ -78,7 +78,7 @@ use crate::wire::record::{encode, stored_token};
 use crate::wire::{self, Dialect, convert};
 
 /// What follows `P{N}` in a record's key.
-pub const SUFFIX: &str = crate::name::RECORD;
+pub const SUFFIX: &str = crate::kind::RECORD;
 
 /// The largest value a record holds: 16 MiB.
 pub const MAX_VALUE_LEN: usize = 16 * 1024 * 1024;

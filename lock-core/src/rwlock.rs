@@ -8,8 +8,9 @@ use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
 use crate::info::{self, ReadWriteLockInfo};
+use crate::kind::{ChannelRole, Kind};
 use crate::lock_string::lock_string_guard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
@@ -161,7 +162,7 @@ impl<G: SideGuard> Started for Taking<G> {
     }
 
     fn channel(&self, _index: usize) -> String {
-        self.hold.keys.rw_released()
+        self.hold.keys.channel(ChannelRole::RwReleased).to_string()
     }
 
     async fn attempt(&mut self) -> Result<Attempt<G>, LockError> {

@@ -8,8 +8,9 @@ use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
 use crate::info::{self, SemaphoreInfo};
+use crate::kind::{ChannelRole, Kind};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
 use crate::wire;
@@ -188,7 +189,10 @@ impl Started for Taking {
     }
 
     fn channel(&self, _index: usize) -> String {
-        self.hold.keys.permits_released()
+        self.hold
+            .keys
+            .channel(ChannelRole::PermitsReleased)
+            .to_string()
     }
 
     async fn attempt(&mut self) -> Result<Attempt<SemaphoreGuard>, LockError> {

@@ -154,7 +154,7 @@ impl Engine {
         let first = &claims.first.hold;
         // What `WAIT` needs (the key routes it): not built on the common path.
         let ack = self.config.min_replicas.map(|(required, timeout)| Ack {
-            key: first.kind.key(&first.keys).into_owned(),
+            key: first.keys.hold(first.kind).into_owned(),
             required,
             timeout,
         });

@@ -6,8 +6,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::{Semaphore, watch};
 
-use super::kind::Kind;
 use super::state::{Snapshot, State};
+use crate::kind::Kind;
 use crate::metrics::{self, Labels};
 use crate::name::Keys;
 use crate::util::lock;

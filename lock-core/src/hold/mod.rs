@@ -6,8 +6,9 @@
 //! I/O and no reference to the client: the engine above sends the commands and reports their
 //! answers here.
 //!
-//! From the bottom: [`kind`] (what a hold holds) and [`state`] (its mutable part, and the
-//! copy of it the engine reads), [`base`] (the [`Hold`] itself: its state's lock, its change
+//! What a hold holds ([`Kind`](crate::kind::Kind)) is in the table of every kind's facts.
+//! From the bottom: [`state`] (its mutable part, and the copy of it the engine reads),
+//! [`base`] (the [`Hold`] itself: its state's lock, its change
 //! signal, its guards), then its transitions, one file each: [`grant`] (an acquisition),
 //! [`loss`] (lost, and why), [`view`] (what it says now), [`renewal`] (renewed, at risk,
 //! expired, ended), [`release`] (given back, or tried again) and [`turn`] (the owner's turn
@@ -15,7 +16,6 @@
 
 mod base;
 mod grant;
-mod kind;
 mod loss;
 mod release;
 mod renewal;
@@ -26,7 +26,6 @@ mod turn;
 mod view;
 
 pub(crate) use base::Hold;
-pub(crate) use kind::Kind;
 pub(crate) use release::{Released, Retry};
 pub(crate) use state::{Lease, Snapshot, Status};
 pub(crate) use turn::CommandTurn;

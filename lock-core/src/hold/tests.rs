@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::base::Hold;
-use super::kind::Kind;
 use super::release::Released;
 use super::state::{Lease, Status};
+use crate::kind::Kind;
 use crate::lease::LeaseState;
 use crate::metrics::{Labels, LossReason};
 use crate::name::Keys;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::hold::Kind;
 use crate::info::{self, LockInfo};
+use crate::kind::Kind;
 use crate::request::{LockRequest, TryLockRequest};
 
 pub use guard::MultiLockGuard;

@@ -11,7 +11,8 @@ use super::guard::MultiLockGuard;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
-use crate::hold::{Hold, Kind};
+use crate::hold::Hold;
+use crate::kind::{ChannelRole, Kind};
 use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
 use crate::named::Named;
@@ -141,9 +142,9 @@ impl Started for Taking {
     }
 
     fn channel(&self, index: usize) -> String {
-        self.holds
-            .get(index)
-            .map_or_else(String::new, |hold| hold.keys.released())
+        self.holds.get(index).map_or_else(String::new, |hold| {
+            hold.keys.channel(ChannelRole::Released).to_string()
+        })
     }
 
     async fn attempt(&mut self) -> Result<Attempt<MultiLockGuard>, LockError> {

@@ -13,15 +13,16 @@ use super::owner::Owner;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
 use crate::error::LockError;
+use crate::kind::{ChannelRole, KeyRole};
 use crate::name::Keys;
 use crate::util::millis;
 
 /// A call of `op` on the fair lock at `keys`.
 fn call(op: Op, keys: &Keys) -> Call {
     let mut call = Call::new(op);
-    call.key(keys.fair())
-        .key(keys.fair_queue())
-        .key(keys.fair_deadlines());
+    call.key(keys.of(KeyRole::Fair))
+        .key(keys.of(KeyRole::FairQueue))
+        .key(keys.of(KeyRole::FairDeadlines));
     call
 }
 
@@ -49,7 +50,7 @@ pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Co
     call.arg(t.owner)
         .arg(count)
         .arg(token)
-        .arg(t.keys.fair_wake())
+        .arg(t.keys.channel(ChannelRole::FairWake))
         .arg(millis(p.fence_ttl()));
     call.into()
 }
@@ -57,14 +58,15 @@ pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Co
 /// Leaves the queue, and passes the turn on if the lock is free.
 pub(crate) fn leave(keys: &Keys, owner: Owner<'_>) -> Command {
     let mut call = call(Op::FairLeave, keys);
-    call.arg(owner).arg(keys.fair_wake());
+    call.arg(owner).arg(keys.channel(ChannelRole::FairWake));
     call.into()
 }
 
 /// Frees the lock whoever holds it, and wakes the head of its queue.
 pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
     let mut call = call(Op::FairForceUnlock, keys);
-    call.arg(keys.fair_wake()).arg(millis(p.fence_ttl()));
+    call.arg(keys.channel(ChannelRole::FairWake))
+        .arg(millis(p.fence_ttl()));
     call.into()
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::command::Command;
 use super::protocol::{Dialect, Protocol, Target};
 use super::{fair, mutex, rwlock, semaphore};
-use crate::hold::Kind;
+use crate::kind::Kind;
 
 /// The call that gives back one hold when the owner's count is `count` and the hold's token
 /// `token` (0 for kinds without one; a fresh acquisition's undo: 0 matches no recorded

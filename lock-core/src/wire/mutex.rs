@@ -9,8 +9,8 @@ use super::native;
 use super::owner::Owner;
 use super::protocol::{Dialect, Protocol, Target};
 use super::script::{Call, Op};
-use crate::hold::Kind;
-use crate::name::{Keys, RELEASED, RW_RELEASED};
+use crate::kind::{ChannelRole, Kind};
+use crate::name::Keys;
 use crate::util::millis;
 
 /// The owner's hold as a re-entry finds it: its token and what is left of its lease.
@@ -34,7 +34,7 @@ pub(crate) fn acquire(
     will_wait: bool,
     held: Option<Held>,
 ) -> Command {
-    let key = t.kind.key(t.keys);
+    let key = t.keys.hold(t.kind);
     match (p.dialect(t.kind), held) {
         (Dialect::Native, Some(held)) if expected > 0 => {
             native::Call::reenter(&key, t.owner, millis(lease.max(held.left)), held.token).into()
@@ -91,7 +91,7 @@ pub(crate) fn multi_acquire<'a>(
             .iter()
             .map(|l| native::MultiLock {
                 key: l.keys.lock().to_owned(),
-                channel: l.keys.released(),
+                channel: l.keys.channel(ChannelRole::Released).to_string(),
                 reentry: (l.expected > 0).then_some(l.token),
             })
             .collect();
@@ -111,15 +111,15 @@ pub(crate) fn multi_acquire<'a>(
 /// count is `count` and the hold's token `token`.
 pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Command {
     let channel = match t.kind {
-        Kind::Write => t.keys.with(RW_RELEASED),
-        _ => t.keys.with(RELEASED),
+        Kind::Write => t.keys.channel(ChannelRole::RwReleased),
+        _ => t.keys.channel(ChannelRole::Released),
     };
     if p.dialect(t.kind) == Dialect::Native {
         let publish = (p.publish(), channel, token);
         return native::Call::release(t.keys.lock(), t.owner, count <= 1, publish).into();
     }
     let mut call = Call::new(Op::Release);
-    call.key(t.kind.key(t.keys).as_ref())
+    call.key(t.keys.hold(t.kind).as_ref())
         .arg(t.owner)
         .arg(count)
         .arg(token)
@@ -157,7 +157,7 @@ pub(crate) fn renew<'a>(
     let mut call = Call::new(Op::Renew);
     call.arg(millis(lease));
     for t in holds {
-        call.key(t.kind.key(t.keys).as_ref()).arg(t.owner);
+        call.key(t.keys.hold(t.kind).as_ref()).arg(t.owner);
     }
     call.into()
 }
@@ -165,12 +165,12 @@ pub(crate) fn renew<'a>(
 /// The call that frees a mutex whoever holds it and wakes its waiters.
 pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
     if p.dialect(Kind::Lock) == Dialect::Native {
-        let channel = keys.released();
+        let channel = keys.channel(ChannelRole::Released).to_string();
         return native::Call::force_unlock(keys.lock(), (p.publish(), &channel)).into();
     }
     let mut call = Call::new(Op::ForceUnlock);
     call.key(keys.lock())
-        .arg(keys.released())
+        .arg(keys.channel(ChannelRole::Released))
         .arg(millis(p.fence_ttl()));
     call.into()
 }

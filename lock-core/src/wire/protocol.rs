@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::counter;
 use super::owner::Owner;
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
-use crate::hold::Kind;
+use crate::kind::Kind;
 use crate::name::Keys;
 
 /// The dialect of one call.

@@ -12,7 +12,7 @@ use super::convert::convert;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
 use crate::error::LockError;
-use crate::hold::Kind;
+use crate::kind::{ChannelRole, KeyRole, Kind};
 use crate::name::Keys;
 use crate::util::millis;
 
@@ -25,9 +25,9 @@ pub(crate) fn acquire(t: Target<'_>, expected: u32, lease: Duration, will_wait: 
         _ => Op::RwWrite,
     };
     let mut call = Call::new(op);
-    call.key(t.keys.rw_writer())
-        .key(t.keys.rw_readers())
-        .key(t.keys.rw_mark())
+    call.key(t.keys.of(KeyRole::Writer))
+        .key(t.keys.of(KeyRole::Readers))
+        .key(t.keys.of(KeyRole::WriterWaiting))
         .arg(t.owner)
         .arg(millis(lease))
         .arg(expected)
@@ -38,10 +38,10 @@ pub(crate) fn acquire(t: Target<'_>, expected: u32, lease: Duration, will_wait: 
 /// Gives back one read share when the owner's count is `count`.
 pub(crate) fn read_release(t: Target<'_>, count: u32) -> Command {
     let mut call = Call::new(Op::RwReadRelease);
-    call.key(t.keys.rw_readers())
+    call.key(t.keys.of(KeyRole::Readers))
         .arg(t.owner)
         .arg(count)
-        .arg(t.keys.rw_released());
+        .arg(t.keys.channel(ChannelRole::RwReleased));
     call.into()
 }
 
@@ -53,7 +53,7 @@ pub(crate) fn read_renew<'a>(
     let mut call = Call::new(Op::RwReadRenew);
     call.arg(millis(lease));
     for t in holds {
-        call.key(t.keys.rw_readers()).arg(t.owner);
+        call.key(t.keys.of(KeyRole::Readers)).arg(t.owner);
     }
     call.into()
 }
@@ -61,18 +61,18 @@ pub(crate) fn read_renew<'a>(
 /// Removes a writer's writer-waiting mark, so the readers it held back go on at once.
 pub(crate) fn unmark(t: Target<'_>) -> Command {
     let mut call = Call::new(Op::RwUnmark);
-    call.key(t.keys.rw_mark())
+    call.key(t.keys.of(KeyRole::WriterWaiting))
         .arg(t.owner)
-        .arg(t.keys.rw_released());
+        .arg(t.keys.channel(ChannelRole::RwReleased));
     call.into()
 }
 
 /// Frees the writer and every read share, and wakes the waiters.
 pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
     let mut call = Call::new(Op::RwForceUnlock);
-    call.key(keys.rw_writer())
-        .key(keys.rw_readers())
-        .arg(keys.rw_released())
+    call.key(keys.of(KeyRole::Writer))
+        .key(keys.of(KeyRole::Readers))
+        .arg(keys.channel(ChannelRole::RwReleased))
         .arg(millis(p.fence_ttl()));
     call.into()
 }
@@ -80,9 +80,9 @@ pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
 /// Reads the readers and the mark (see `rw_inspect.lua`), read by [`readers`].
 pub(crate) fn inspect(keys: &Keys) -> Call {
     let mut call = Call::new(Op::RwInspect);
-    call.key(keys.rw_writer())
-        .key(keys.rw_readers())
-        .key(keys.rw_mark());
+    call.key(keys.of(KeyRole::Writer))
+        .key(keys.of(KeyRole::Readers))
+        .key(keys.of(KeyRole::WriterWaiting));
     call
 }
 

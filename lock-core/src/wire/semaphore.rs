@@ -11,6 +11,7 @@ use super::convert::convert;
 use super::protocol::Target;
 use super::script::{Call, Op};
 use crate::error::LockError;
+use crate::kind::{ChannelRole, KeyRole};
 use crate::name::Keys;
 use crate::util::millis;
 
@@ -18,8 +19,8 @@ use crate::util::millis;
 /// of one hold (the table shape: a size recorded otherwise is a size mismatch).
 pub(crate) fn acquire(t: Target<'_>, n: u32, size: u32, lease: Duration) -> Command {
     let mut call = Call::new(Op::SemAcquire);
-    call.key(t.keys.permits())
-        .key(t.keys.permits_size())
+    call.key(t.keys.of(KeyRole::Permits))
+        .key(t.keys.of(KeyRole::PermitsSize))
         .arg(t.owner)
         .arg(n)
         .arg(size)
@@ -30,11 +31,11 @@ pub(crate) fn acquire(t: Target<'_>, n: u32, size: u32, lease: Duration) -> Comm
 /// Gives back the owner's `n` permits.
 pub(crate) fn release(t: Target<'_>, n: u32) -> Command {
     let mut call = Call::new(Op::SemRelease);
-    call.key(t.keys.permits())
-        .key(t.keys.permits_size())
+    call.key(t.keys.of(KeyRole::Permits))
+        .key(t.keys.of(KeyRole::PermitsSize))
         .arg(t.owner)
         .arg(n)
-        .arg(t.keys.permits_released());
+        .arg(t.keys.channel(ChannelRole::PermitsReleased));
     call.into()
 }
 
@@ -47,8 +48,8 @@ pub(crate) fn renew<'a>(
     let mut call = Call::new(Op::SemRenew);
     call.arg(millis(lease));
     for (t, n) in holds {
-        call.key(t.keys.permits()).arg(t.owner);
-        call.key(t.keys.permits_size()).arg(n);
+        call.key(t.keys.of(KeyRole::Permits)).arg(t.owner);
+        call.key(t.keys.of(KeyRole::PermitsSize)).arg(n);
     }
     call.into()
 }
@@ -56,16 +57,17 @@ pub(crate) fn renew<'a>(
 /// Frees every permit whoever holds them, and wakes the waiters.
 pub(crate) fn force_unlock(keys: &Keys) -> Command {
     let mut call = Call::new(Op::SemForceUnlock);
-    call.key(keys.permits())
-        .key(keys.permits_size())
-        .arg(keys.permits_released());
+    call.key(keys.of(KeyRole::Permits))
+        .key(keys.of(KeyRole::PermitsSize))
+        .arg(keys.channel(ChannelRole::PermitsReleased));
     call.into()
 }
 
 /// Reads the permits and the recorded size (see `sem_inspect.lua`), read by [`permits`].
 pub(crate) fn inspect(keys: &Keys) -> Call {
     let mut call = Call::new(Op::SemInspect);
-    call.key(keys.permits()).key(keys.permits_size());
+    call.key(keys.of(KeyRole::Permits))
+        .key(keys.of(KeyRole::PermitsSize));
     call
 }
 
