@@ -185,3 +185,25 @@ async fn info_counts_the_queue() {
     }
     assert_eq!(lock.info().await.unwrap().queued, 0);
 }
+
+/// A free fair lock with nobody queued is taken without touching the queue, and its release
+/// wakes nobody: the queue's keys are never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_fair_lock_with_an_empty_queue_leaves_the_queue_alone() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let fair = c.fair_lock("calm");
+    for _ in 0..3 {
+        let guard = fair.try_lock().await.unwrap().expect("free");
+        assert!(guard.fencing_token() > 0);
+        assert!(guard.unlock().await.unwrap());
+    }
+    for key in ["lock:{calm}:fair:queue", "lock:{calm}:fair:deadlines"] {
+        assert_eq!(server.cmd(&["EXISTS", key]), "0", "{key}");
+    }
+    assert_eq!(
+        server.cmd(&["EXISTS", "lock:{calm}:fair"]),
+        "1",
+        "its counter is kept"
+    );
+}

@@ -251,3 +251,59 @@ async fn the_size_is_recorded_and_another_size_is_refused_while_permits_are_held
     ten.unlock().await.unwrap();
     assert_eq!(server.keys("lock:{sized}*"), Vec::<String>::new());
 }
+
+fn key_pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["PTTL", key]).parse().unwrap()
+}
+
+/// A semaphore nobody holds is taken by the short path (no repeat check, purge or size
+/// check): its keys still expire with the lease, and a second holder, a repeat and a size
+/// mismatch still take the long one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_semaphores_keys_expire_with_the_first_permits_lease() {
+    let server = RedisServer::start();
+    let c = client(&server.url()).await;
+    let (permits, size) = ("lock:{fresh}:permits", "lock:{fresh}:permits:size");
+    let sem = c.semaphore("fresh", 2);
+    let first = sem
+        .try_acquire(1)
+        .lease(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("a free semaphore");
+    for key in [permits, size] {
+        let ttl = key_pttl(&server, key);
+        assert!((1..=20_000).contains(&ttl), "{key} expires in {ttl} ms");
+    }
+    // The second permit, on a held semaphore: a longer lease stretches both keys.
+    let second = sem
+        .try_acquire(1)
+        .lease(Duration::from_secs(40))
+        .await
+        .unwrap()
+        .expect("one permit left");
+    for key in [permits, size] {
+        let ttl = key_pttl(&server, key);
+        assert!(
+            (20_001..=40_000).contains(&ttl),
+            "{key} expires in {ttl} ms"
+        );
+    }
+    assert!(
+        sem.try_acquire(1).await.unwrap().is_none(),
+        "no permit left"
+    );
+    let other_size = c.semaphore("fresh", 3).try_acquire(1).await;
+    assert!(
+        matches!(other_size, Err(LockError::SizeMismatch { .. })),
+        "{other_size:?}"
+    );
+    assert!(first.unlock().await.unwrap());
+    assert!(second.unlock().await.unwrap());
+    assert_sem_clean(&server, "fresh").await;
+    assert_eq!(
+        server.cmd(&["EXISTS", size]),
+        "0",
+        "the size goes with the last permit"
+    );
+}

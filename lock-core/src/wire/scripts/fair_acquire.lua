@@ -9,26 +9,32 @@
 -- ARGV[4]: how long the caller stays queued without calling again, in ms (0: do not queue)
 --
 -- Returns as acquire.lua: token > 0 taken; -2 - ms busy (ms: when to look again at the
--- latest); 0 the hold was lost. Waiters that stopped calling are dropped from the queue first,
--- so a dead waiter delays the others by at most its own deadline. A free lock goes to the
--- head of the queue only.
+-- latest); 0 the hold was lost. Waiters that stopped calling are dropped from the queue before
+-- its head is read, so a dead waiter delays the others by at most its own deadline. A free lock
+-- goes to the head of the queue only.
 local t = redis.call('TIME')
 local now = ms(t)
-drop_dead_waiters(KEYS[2], KEYS[3], now)
 local lease = tonumber(ARGV[2])
 local answer, value, owner, token, released, waiters =
   start_acquire(KEYS[1], ARGV[1], tonumber(ARGV[3]), lease)
 if answer then
   return answer
 end
+-- An empty queue (the common case) has no waiter to drop.
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head then
+  drop_dead_waiters(KEYS[2], KEYS[3], now)
+  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+end
 local hint
 if owner == '' then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if not head or head == ARGV[1] then
     token = next_token(token, t)
     redis.call('SET', KEYS[1], lock_string(ARGV[1], '1', token, released, ''), 'PX', lease)
-    redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('ZREM', KEYS[3], ARGV[1])
+    if head then
+      redis.call('ZREM', KEYS[2], ARGV[1])
+      redis.call('ZREM', KEYS[3], ARGV[1])
+    end
     return tonumber(token)
   end
   hint = math.max(1, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now)

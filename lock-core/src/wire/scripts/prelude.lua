@@ -176,8 +176,12 @@ local function drop_dead_waiters(queue, deadlines, now)
 end
 
 -- Wakes the head of a fair queue, if any, with `message` on `prefix .. <its owner id>`,
--- after dropping the waiters that stopped calling.
+-- after dropping the waiters that stopped calling (an empty queue, the common case, needs
+-- neither).
 local function wake_head(queue, deadlines, prefix, message)
+  if not redis.call('ZRANGE', queue, 0, 0)[1] then
+    return
+  end
   drop_dead_waiters(queue, deadlines, ms(redis.call('TIME')))
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   if head then

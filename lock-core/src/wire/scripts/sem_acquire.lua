@@ -17,12 +17,16 @@ local now = ms(redis.call('TIME'))
 local n = tonumber(ARGV[2])
 local size = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
-local first = redis.call('ZSCORE', KEYS[1], ARGV[1] .. ':1')
-if first and tonumber(first) > now then
-  return {1}
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- A semaphore nobody holds (the common case) has no permit of a repeat to find, none to
+-- drop and no size to check.
 local held = redis.call('ZCARD', KEYS[1])
+if held > 0 then
+  local first = redis.call('ZSCORE', KEYS[1], ARGV[1] .. ':1')
+  if first and tonumber(first) > now then
+    return {1}
+  end
+  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+end
 if held > 0 then
   local recorded = redis.call('GET', KEYS[2])
   if recorded and tonumber(recorded) ~= size then
@@ -40,6 +44,12 @@ for k = 1, n do
   args[#args + 1] = ARGV[1] .. ':' .. k
 end
 redis.call('ZADD', KEYS[1], unpack(args))
+if held == 0 then
+  -- The set is new (an empty set is no key): its time to live is this lease.
+  redis.call('PEXPIRE', KEYS[1], lease)
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', lease)
+  return {1}
+end
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
