@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 /// Every scenario, in the order they run.
-pub(crate) const SCENARIOS: [&str; 10] =
-    ["W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7", "R1", "R2"];
+pub(crate) const SCENARIOS: [&str; 11] = [
+    "W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7", "R1", "R2", "S1",
+];
 
 /// The parsed command line.
 pub(crate) struct Args {
@@ -18,7 +19,7 @@ pub(crate) struct Args {
 }
 
 const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
-                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2] [--rslock-retry-ms N] [--pool N]";
+                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1] [--rslock-retry-ms N] [--pool N]";
 
 /// Parses `argv` (with the program name); exits with usage on a bad argument.
 pub(crate) fn parse_args(argv: &[String]) -> Args {

@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
-//!                                      [--only W1,W3h,R1,...] [--rslock-retry-ms N] [--pool N]
+//!                                      [--only W1,W3h,R1,S1,...] [--rslock-retry-ms N] [--pool N]
 //! ```
 //!
 //! | scenario | what |
@@ -31,6 +31,7 @@
 //! | W7 | a realistic mix: 64 tasks over 10,000 names drawn Zipf(1.0), 1 ms hold, 200,000 sections or 30 s |
 //! | R1 | rate-limit decisions: 64 tasks, 100,000 decisions on one hot key, lock-core's `RateLimit::check` against the fixed-window floor (`INCR` + `PEXPIRE … NX`) |
 //! | R2 | the same over 10,000 keys |
+//! | S1 | every lock-core server call, one at a time on fresh names (2,000 each): server µs per call, next to the floor's `SET NX PX` and compare-and-delete |
 //!
 //! `--quick` runs a quarter of the cycles, sections, locks and requests, and W7 for a quarter
 //! of its sections and time (≤ 90 s); the full run takes about 4 minutes. See the README of
@@ -40,9 +41,10 @@
 //! (`cycles`: W1 and W2; `w3`: W3h and W3x; `w4` to `w7`), `measure` (the measuring frame of
 //! every timed run), `report` (tables, targets, `BENCH` lines, files), and the contenders and
 //! their drivers (`contender`, `floor`, `handoff`, `mix`, `watchdog`, `http`); R1 and R2's
-//! scenario is `rate`, its floor `window` (a fixed-window rate limiter).
+//! scenario is `rate`, its floor `window` (a fixed-window rate limiter); S1's is `calls`.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod calls;
 mod chart;
 mod cli;
 mod contender;

@@ -11,7 +11,7 @@ use crate::ctx::Ctx;
 use crate::plan::Plan;
 use crate::report::{self, NO_DELIFEQ, Report, RunInfo};
 use crate::server::ServerVersion;
-use crate::{cycles, floor, rate, w3, w4, w5, w6, w7};
+use crate::{calls, cycles, floor, rate, w3, w4, w5, w6, w7};
 
 /// The clients of a run.
 struct Clients {
@@ -85,6 +85,7 @@ async fn scenarios(
     scenario!("W7", w7::w7(report, ctx, admin));
     scenario!("R1", rate::rate(report, ctx, admin, "R1", 1));
     scenario!("R2", rate::rate(report, ctx, admin, "R2", rate::MANY_KEYS));
+    scenario!("S1", calls::calls(report, ctx, admin));
     failures
 }
 
