@@ -8,13 +8,6 @@ use crate::connection::Connection;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
-use crate::fair::FairLock;
-use crate::leader::Leader;
-use crate::multi::MultiLock;
-use crate::mutex::{LockGuard, Mutex};
-use crate::request::{LockRequest, TryLockRequest};
-use crate::rwlock::ReadWriteLock;
-use crate::semaphore::Semaphore;
 
 /// A handle to distributed locks on one Redis deployment: made by [`LockClient::connect`] or
 /// a builder ([`LockClient::builder`], [`LockClient::builder_sentinel`],
@@ -24,18 +17,19 @@ use crate::semaphore::Semaphore;
 /// the locks it takes are owned by `<client id>:<holder id>`, where the holder id is new for
 /// every acquisition unless a [`reentrant`](crate::reentrant) scope shares one.
 ///
-/// Every primitive is a handle made here, with the same verbs:
+/// Every primitive is a handle made by a method of the client (each written next to its
+/// handle), with the same verbs:
 ///
 /// | handle | take | try once | guard |
 /// |---|---|---|---|
-/// | [`mutex(name)`](Self::mutex) | `lock()` | `try_lock()` | [`LockGuard`] |
-/// | [`fair_lock(name)`](Self::fair_lock) | `lock()` | `try_lock()` | [`LockGuard`] |
+/// | [`mutex(name)`](Self::mutex) | `lock()` | `try_lock()` | [`LockGuard`](crate::LockGuard) |
+/// | [`fair_lock(name)`](Self::fair_lock) | `lock()` | `try_lock()` | [`LockGuard`](crate::LockGuard) |
 /// | [`read_write_lock(name)`](Self::read_write_lock) | `read()` / `write()` | `try_read()` / `try_write()` | [`ReadGuard`](crate::ReadGuard) / [`WriteGuard`](crate::WriteGuard) |
 /// | [`semaphore(name, size)`](Self::semaphore) | `acquire(n)` | `try_acquire(n)` | [`SemaphoreGuard`](crate::SemaphoreGuard) |
 /// | [`multi_lock(names)`](Self::multi_lock) | `lock()` | `try_lock()` | [`MultiLockGuard`](crate::MultiLockGuard) |
 ///
-/// Each take returns a [`LockRequest`] (`.wait(d)`, `.lease(d)`, then `.await`), each try a
-/// [`TryLockRequest`] that resolves to `Ok(None)` when the lock is busy; each handle has an
+/// Each take returns a [`LockRequest`](crate::LockRequest) (`.wait(d)`, `.lease(d)`, then `.await`), each try a
+/// [`TryLockRequest`](crate::TryLockRequest) that resolves to `Ok(None)` when the lock is busy; each handle has an
 /// `info()`. [`lock`](Self::lock) and [`try_lock`](Self::try_lock) are shortcuts for the
 /// mutex.
 ///
@@ -88,55 +82,6 @@ impl LockClient {
     /// The engine behind this client.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
-    }
-
-    /// The mutex `name`: reentrant, owner-checked, leased, with a fencing token.
-    pub fn mutex(&self, name: impl Into<String>) -> Mutex {
-        Mutex::new(self.engine.clone(), name.into())
-    }
-
-    /// Takes the mutex `name`, waiting for it as long as needed: `client.mutex(name).lock()`.
-    pub fn lock(&self, name: impl Into<String>) -> LockRequest<LockGuard> {
-        self.mutex(name).lock()
-    }
-
-    /// Tries once to take the mutex `name`: `client.mutex(name).try_lock()`.
-    pub fn try_lock(&self, name: impl Into<String>) -> TryLockRequest<LockGuard> {
-        self.mutex(name).try_lock()
-    }
-
-    /// Leader election for `name`: one instance at a time leads, the others wait to take
-    /// over (see [`Leader`]).
-    pub fn leader(&self, name: impl Into<String>) -> Leader {
-        Leader::new(self.mutex(name))
-    }
-
-    /// The fair lock `name`: granted in arrival order.
-    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self.engine.clone(), name.into())
-    }
-
-    /// The read-write lock `name`: many readers or one writer.
-    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
-        ReadWriteLock::new(self.engine.clone(), name.into())
-    }
-
-    /// The semaphore `name` with `size` permits in all (1 to 100,000; every user of the name
-    /// must give the same size).
-    pub fn semaphore(&self, name: impl Into<String>, size: u32) -> Semaphore {
-        Semaphore::new(self.engine.clone(), name.into(), size)
-    }
-
-    /// The mutexes `names` (1 to 64 distinct names), taken together: all or none.
-    pub fn multi_lock<I, N>(&self, names: I) -> MultiLock
-    where
-        I: IntoIterator<Item = N>,
-        N: Into<String>,
-    {
-        MultiLock::new(
-            self.engine.clone(),
-            names.into_iter().map(Into::into).collect(),
-        )
     }
 
     /// The watchdog lease of this client.

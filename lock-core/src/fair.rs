@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::LockClient;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
@@ -208,5 +209,12 @@ impl Started for Taking {
         let (engine, hold) = (&self.named.engine, &self.hold);
         let leave = wire::fair::leave(&hold.keys, engine.owner_arg(hold.holder));
         engine.call_in_background(leave, "departure from a fair lock's queue");
+    }
+}
+
+impl LockClient {
+    /// The fair lock `name`: granted in arrival order.
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.engine().clone(), name.into())
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::Stream;
 
+use crate::client::LockClient;
 use crate::error::LockError;
 use crate::held_lock::{HeldLock, Lost};
 use crate::mutex::{LockGuard, Mutex};
@@ -217,5 +218,13 @@ impl Term {
     /// instance still led until now.
     pub async fn step_down(self) -> Result<bool, LockError> {
         self.guard.unlock().await
+    }
+}
+
+impl LockClient {
+    /// Leader election for `name`: one instance at a time leads, the others wait to take
+    /// over (see [`Leader`]).
+    pub fn leader(&self, name: impl Into<String>) -> Leader {
+        Leader::new(self.mutex(name))
     }
 }

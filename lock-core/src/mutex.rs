@@ -1,6 +1,7 @@
 //! [`Mutex`]: the reentrant, owner-checked, leased lock with a fencing token, and its guard
 //! [`LockGuard`].
 
+use crate::client::LockClient;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
@@ -260,3 +261,20 @@ impl LockGuard {
 
 core_guard!(LockGuard, "lock");
 lock_string_guard!(LockGuard);
+
+impl LockClient {
+    /// The mutex `name`: reentrant, owner-checked, leased, with a fencing token.
+    pub fn mutex(&self, name: impl Into<String>) -> Mutex {
+        Mutex::new(self.engine().clone(), name.into())
+    }
+
+    /// Takes the mutex `name`, waiting for it as long as needed: `client.mutex(name).lock()`.
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest<LockGuard> {
+        self.mutex(name).lock()
+    }
+
+    /// Tries once to take the mutex `name`: `client.mutex(name).try_lock()`.
+    pub fn try_lock(&self, name: impl Into<String>) -> TryLockRequest<LockGuard> {
+        self.mutex(name).try_lock()
+    }
+}

@@ -4,6 +4,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::client::LockClient;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
@@ -228,3 +229,10 @@ impl SideGuard for WriteGuard {
 
 core_guard!(WriteGuard, "read-write lock");
 lock_string_guard!(WriteGuard);
+
+impl LockClient {
+    /// The read-write lock `name`: many readers or one writer.
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.engine().clone(), name.into())
+    }
+}

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::LockClient;
 use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
@@ -238,3 +239,11 @@ impl SemaphoreGuard {
 }
 
 core_guard!(SemaphoreGuard, "semaphore");
+
+impl LockClient {
+    /// The semaphore `name` with `size` permits in all (1 to 100,000; every user of the name
+    /// must give the same size).
+    pub fn semaphore(&self, name: impl Into<String>, size: u32) -> Semaphore {
+        Semaphore::new(self.engine().clone(), name.into(), size)
+    }
+}

@@ -7,6 +7,7 @@ mod take;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::info::{self, LockInfo};
@@ -113,5 +114,19 @@ impl fmt::Debug for MultiLock {
             .field("names", &self.names)
             .field("atomic", &self.atomic)
             .finish()
+    }
+}
+
+impl LockClient {
+    /// The mutexes `names` (1 to 64 distinct names), taken together: all or none.
+    pub fn multi_lock<I, N>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator<Item = N>,
+        N: Into<String>,
+    {
+        MultiLock::new(
+            self.engine().clone(),
+            names.into_iter().map(Into::into).collect(),
+        )
     }
 }
