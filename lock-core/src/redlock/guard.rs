@@ -1,366 +1,24 @@
-//! [`RedLockGuard`]: a RedLock held on a majority, its validity, renewal and release.
+//! [`RedLockGuard`]: a RedLock held on a majority, and what it tells about the hold (its
+//! validity, node tokens, lease state, lost signal). Its renewal is in `renewal`, the state it
+//! reads in `track`, and giving the node guards back in `release`.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::nodes::{Inner, redis_source, spawn_node_attempt};
+use super::nodes::Inner;
+use super::release::{release_nodes, release_slots};
+use super::renewal::{Shared, renew_in_background};
+use super::track::{Status, Track, TrackView, lost_future};
 use crate::error::LockError;
 use crate::guard::Guard;
 use crate::guard::sealed::Sealed;
-use crate::held_lock::{AtRisk, HeldLock, LeaseWatch, Lost, View};
+use crate::held_lock::{AtRisk, HeldLock, LeaseWatch, Lost};
 use crate::lease::LeaseState;
 use crate::mutex::LockGuard;
-use crate::util::{check_lease, shorten};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Held,
-    /// No majority could be confirmed within the validity, or the validity passed.
-    Lost,
-    /// [`RedLockGuard::unlock`] is releasing it; it collects the node guards itself.
-    Unlocked,
-    /// The guard was dropped; whoever holds the node guards next releases them.
-    Dropped,
-}
-
-struct TrackState {
-    status: Status,
-    /// The lock is ours until this instant unless a renewal moves it.
-    valid_until: Instant,
-    /// The validity time of the last acquisition or renewal.
-    validity: Duration,
-    /// Nodes that granted or confirmed it last time.
-    nodes_held: usize,
-    /// The last renewal reached too few nodes while the validity still ran.
-    at_risk: bool,
-}
-
-/// Whether the lock is held, and until when: what `lost()` futures and lease watches need.
-struct Track {
-    name: String,
-    state: Mutex<TrackState>,
-    /// Bumped by every change of the lease's state (at risk, renewed again, lost, released).
-    changes: watch::Sender<u64>,
-}
-
-impl Track {
-    fn state(&self) -> MutexGuard<'_, TrackState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn changed(&self) {
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    fn is_held(&self) -> bool {
-        let st = self.state();
-        st.status == Status::Held && Instant::now() < st.valid_until
-    }
-
-    fn lease_state(&self) -> LeaseState {
-        let st = self.state();
-        if st.status != Status::Held || Instant::now() >= st.valid_until {
-            LeaseState::Ended
-        } else if st.at_risk {
-            LeaseState::AtRisk
-        } else {
-            LeaseState::Held
-        }
-    }
-
-    /// When the validity ends unless a renewal moves it; None once it is not held.
-    fn deadline(&self) -> Option<Instant> {
-        let st = self.state();
-        (st.status == Status::Held).then_some(st.valid_until)
-    }
-
-    /// A renewal or extension reached a majority (`true`), or a renewal of the background
-    /// task reached too few nodes while the validity still runs (`false`): the lease is
-    /// safe, or at risk until a renewal reaches a majority again.
-    fn renewal(&self, confirmed: bool) {
-        let mut st = self.state();
-        if st.status != Status::Held || st.at_risk != confirmed {
-            return;
-        }
-        st.at_risk = !confirmed;
-        let remaining = st.valid_until.saturating_duration_since(Instant::now());
-        drop(st);
-        if confirmed {
-            tracing::info!(lock = %shorten(&self.name), ?remaining,
-                "RedLock renewed on a majority again; no longer at risk");
-        } else {
-            tracing::warn!(lock = %shorten(&self.name), ?remaining,
-                "RedLock renewal reached too few nodes; at risk until one reaches a majority");
-        }
-        self.changed();
-    }
-
-    /// Resolves once the lock is not held (lost, released, dropped).
-    async fn ended(&self) {
-        let mut changes = self.changes.subscribe();
-        while self.state().status == Status::Held {
-            if changes.changed().await.is_err() {
-                return;
-            }
-        }
-    }
-
-    fn mark_lost(&self, why: &'static str) {
-        let mut st = self.state();
-        if st.status == Status::Held {
-            st.status = Status::Lost;
-            st.at_risk = false;
-            drop(st);
-            tracing::warn!(lock = %shorten(&self.name), reason = why, "RedLock lost");
-        }
-        self.changed();
-    }
-
-    /// Marks the lock lost if its validity has passed; returns whether it is held.
-    fn check_deadline(&self, now: Instant) -> bool {
-        let (status, due) = {
-            let st = self.state();
-            (st.status, now >= st.valid_until)
-        };
-        if status == Status::Held && due {
-            self.mark_lost("no majority confirmed it within its validity");
-            return false;
-        }
-        status == Status::Held
-    }
-
-    /// Ends the hold as `status` (unless it has ended already); returns whether it was still
-    /// held until now.
-    fn finish(&self, status: Status) -> bool {
-        let mut st = self.state();
-        let held = st.status == Status::Held && Instant::now() < st.valid_until;
-        if matches!(st.status, Status::Held | Status::Lost) {
-            st.status = status;
-            st.at_risk = false;
-        }
-        drop(st);
-        self.changed();
-        held
-    }
-}
-
-fn lost_future(track: Arc<Track>) -> impl Future<Output = ()> + Send + 'static {
-    let mut changes = track.changes.subscribe();
-    async move {
-        loop {
-            changes.borrow_and_update();
-            let Some(deadline) = track.deadline() else {
-                return;
-            };
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep_until(deadline) => {
-                    track.check_deadline(Instant::now());
-                }
-            }
-        }
-    }
-}
-
-/// What the guard and its renewal task share.
-struct Shared {
-    redlock: Arc<Inner>,
-    track: Arc<Track>,
-    /// The node guards, by node index (`None` where the lock is not held). Locked for the
-    /// whole of an extension or renewal, which orders them.
-    nodes: tokio::sync::Mutex<Vec<Option<LockGuard>>>,
-}
-
-/// One node's part of an extension.
-enum NodeRenewal {
-    /// Extended, or taken again where this guard held nothing.
-    Confirmed(Option<LockGuard>),
-    /// The node says the lock is not ours.
-    Gone,
-    /// No answer in time, or an error.
-    Unknown(Option<LockError>),
-}
-
-impl Shared {
-    /// Sets the lease to `lease` from now on every node (taking the lock again where this
-    /// guard holds nothing), and moves the validity if a majority confirmed it in time.
-    async fn renew(&self, lease: Duration) -> Result<(), LockError> {
-        let lost = || LockError::Lost {
-            name: self.track.name.clone(),
-        };
-        let mut nodes = self.nodes.lock().await;
-        if !self.track.check_deadline(Instant::now()) {
-            self.settle(&mut nodes);
-            return Err(lost());
-        }
-        let config = &self.redlock.config;
-        let start = Instant::now();
-        let replies = self.ask_nodes(&nodes, lease).await;
-        let now = Instant::now();
-        let Tally {
-            confirmed,
-            gone,
-            error,
-        } = tally(&mut nodes, replies);
-        let quorum = self.redlock.quorum;
-        let new_deadline = start + lease - config.drift(lease);
-        let lost_because = {
-            let mut st = self.track.state();
-            if st.status != Status::Held {
-                // Released while this ran.
-                None
-            } else if now >= st.valid_until || (confirmed >= quorum && now >= new_deadline) {
-                Some("no majority confirmed it within its validity")
-            } else if confirmed >= quorum {
-                st.valid_until = new_deadline;
-                st.validity = new_deadline - now;
-                st.nodes_held = confirmed;
-                drop(st);
-                self.track.renewal(true);
-                return Ok(());
-            } else if self.redlock.nodes.len() - gone < quorum {
-                Some("a majority of the nodes no longer hold it")
-            } else {
-                // Nodes that did confirm may now expire sooner than before (a shorter lease):
-                // the validity can only shrink.
-                st.valid_until = st.valid_until.min(new_deadline);
-                return Err(LockError::Unavailable {
-                    waited: now - start,
-                    source: error.and_then(redis_source),
-                });
-            }
-        };
-        if let Some(why) = lost_because {
-            self.track.mark_lost(why);
-        }
-        self.settle(&mut nodes);
-        Err(lost())
-    }
-
-    /// Asks every node at once, within the node timeout, to set the lease to `lease` (taking
-    /// the lock again where this guard holds nothing): one answer per node.
-    async fn ask_nodes(&self, nodes: &[Option<LockGuard>], lease: Duration) -> Vec<NodeRenewal> {
-        let timeout = self.redlock.config.node_timeout;
-        join_all(nodes.iter().enumerate().map(|(i, slot)| {
-            let client = &self.redlock.nodes[i];
-            let name = &self.track.name;
-            async move {
-                match slot {
-                    Some(guard) => match tokio::time::timeout(timeout, guard.extend(lease)).await {
-                        Ok(Ok(())) => NodeRenewal::Confirmed(None),
-                        Ok(Err(LockError::Lost { .. })) => NodeRenewal::Gone,
-                        Ok(Err(e)) => NodeRenewal::Unknown(Some(e)),
-                        Err(_) => NodeRenewal::Unknown(None),
-                    },
-                    None => match spawn_node_attempt(client, name, lease, timeout).await {
-                        Ok(Ok(Ok(Some(guard)))) => NodeRenewal::Confirmed(Some(guard)),
-                        Ok(Ok(Ok(None))) => NodeRenewal::Gone,
-                        Ok(Ok(Err(e))) => NodeRenewal::Unknown(Some(e)),
-                        Ok(Err(_)) | Err(_) => NodeRenewal::Unknown(None),
-                    },
-                }
-            }
-        }))
-        .await
-    }
-
-    /// Releases the node guards of a lost or dropped lock (an unlock collects them itself).
-    fn settle(&self, nodes: &mut [Option<LockGuard>]) {
-        if matches!(self.track.state().status, Status::Lost | Status::Dropped) {
-            release_slots(nodes);
-        }
-    }
-}
-
-/// What the nodes' answers to an extension came to.
-struct Tally {
-    /// Nodes that extended it or took it again.
-    confirmed: usize,
-    /// Nodes that said it is not ours.
-    gone: usize,
-    /// The first error of a node that did not answer in time or failed.
-    error: Option<LockError>,
-}
-
-/// Counts the nodes' answers, keeping the guards of nodes that took the lock again and
-/// dropping those of nodes that no longer hold it.
-fn tally(nodes: &mut [Option<LockGuard>], replies: Vec<NodeRenewal>) -> Tally {
-    let mut tally = Tally {
-        confirmed: 0,
-        gone: 0,
-        error: None,
-    };
-    for (slot, reply) in nodes.iter_mut().zip(replies) {
-        match reply {
-            NodeRenewal::Confirmed(taken) => {
-                tally.confirmed += 1;
-                if taken.is_some() {
-                    *slot = taken;
-                }
-            }
-            NodeRenewal::Gone => {
-                tally.gone += 1;
-                // Dropping it releases it in the background, in case it is ours after all
-                // (an extension that timed out may have landed).
-                *slot = None;
-            }
-            NodeRenewal::Unknown(e) => {
-                if tally.error.is_none() {
-                    tally.error = e;
-                }
-            }
-        }
-    }
-    tally
-}
-
-/// Drops every node guard, which releases each in the background; the slots stay, one per
-/// node.
-fn release_slots(nodes: &mut [Option<LockGuard>]) {
-    for slot in nodes {
-        *slot = None;
-    }
-}
-
-/// The renewal task of a guard without a fixed lease: extends on all nodes every lease/3;
-/// after a failed round (too few answers) it tries again after a retry delay, until the
-/// validity runs out.
-async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, lease: Duration) {
-    let period = lease / 3;
-    let mut next = Instant::now() + period;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
-            () = track.ended() => break,
-        }
-        let Some(shared) = weak.upgrade() else {
-            return;
-        };
-        let started = Instant::now();
-        match shared.renew(lease).await {
-            Ok(()) => next = started + period,
-            Err(LockError::Lost { .. }) => break,
-            Err(e) => {
-                tracing::debug!(lock = %shorten(&track.name), error = %e, "RedLock renewal failed");
-                track.renewal(false);
-                let valid_until = track.state().valid_until;
-                next = (Instant::now() + shared.redlock.config.retry_delay())
-                    .min(started + period)
-                    .min(valid_until);
-            }
-        }
-    }
-    if let Some(shared) = weak.upgrade()
-        && let Ok(mut nodes) = shared.nodes.try_lock()
-    {
-        shared.settle(&mut nodes);
-    }
-}
+use crate::util::check_lease;
 
 /// Proof that this process holds a [`RedLock`](super::RedLock) on a majority of its nodes.
 ///
@@ -397,17 +55,12 @@ impl RedLockGuard {
             .iter()
             .map(|g| g.as_ref().map(LockGuard::fencing_token))
             .collect();
-        let track = Arc::new(Track {
+        let track = Arc::new(Track::new(
             name,
-            state: Mutex::new(TrackState {
-                status: Status::Held,
-                valid_until,
-                validity,
-                nodes_held: nodes.iter().flatten().count(),
-                at_risk: false,
-            }),
-            changes: watch::Sender::new(0),
-        });
+            valid_until,
+            validity,
+            nodes.iter().flatten().count(),
+        ));
         let shared = Arc::new(Shared {
             redlock,
             track: track.clone(),
@@ -571,35 +224,7 @@ impl RedLockGuard {
             let mut nodes = self.shared.nodes.lock().await;
             nodes.iter_mut().filter_map(Option::take).collect()
         };
-        let releases: Vec<_> = guards
-            .into_iter()
-            .map(|g| tokio::spawn(g.unlock()))
-            .collect();
-        let (mut held, mut unknown, mut error) = (0, 0, None);
-        for result in join_all(releases).await {
-            match result {
-                Ok(Ok(true)) => held += 1,
-                Ok(Ok(false)) => {}
-                Ok(Err(e)) => {
-                    unknown += 1;
-                    error.get_or_insert(e);
-                }
-                Err(_) => unknown += 1,
-            }
-        }
-        let quorum = self.shared.redlock.quorum;
-        if !was_held {
-            Ok(false)
-        } else if held >= quorum {
-            Ok(true)
-        } else if held + unknown >= quorum {
-            Err(error.unwrap_or(LockError::Unavailable {
-                waited: started.elapsed(),
-                source: None,
-            }))
-        } else {
-            Ok(false)
-        }
+        release_nodes(guards, self.shared.redlock.quorum, was_held, started).await
     }
 }
 
@@ -615,41 +240,6 @@ impl Drop for RedLockGuard {
         if let Ok(mut nodes) = self.shared.nodes.try_lock() {
             release_slots(&mut nodes);
         }
-    }
-}
-
-/// A [`HeldLock`]'s view of a RedLock.
-struct TrackView {
-    track: Arc<Track>,
-}
-
-impl View for TrackView {
-    fn name(&self) -> &str {
-        &self.track.name
-    }
-
-    fn is_held(&self) -> bool {
-        self.track.is_held()
-    }
-
-    fn lost(&self) -> Lost {
-        Lost::new(lost_future(self.track.clone()))
-    }
-
-    fn lease_state(&self) -> LeaseState {
-        self.track.lease_state()
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.track.changes.subscribe()
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.track.deadline()
-    }
-
-    fn expire_due(&self) {
-        self.track.check_deadline(Instant::now());
     }
 }
 

@@ -1,7 +1,17 @@
 //! [`RedLock`]: one lock over N independent Redis masters (see its docs).
+//!
+//! This file holds the handle, its builder and the acquisition; below it, from the bottom:
+//! `nodes` (the nodes and options the handle and its guards share, one attempt on one node),
+//! `track` (whether a guard's lock is held and until when: status, validity, at risk, the
+//! `lost()` future and the [`HeldLock`](crate::HeldLock) view), `release` (giving node
+//! guards back, after a failed attempt or from a guard), `renewal` (an extension or renewal
+//! on every node, and the background renewal task) and `guard` ([`RedLockGuard`] itself).
 
 mod guard;
 mod nodes;
+mod release;
+mod renewal;
+mod track;
 
 use std::fmt;
 use std::pin::Pin;
@@ -20,6 +30,7 @@ use crate::request::{ErasedTake, LockRequest, TryLockRequest};
 use crate::util::{MIN_LEASE, check_lease, shorten};
 
 use nodes::{Config, Inner, NodeAttempt, redis_source, spawn_node_attempt};
+use release::release_all;
 
 pub use guard::RedLockGuard;
 
@@ -432,19 +443,6 @@ enum Outcome {
     Unreachable(Option<crate::error::ConnectError>),
     /// A quorum granted, after the validity was used up; how long the attempt took.
     TooSlow(Duration),
-}
-
-/// Releases `guards` on their nodes, waiting at most `bound` (the releases go on in the
-/// background after that).
-async fn release_all(guards: Vec<LockGuard>, bound: Duration) {
-    if guards.is_empty() {
-        return;
-    }
-    let releases: Vec<_> = guards
-        .into_iter()
-        .map(|g| tokio::spawn(g.unlock()))
-        .collect();
-    let _ = tokio::time::timeout(bound, join_all(releases)).await;
 }
 
 /// One attempt on all nodes at once.
