@@ -26,9 +26,11 @@ use tracing::Span;
 use crate::acquire::Acquire;
 use crate::body::ResponseBody;
 use crate::config::Release;
+use crate::decision::{Decision, decide};
 use crate::deferred::Deferred;
+use crate::rejection::Rejection;
 use crate::request_lock::RequestLock;
-use crate::response::{Decision, OnRejection, Rejection, answer, decide};
+use crate::response::{OnRejection, answer};
 use crate::settings::Settings;
 
 /// The largest response body (by its size hint's upper bound), 64 KiB, read in full under the

@@ -259,8 +259,10 @@
 mod acquire;
 pub mod body;
 mod config;
+mod decision;
 mod deferred;
 mod extract;
+mod fail_open;
 pub mod future;
 mod guard;
 pub mod idempotency;
@@ -269,8 +271,11 @@ mod key_settings;
 mod layer;
 mod macros;
 pub mod rate;
+mod rejection;
+mod rejection_kind;
 mod request_lock;
 mod response;
+mod retry_after;
 mod service;
 mod settings;
 
@@ -286,7 +291,9 @@ pub use idempotency::{
 };
 pub use layer::DistributedLockLayer;
 pub use rate::{QuotaPolicy, RateLimitLayer, RateLimitService};
-pub use response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
+pub use rejection::Rejection;
+pub use rejection_kind::RejectionKind;
+pub use response::{DefaultRejection, OnRejection};
 pub use service::DistributedLock;
 
 /// The crate README's example, compiled as a doc test.

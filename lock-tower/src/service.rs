@@ -17,7 +17,8 @@ use crate::extract::{KeyExtractor, shorten};
 use crate::future::ResponseFuture;
 use crate::key::lock_name;
 use crate::macros::{common_impls, inner_service_accessors};
-use crate::response::{DefaultRejection, OnRejection, Rejection};
+use crate::rejection::Rejection;
+use crate::response::{DefaultRejection, OnRejection};
 use crate::settings::Settings;
 
 /// Middleware that holds a Redis lock, named after a key from each request, while the inner

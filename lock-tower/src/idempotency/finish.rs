@@ -18,7 +18,7 @@ use super::record::Record;
 use super::rejection;
 use crate::body::ResponseBody;
 use crate::config::LeaseLost;
-use crate::response::Rejection;
+use crate::rejection::Rejection;
 
 /// How a request ends once its handler has answered.
 // Made once per request and moved straight out of its future: no use boxing the response.

@@ -31,7 +31,8 @@ use super::record::Record;
 use super::rejection;
 use crate::body::ResponseBody;
 use crate::config::LeaseLost;
-use crate::response::{OnRejection, Rejection, answer};
+use crate::rejection::Rejection;
+use crate::response::{OnRejection, answer};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 

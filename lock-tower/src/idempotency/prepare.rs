@@ -17,7 +17,8 @@ use super::record::{Fingerprint, Record};
 use super::rejection;
 use crate::body::BoxError;
 use crate::config::FailMode;
-use crate::response::{Rejection, RejectionKind};
+use crate::rejection::Rejection;
+use crate::rejection_kind::RejectionKind;
 
 /// What to do with a request once it is prepared.
 pub(crate) enum Prepared<B> {

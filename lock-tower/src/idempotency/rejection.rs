@@ -7,7 +7,8 @@ use lock_core::LockError;
 
 use super::config::Settings;
 use super::error::{StoreError, StoreErrorKind};
-use crate::response::{Rejection, RejectionKind};
+use crate::rejection::Rejection;
+use crate::rejection_kind::RejectionKind;
 
 /// The key header is missing, and the layer requires it for the request's method.
 pub(crate) fn key_missing(header: &HeaderName) -> Rejection {

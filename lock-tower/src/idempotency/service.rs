@@ -21,7 +21,8 @@ use super::rejection;
 use crate::body::{BoxError, ResponseBody};
 use crate::extract::{KeyExtractor, shorten};
 use crate::macros::{common_impls, inner_service_accessors};
-use crate::response::{DefaultRejection, OnRejection, Rejection};
+use crate::rejection::Rejection;
+use crate::response::{DefaultRejection, OnRejection};
 
 /// Middleware that runs each request with an idempotency key once and answers its retries
 /// with the stored response: see [`IdempotencyLayer`](crate::IdempotencyLayer), which builds

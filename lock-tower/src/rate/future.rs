@@ -21,9 +21,12 @@ use tracing::Span;
 
 use crate::body::ResponseBody;
 use crate::deferred::Deferred;
+use crate::fail_open::fails_open;
 use crate::rate::config::RateSettings;
 use crate::rate::headers::insert_fields;
-use crate::response::{OnRejection, Rejection, RejectionKind, answer, fails_open};
+use crate::rejection::Rejection;
+use crate::rejection_kind::RejectionKind;
+use crate::response::{OnRejection, answer};
 
 /// A check of a request's rate limit under way.
 pub(crate) type Check = Pin<Box<dyn Future<Output = Result<RateDecision, LockError>> + Send>>;

@@ -22,7 +22,9 @@ use crate::macros::inner_service_accessors;
 use crate::rate::config::RateSettings;
 use crate::rate::future::RateLimitFuture;
 use crate::rate::quota::QuotaPolicy;
-use crate::response::{DefaultRejection, OnRejection, Rejection, RejectionKind};
+use crate::rejection::Rejection;
+use crate::rejection_kind::RejectionKind;
+use crate::response::{DefaultRejection, OnRejection};
 
 /// Middleware that takes one permit of a Redis rate limit, named after a key from each
 /// request, before the inner service handles the request.
