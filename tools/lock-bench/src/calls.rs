@@ -120,137 +120,129 @@ where
     Ok(())
 }
 
-/// The mutex: acquisition, renewal, inspection, release.
-async fn mutex(
-    client: &LockClient,
-    admin: &mut MultiplexedConnection,
-    names: &[String],
-    out: &mut Vec<OpCost>,
-) -> Result<(), String> {
-    let n = names.len();
-    let take = |name: String| client.try_lock(name).into_future();
-    let (guards, op) = timed(admin, "mutex_acquire", n, take_all(names, take)).await?;
-    out.push(op);
-    let renew = async {
-        for g in &guards {
-            g.extend(Duration::from_secs(30))
-                .await
-                .map_err(err("extend"))?;
-        }
-        Ok(())
-    };
-    out.push(timed(admin, "mutex_renew", n, renew).await?.1);
-    let inspect = async {
-        for name in names {
-            client.mutex(name).info().await.map_err(err("info"))?;
-        }
-        Ok(())
-    };
-    out.push(timed(admin, "mutex_inspect", n, inspect).await?.1);
-    let give = give_all(guards, LockGuard::unlock);
-    out.push(timed(admin, "mutex_release", n, give).await?.1);
-    Ok(())
+/// One S1 run: the client, the names every kind takes, the costs so far.
+struct Run<'a> {
+    client: &'a LockClient,
+    admin: &'a mut MultiplexedConnection,
+    names: Vec<String>,
+    out: Vec<OpCost>,
 }
 
-/// The fair lock, the read-write lock's two sides, a semaphore of 4: acquisition and release.
-async fn others(
-    client: &LockClient,
-    admin: &mut MultiplexedConnection,
-    names: &[String],
-    out: &mut Vec<OpCost>,
-) -> Result<(), String> {
-    let n = names.len();
-    let fair = |name: String| client.fair_lock(name).try_lock().into_future();
-    let (guards, op) = timed(admin, "fair_acquire", n, take_all(names, fair)).await?;
-    out.push(op);
-    out.push(
-        timed(
-            admin,
-            "fair_release",
-            n,
-            give_all(guards, LockGuard::unlock),
-        )
-        .await?
-        .1,
-    );
+impl Run<'_> {
+    /// Times `body` as the call `key` and keeps its cost; returns what it gave.
+    async fn time<T>(
+        &mut self,
+        key: &'static str,
+        body: impl Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        let (out, op) = timed(self.admin, key, self.names.len(), body).await?;
+        self.out.push(op);
+        Ok(out)
+    }
 
-    let read = |name: String| client.read_write_lock(name).try_read().into_future();
-    let (guards, op) = timed(admin, "rw_read_acquire", n, take_all(names, read)).await?;
-    out.push(op);
-    let give = give_all(guards, lock_core::ReadGuard::unlock);
-    out.push(timed(admin, "rw_read_release", n, give).await?.1);
+    /// Times taking every name with `take` (`keys.0`), then giving each back with `give`
+    /// (`keys.1`).
+    async fn take_and_give<G, T, TFut, R, RFut>(
+        &mut self,
+        keys: (&'static str, &'static str),
+        take: T,
+        give: R,
+    ) -> Result<(), String>
+    where
+        T: Fn(String) -> TFut,
+        TFut: Future<Output = Result<Option<G>, lock_core::LockError>>,
+        R: Fn(G) -> RFut,
+        RFut: Future<Output = Result<bool, lock_core::LockError>>,
+    {
+        let names = self.names.clone();
+        let guards = self.time(keys.0, take_all(&names, take)).await?;
+        self.time(keys.1, give_all(guards, give)).await
+    }
 
-    let write = |name: String| client.read_write_lock(name).try_write().into_future();
-    let (guards, op) = timed(admin, "rw_write_acquire", n, take_all(names, write)).await?;
-    out.push(op);
-    let give = give_all(guards, lock_core::WriteGuard::unlock);
-    out.push(timed(admin, "rw_write_release", n, give).await?.1);
+    /// The mutex: acquisition, renewal, inspection, release.
+    async fn mutex(&mut self) -> Result<(), String> {
+        let (client, names) = (self.client, self.names.clone());
+        let take = |name: String| client.try_lock(name).into_future();
+        let guards = self.time("mutex_acquire", take_all(&names, take)).await?;
+        let renew = async {
+            for g in &guards {
+                let lease = Duration::from_secs(30);
+                g.extend(lease).await.map_err(err("extend"))?;
+            }
+            Ok(())
+        };
+        self.time("mutex_renew", renew).await?;
+        let inspect = async {
+            for name in &names {
+                client.mutex(name).info().await.map_err(err("info"))?;
+            }
+            Ok(())
+        };
+        self.time("mutex_inspect", inspect).await?;
+        self.time("mutex_release", give_all(guards, LockGuard::unlock))
+            .await
+    }
 
-    let permit = |name: String| client.semaphore(name, 4).try_acquire(1).into_future();
-    let (guards, op) = timed(admin, "sem_acquire", n, take_all(names, permit)).await?;
-    out.push(op);
-    let give = give_all(guards, lock_core::SemaphoreGuard::unlock);
-    out.push(timed(admin, "sem_release", n, give).await?.1);
-    Ok(())
-}
+    /// The fair lock, the read-write lock's two sides, a semaphore of 4, a multi-lock of
+    /// three names: acquisition and release.
+    async fn others(&mut self) -> Result<(), String> {
+        let client = self.client;
+        let fair = |name: String| client.fair_lock(name).try_lock().into_future();
+        self.take_and_give(("fair_acquire", "fair_release"), fair, LockGuard::unlock)
+            .await?;
+        let read = |name: String| client.read_write_lock(name).try_read().into_future();
+        let keys = ("rw_read_acquire", "rw_read_release");
+        self.take_and_give(keys, read, lock_core::ReadGuard::unlock)
+            .await?;
+        let write = |name: String| client.read_write_lock(name).try_write().into_future();
+        let keys = ("rw_write_acquire", "rw_write_release");
+        self.take_and_give(keys, write, lock_core::WriteGuard::unlock)
+            .await?;
+        let permit = |name: String| client.semaphore(name, 4).try_acquire(1).into_future();
+        let keys = ("sem_acquire", "sem_release");
+        self.take_and_give(keys, permit, lock_core::SemaphoreGuard::unlock)
+            .await?;
+        let multi = |name: String| {
+            let names = [0, 1, 2].map(|i| format!("{name}:multi:{i}"));
+            client.multi_lock(names).try_lock().into_future()
+        };
+        let keys = ("multi3_acquire", "multi3_release");
+        self.take_and_give(keys, multi, lock_core::MultiLockGuard::unlock)
+            .await
+    }
 
-/// A multi-lock of three names, and a rate limit's decision.
-async fn multi_and_rate(
-    client: &LockClient,
-    admin: &mut MultiplexedConnection,
-    names: &[String],
-    out: &mut Vec<OpCost>,
-) -> Result<(), String> {
-    let n = names.len();
-    let multi = |name: String| {
-        let names = [0, 1, 2].map(|i| format!("{name}:{i}"));
-        client.multi_lock(names).try_lock().into_future()
-    };
-    let (guards, op) = timed(admin, "multi3_acquire", n, take_all(names, multi)).await?;
-    out.push(op);
-    let give = give_all(guards, lock_core::MultiLockGuard::unlock);
-    out.push(timed(admin, "multi3_release", n, give).await?.1);
+    /// A rate limit's decision.
+    async fn rate(&mut self) -> Result<(), String> {
+        let (client, names) = (self.client, self.names.clone());
+        let decide = async {
+            for name in &names {
+                let limit = client.rate_limit(name).per(Duration::from_secs(1), 100);
+                limit.check().await.map_err(err("rate limit"))?;
+            }
+            Ok(())
+        };
+        self.time("rate_decision", decide).await
+    }
 
-    let decide = async {
-        for name in names {
-            client
-                .rate_limit(name)
-                .per(Duration::from_secs(1), 100)
-                .check()
-                .await
-                .map_err(err("rate limit"))?;
-        }
-        Ok(())
-    };
-    out.push(timed(admin, "rate_decision", n, decide).await?.1);
-    Ok(())
-}
-
-/// The floor's `SET NX PX` and compare-and-delete script, for scale.
-async fn floor(
-    floor: &Locker,
-    admin: &mut MultiplexedConnection,
-    names: &[String],
-    out: &mut Vec<OpCost>,
-) -> Result<(), String> {
-    let n = names.len();
-    let take = async {
-        let mut held = Vec::with_capacity(n);
-        for name in names {
-            held.push(floor.try_lock(name).await?.ok_or("floor: busy")?);
-        }
-        Ok::<Vec<Held>, String>(held)
-    };
-    let (held, op) = timed(admin, "floor_set_nx", n, take).await?;
-    out.push(op);
-    let give = async {
-        for h in held {
-            floor.unlock(h).await?;
-        }
-        Ok(())
-    };
-    out.push(timed(admin, "floor_compare_and_delete", n, give).await?.1);
-    Ok(())
+    /// The floor's `SET NX PX` and compare-and-delete script, for scale.
+    async fn floor(&mut self, floor: &Locker) -> Result<(), String> {
+        let names = self.names.clone();
+        let take = async {
+            let mut held = Vec::with_capacity(names.len());
+            for name in &names {
+                held.push(floor.try_lock(name).await?.ok_or("floor: busy")?);
+            }
+            Ok::<Vec<Held>, String>(held)
+        };
+        let held = self.time("floor_set_nx", take).await?;
+        let give = async {
+            for h in held {
+                floor.unlock(h).await?;
+            }
+            Ok(())
+        };
+        self.time("floor_compare_and_delete", give).await
+    }
 }
 
 /// S1: every operation's server µs per call.
@@ -263,16 +255,19 @@ pub(crate) async fn calls(
         return Err("the first contender is not lock-core".into());
     };
     let n = (ctx.plan.w1_cycles / 10).max(1);
-    let names = |kind: &str| -> Vec<String> {
-        (0..n)
-            .map(|i| format!("bench:{}:S1:{kind}:{i}", ctx.run))
-            .collect()
+    let mut run = Run {
+        client,
+        admin,
+        names: (0..n)
+            .map(|i| format!("bench:{}:S1:{i}", ctx.run))
+            .collect(),
+        out: Vec::new(),
     };
-    let mut ops = Vec::new();
-    mutex(client, admin, &names("mutex"), &mut ops).await?;
-    others(client, admin, &names("other"), &mut ops).await?;
-    multi_and_rate(client, admin, &names("multi"), &mut ops).await?;
-    floor(&ctx.lockers[1], admin, &names("floor"), &mut ops).await?;
+    run.mutex().await?;
+    run.others().await?;
+    run.rate().await?;
+    run.floor(&ctx.lockers[1]).await?;
+    let ops = run.out;
 
     let mut table = format!(
         "\n### S1: server cost per call, one call at a time ({n} calls of each)\n\n\
