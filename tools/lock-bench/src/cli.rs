@@ -16,10 +16,17 @@ pub(crate) struct Args {
     pub(crate) only: Option<Vec<String>>,
     pub(crate) rslock_retry_ms: u64,
     pub(crate) pool: u32,
+    /// How many times to run the plan (`--runs`, 1..=9); the output is the median.
+    pub(crate) runs: usize,
 }
 
 const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
-                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1] [--rslock-retry-ms N] [--pool N]";
+                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1] [--rslock-retry-ms N] [--pool N] [--runs N]\n\
+                     --runs N (1..=9, default 1): run the plan N times against the same server \
+                     and report the median across the runs of every figure (a ratio: the median \
+                     of the per-run ratios); BENCH lines then end with runs=N and each value's \
+                     and ratio's range (<field>_min=, <field>_max=), --json adds each run's \
+                     result under \"runs\"";
 
 /// Parses `argv` (with the program name); exits with usage on a bad argument.
 pub(crate) fn parse_args(argv: &[String]) -> Args {
@@ -31,6 +38,7 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
         only: None,
         rslock_retry_ms: 10,
         pool: 16,
+        runs: 1,
     };
     let mut it = argv[1.min(argv.len())..].iter();
     let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| -> String {
@@ -65,6 +73,16 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
                     eprintln!("--pool needs a number");
                     std::process::exit(2)
                 })
+            }
+            "--runs" => {
+                args.runs = value(&mut it, a)
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=9).contains(n))
+                    .unwrap_or_else(|| {
+                        eprintln!("--runs needs a number from 1 to 9; {USAGE}");
+                        std::process::exit(2)
+                    })
             }
             "-h" | "--help" => {
                 println!("{USAGE}");

@@ -7,8 +7,8 @@ use redis::aio::MultiplexedConnection;
 
 use crate::contender::{Kind, Locker};
 use crate::ctx::Ctx;
-use crate::measure::{Cost, Frame};
-use crate::monitor::{self, Counts};
+use crate::measure::{self, Cost};
+use crate::monitor::Counts;
 use crate::report::{Bench, Report, core_calls_bounds, na_row, native_ratio, ratio};
 use crate::stats::Sample;
 
@@ -78,21 +78,27 @@ async fn measure_row(
     tasks: usize,
     cycles: usize,
 ) -> Result<Row, String> {
-    let frame = Frame::start(admin).await;
-    let sample = run_cycles(locker, prefix, tasks, cycles).await?;
-    let cost = frame.stop(admin).await;
-    // Counting pass.
-    let watch = monitor::Watch::start(url).await?;
     let count_prefix = format!("{prefix}:count");
-    run_cycles(locker, &count_prefix, tasks.min(COUNT_CYCLES), COUNT_CYCLES).await?;
-    let counts = watch.stop(admin, None, None, &[]).await?;
+    let m = measure::timed_and_counted(
+        admin,
+        url,
+        cycles,
+        COUNT_CYCLES,
+        run_cycles(locker, prefix, tasks, cycles),
+        async {
+            run_cycles(locker, &count_prefix, tasks.min(COUNT_CYCLES), COUNT_CYCLES)
+                .await
+                .map(drop)
+        },
+    )
+    .await?;
     Ok(Row {
-        server_us: cost.delta.server_usec(&counts) / cycles as f64,
-        client_us: cost.cpu_us / cycles as f64,
-        requests: counts.requests() as f64 / COUNT_CYCLES as f64,
-        sample,
-        cost,
-        counts,
+        server_us: m.server_us,
+        client_us: m.client_us,
+        requests: m.requests,
+        sample: m.out,
+        cost: m.cost,
+        counts: m.counts,
     })
 }
 

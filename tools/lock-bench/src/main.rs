@@ -17,6 +17,7 @@
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
 //!                                      [--only W1,W3h,R1,S1,...] [--rslock-retry-ms N] [--pool N]
+//!                                      [--runs N]
 //! ```
 //!
 //! | scenario | what |
@@ -32,6 +33,10 @@
 //! | R1 | rate-limit decisions: 64 tasks, 100,000 decisions on one hot key, lock-core's `RateLimit::check` against the fixed-window floor (`INCR` + `PEXPIRE … NX`) |
 //! | R2 | the same over 10,000 keys |
 //! | S1 | every lock-core server call, one at a time on fresh names (2,000 each): server µs per call, next to the floor's `SET NX PX` and compare-and-delete |
+//!
+//! `--runs N` (1 to 9) runs the plan N times in one process against the same server and reports
+//! the median across the runs of every figure (`median`); a ratio is the median of the per-run
+//! ratios. `BENCH` lines then end with `runs=N` and the ranges; the JSON adds every run's result.
 //!
 //! `--quick` runs a quarter of the cycles, sections, locks and requests, and W7 for a quarter
 //! of its sections and time (≤ 90 s); the full run takes about 4 minutes. See the README of
@@ -54,6 +59,7 @@ mod floor;
 mod handoff;
 mod http;
 mod measure;
+mod median;
 mod mix;
 mod monitor;
 mod plan;

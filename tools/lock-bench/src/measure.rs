@@ -1,8 +1,11 @@
 //! The measuring frame every timed run of a row sits in: the server's `INFO commandstats`
 //! and this process's CPU time (user + system, every thread), read before and after it.
 
+use std::future::Future;
+
 use redis::aio::MultiplexedConnection;
 
+use crate::monitor::{self, Counts};
 use crate::stats::{CmdDelta, CmdStats};
 use crate::sys::cpu_us;
 
@@ -46,4 +49,45 @@ impl Cost {
         self.delta.add(&other.delta);
         self.cpu_us += other.cpu_us;
     }
+}
+
+/// A row's timed run of `items` items and its counting pass of `count_items` more, per item.
+pub(crate) struct Counted<T> {
+    /// What the timed run returned.
+    pub(crate) out: T,
+    pub(crate) cost: Cost,
+    /// The counting pass's requests under `MONITOR`.
+    pub(crate) counts: Counts,
+    /// Server µs per item of the timed run.
+    pub(crate) server_us: f64,
+    /// This process's CPU µs per item of the timed run.
+    pub(crate) client_us: f64,
+    /// Requests per item of the counting pass.
+    pub(crate) requests: f64,
+}
+
+/// Runs `timed` (`items` items) in the measuring frame, then `count` (`count_items` items)
+/// under `MONITOR` on `url`, and works out the per-item figures (W1, W2, R1, R2).
+pub(crate) async fn timed_and_counted<T>(
+    admin: &mut MultiplexedConnection,
+    url: &str,
+    items: usize,
+    count_items: usize,
+    timed: impl Future<Output = Result<T, String>>,
+    count: impl Future<Output = Result<(), String>>,
+) -> Result<Counted<T>, String> {
+    let frame = Frame::start(admin).await;
+    let out = timed.await?;
+    let cost = frame.stop(admin).await;
+    let watch = monitor::Watch::start(url).await?;
+    count.await?;
+    let counts = watch.stop(admin, None, None, &[]).await?;
+    Ok(Counted {
+        server_us: cost.delta.server_usec(&counts) / items as f64,
+        client_us: cost.cpu_us / items as f64,
+        requests: counts.requests() as f64 / count_items as f64,
+        out,
+        cost,
+        counts,
+    })
 }

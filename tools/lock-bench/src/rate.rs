@@ -10,8 +10,8 @@ use redis::aio::MultiplexedConnection;
 
 use crate::contender::Locker;
 use crate::ctx::Ctx;
-use crate::measure::{Cost, Frame};
-use crate::monitor::{self, Counts};
+use crate::measure::{self, Cost};
+use crate::monitor::Counts;
 use crate::report::{Bench, Report, ratio};
 use crate::stats::Sample;
 use crate::window::FixedWindow;
@@ -168,23 +168,31 @@ async fn measure_row(
     keys: usize,
 ) -> Result<Row, String> {
     let (tasks, decisions) = (ctx.plan.w2_tasks, ctx.plan.w2_cycles);
-    let frame = Frame::start(admin).await;
-    let (sample, allowed) = run_decisions(limiter, prefix, tasks, decisions, keys).await?;
-    let cost = frame.stop(admin).await;
-    let watch = monitor::Watch::start(ctx.url).await?;
     let count_prefix = format!("{prefix}:count");
     let count_tasks = tasks.min(COUNT_DECISIONS);
-    run_decisions(limiter, &count_prefix, count_tasks, COUNT_DECISIONS, keys).await?;
-    let counts = watch.stop(admin, None, None, &[]).await?;
+    let m = measure::timed_and_counted(
+        admin,
+        ctx.url,
+        decisions,
+        COUNT_DECISIONS,
+        run_decisions(limiter, prefix, tasks, decisions, keys),
+        async {
+            run_decisions(limiter, &count_prefix, count_tasks, COUNT_DECISIONS, keys)
+                .await
+                .map(drop)
+        },
+    )
+    .await?;
     let bytes = state_size(limiter, admin, &format!("{prefix}:size")).await?;
+    let (sample, allowed) = m.out;
     Ok(Row {
-        server_us: cost.delta.server_usec(&counts) / decisions as f64,
-        client_us: cost.cpu_us / decisions as f64,
-        requests: counts.requests() as f64 / COUNT_DECISIONS as f64,
+        server_us: m.server_us,
+        client_us: m.client_us,
+        requests: m.requests,
         sample,
         allowed,
-        cost,
-        counts,
+        cost: m.cost,
+        counts: m.counts,
         bytes,
     })
 }

@@ -24,6 +24,11 @@ pub(crate) struct Bench {
     /// Figures of the scenario's own, last on the line, in this order: (field, whole
     /// number). R1/R2: each row's state per key in bytes.
     pub(crate) extra: Vec<(String, f64)>,
+    /// With `--runs` above 1: the medians of the per-run ratios (floor, rslock, native
+    /// floor), written in place of the ratios of the values.
+    ratios: Option<[Option<f64>; 3]>,
+    /// With `--runs` above 1: the fields after every other one (`runs=`, the ranges).
+    tail: String,
 }
 
 impl Bench {
@@ -36,7 +41,82 @@ impl Bench {
             server_us: Vec::new(),
             client_us: Vec::new(),
             extra: Vec::new(),
+            ratios: None,
+            tail: String::new(),
         }
+    }
+
+    pub(crate) fn scenario(&self) -> &'static str {
+        self.scenario
+    }
+
+    /// The ratios of a run: ours over the floor, rslock and the native floor.
+    fn run_ratios(&self) -> [Option<f64>; 3] {
+        [
+            ratio(self.values[0], self.values[1]),
+            ratio(self.values[0], self.values[2]),
+            ratio(self.values[0], self.native),
+        ]
+    }
+
+    /// The line of several runs of one scenario: each figure the median across the runs, each
+    /// ratio the median of the per-run ratios; then, after every field a run has, `runs=` and
+    /// the range of the values and of the ratios (`<field>_min=`, `<field>_max=`).
+    pub(crate) fn median(runs: &[&Bench]) -> Bench {
+        use crate::median::{median, range};
+        let first = runs[0];
+        let med = |f: &dyn Fn(&Bench) -> Option<f64>| -> Option<f64> {
+            let m = median(runs.iter().filter_map(|b| f(b)));
+            m.is_finite().then_some(m)
+        };
+        let by_key = |pick: &dyn Fn(&Bench) -> &Vec<(&'static str, f64)>| {
+            pick(first)
+                .iter()
+                .map(|(key, _)| {
+                    let all = runs
+                        .iter()
+                        .filter_map(|b| pick(b).iter().find(|(k, _)| k == key).map(|p| p.1));
+                    (*key, median(all))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut b = Bench::new(
+            first.scenario,
+            [0, 1, 2].map(|i| med(&|b: &Bench| b.values[i])),
+            first.decimals,
+        );
+        b.native = med(&|b: &Bench| b.native);
+        b.server_us = by_key(&|b: &Bench| &b.server_us);
+        b.client_us = by_key(&|b: &Bench| &b.client_us);
+        b.extra = first
+            .extra
+            .iter()
+            .map(|(key, _)| {
+                let all = runs
+                    .iter()
+                    .filter_map(|b| b.extra.iter().find(|(k, _)| k == key).map(|p| p.1));
+                (key.clone(), median(all))
+            })
+            .collect();
+        b.ratios = Some([0, 1, 2].map(|i| med(&|b: &Bench| b.run_ratios()[i])));
+        let mut tail = format!(" runs={}", runs.len());
+        for (i, kind) in Kind::ALL.iter().enumerate() {
+            if let Some((lo, hi)) = range(runs.iter().filter_map(|b| b.values[i])) {
+                let d = first.decimals;
+                let name = kind.name();
+                tail += &format!(" {name}_min={lo:.d$} {name}_max={hi:.d$}");
+            }
+        }
+        for (i, label) in ["ratio_floor", "ratio_rslock", "ratio_native_floor"]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some((lo, hi)) = range(runs.iter().filter_map(|b| b.run_ratios()[i])) {
+                tail += &format!(" {label}_min={lo:.3} {label}_max={hi:.3}");
+            }
+        }
+        b.tail = tail;
+        b
     }
 
     /// The `BENCH` line: `ours=`, `floor=`, `rslock=` and their ratios as always, then (new
@@ -51,17 +131,16 @@ impl Bench {
                 s += &format!(" {}={}", kind.name(), fmt(v));
             }
         }
-        if let Some(x) = self.values[0] {
-            for (i, label) in [(1, "ratio_floor"), (2, "ratio_rslock")] {
-                if let Some(y) = self.values[i] {
-                    s += &format!(" {label}={:.3}", x / y);
-                }
+        let ratios = self.ratios.unwrap_or_else(|| self.run_ratios());
+        for (i, label) in [(0, "ratio_floor"), (1, "ratio_rslock")] {
+            if let Some(r) = ratios[i] {
+                s += &format!(" {label}={r:.3}");
             }
         }
         if let Some(n) = self.native {
             s += &format!(" {}={}", Kind::NativeFloor.name(), fmt(n));
-            if let Some(x) = self.values[0] {
-                s += &format!(" ratio_native_floor={:.3}", x / n);
+            if let Some(r) = ratios[2] {
+                s += &format!(" ratio_native_floor={r:.3}");
             }
         }
         for (key, us) in &self.server_us {
@@ -79,7 +158,7 @@ impl Bench {
                 s += &format!(" {key}={v:.0}");
             }
         }
-        s
+        s + &self.tail
     }
 }
 
@@ -189,6 +268,8 @@ pub(crate) struct RunInfo<'a> {
     pub(crate) pool: u32,
     pub(crate) rslock_retry_ms: u64,
     pub(crate) failures: &'a [String],
+    /// `--runs`: how many runs the report is the median of.
+    pub(crate) runs: usize,
 }
 
 impl RunInfo<'_> {
@@ -206,7 +287,7 @@ pub(crate) fn print_tables(report: &Report, info: &RunInfo<'_>) {
     println!();
     println!(
         "lock-bench ({} run, {:.0} s): {}-server {} on 127.0.0.1, {} CPUs, \
-         lock-core pool {}, rslock retry delay 0..{} ms, native floor {}",
+         lock-core pool {}, rslock retry delay 0..{} ms, native floor {}{}",
         info.kind(),
         info.seconds,
         info.version.product(),
@@ -218,6 +299,14 @@ pub(crate) fn print_tables(report: &Report, info: &RunInfo<'_>) {
             "on (DELIFEQ)"
         } else {
             NO_DELIFEQ
+        },
+        if info.runs > 1 {
+            format!(
+                "; every figure the median of {} runs (targets: met in more than half, measured (min–max))",
+                info.runs
+            )
+        } else {
+            String::new()
         }
     );
     for t in &report.tables {
@@ -288,8 +377,35 @@ pub(crate) fn write_chart(report: &Report, svg_path: &Path) {
     }
 }
 
-/// Writes the raw results file (`--json`).
-pub(crate) fn write_json(report: &Report, info: &RunInfo<'_>, path: &Path, svg_path: &Path) {
+/// A report's results in the JSON file: its scenarios, targets and `BENCH` lines.
+fn results_json(report: &Report, root: &mut serde_json::Map<String, serde_json::Value>) {
+    root.insert(
+        "scenarios".into(),
+        serde_json::Value::Object(report.json.clone()),
+    );
+    root.insert(
+        "targets".into(),
+        report
+            .targets
+            .iter()
+            .map(|t| serde_json::json!({"scenario": t.scenario, "target": t.what, "measured": t.measured, "met": t.met}))
+            .collect(),
+    );
+    root.insert(
+        "bench".into(),
+        report.benches.iter().map(|b| b.line()).collect(),
+    );
+}
+
+/// Writes the raw results file (`--json`): `report` (the median of `runs` where there are
+/// several), then each run's own result under `runs`.
+pub(crate) fn write_json(
+    report: &Report,
+    runs: &[Report],
+    info: &RunInfo<'_>,
+    path: &Path,
+    svg_path: &Path,
+) {
     let mut root = serde_json::Map::new();
     root.insert(
         "run".into(),
@@ -309,22 +425,20 @@ pub(crate) fn write_json(report: &Report, info: &RunInfo<'_>, path: &Path, svg_p
             "chart": svg_path.display().to_string(),
         }),
     );
-    root.insert(
-        "scenarios".into(),
-        serde_json::Value::Object(report.json.clone()),
-    );
-    root.insert(
-        "targets".into(),
-        report
-            .targets
-            .iter()
-            .map(|t| serde_json::json!({"scenario": t.scenario, "target": t.what, "measured": t.measured, "met": t.met}))
-            .collect(),
-    );
-    root.insert(
-        "bench".into(),
-        report.benches.iter().map(|b| b.line()).collect(),
-    );
+    results_json(report, &mut root);
+    if runs.len() > 1 {
+        root["run"]["runs"] = runs.len().into();
+        root.insert(
+            "runs".into(),
+            runs.iter()
+                .map(|r| {
+                    let mut one = serde_json::Map::new();
+                    results_json(r, &mut one);
+                    serde_json::Value::Object(one)
+                })
+                .collect(),
+        );
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -361,6 +475,37 @@ mod tests {
             let (_, v) = field.split_once('=').unwrap();
             assert!(v.parse::<f64>().is_ok(), "{field}");
         }
+    }
+
+    #[test]
+    fn median_line_keeps_the_fields_and_adds_runs_and_ranges_at_the_end() {
+        let run = |ours: f64, floor: f64, us: f64| {
+            let mut b = Bench::new("W1", [Some(ours), Some(floor), Some(1000.0)], 0);
+            b.server_us = vec![("ours", us), ("floor", 4.0)];
+            b
+        };
+        let (a, b, c) = (
+            run(900.0, 1000.0, 8.0),
+            run(800.0, 1000.0, 9.0),
+            run(990.0, 900.0, 7.0),
+        );
+        let line = Bench::median(&[&a, &b, &c]).line();
+        // Medians: ours 900, floor 1000, ratio_floor the median of 0.9, 0.8, 1.1 (not 900/1000
+        // by chance: ratio_rslock is the median of 0.9, 0.8, 0.99).
+        assert_eq!(
+            line,
+            "BENCH W1 ours=900 floor=1000 rslock=1000 ratio_floor=0.900 ratio_rslock=0.900 \
+             server_us_ours=8.00 server_us_floor=4.00 runs=3 ours_min=800 ours_max=990 \
+             floor_min=900 floor_max=1000 rslock_min=1000 rslock_max=1000 \
+             ratio_floor_min=0.800 ratio_floor_max=1.100 ratio_rslock_min=0.800 ratio_rslock_max=0.990"
+        );
+        let (x, y) = (run(1.0, 4.0, 1.0), run(3.0, 2.0, 1.0));
+        // Even count: the mean of the middle two, of the ratios too (0.25 and 1.5).
+        assert!(
+            Bench::median(&[&x, &y])
+                .line()
+                .contains(" ours=2 floor=3 rslock=1000 ratio_floor=0.875 ")
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::ctx::Ctx;
 use crate::plan::Plan;
 use crate::report::{self, NO_DELIFEQ, Report, RunInfo};
 use crate::server::ServerVersion;
-use crate::{calls, cycles, floor, rate, w3, w4, w5, w6, w7};
+use crate::{calls, cycles, floor, median, rate, w3, w4, w5, w6, w7};
 
 /// The clients of a run.
 struct Clients {
@@ -89,13 +89,14 @@ async fn scenarios(
     failures
 }
 
-/// Output: tables, targets, files, then the BENCH lines last.
-fn output(args: &Args, report: &Report, info: &RunInfo<'_>) {
+/// Output: tables, targets, files, then the BENCH lines last. `report` is the median of
+/// `runs` where there are several.
+fn output(args: &Args, report: &Report, runs: &[Report], info: &RunInfo<'_>) {
     report::print_tables(report, info);
     let svg_path = report::svg_path(args.svg.as_deref(), args.json.as_deref());
     report::write_chart(report, &svg_path);
     if let Some(path) = &args.json {
-        report::write_json(report, info, path, &svg_path);
+        report::write_json(report, runs, info, path, &svg_path);
     }
     println!();
     for b in &report.benches {
@@ -140,17 +141,41 @@ pub(crate) async fn bench(args: Args) -> bool {
         },
         if has_delifeq { "on" } else { NO_DELIFEQ }
     );
-    let ctx = Ctx {
-        lockers: &clients.lockers,
-        core_calls: clients.core_calls.as_ref(),
-        native: clients.native.as_ref(),
-        opts: &opts,
-        url: &url,
-        run: &run,
-        plan: &plan,
+    let mut runs = Vec::with_capacity(args.runs);
+    let mut failures = Vec::new();
+    for i in 0..args.runs {
+        // Every run after the first on names of its own.
+        let run = if i == 0 {
+            run.clone()
+        } else {
+            uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+        };
+        if args.runs > 1 {
+            eprintln!("lock-bench: run {} of {}, run id {run}", i + 1, args.runs);
+        }
+        let ctx = Ctx {
+            lockers: &clients.lockers,
+            core_calls: clients.core_calls.as_ref(),
+            native: clients.native.as_ref(),
+            opts: &opts,
+            url: &url,
+            run: &run,
+            plan: &plan,
+        };
+        let mut report = Report::default();
+        let failed = scenarios(&args, &ctx, &mut report, &mut admin).await;
+        if args.runs > 1 {
+            failures.extend(failed.into_iter().map(|f| format!("run {}: {f}", i + 1)));
+        } else {
+            failures.extend(failed);
+        }
+        runs.push(report);
+    }
+    let report = if runs.len() == 1 {
+        runs.pop().unwrap_or_default()
+    } else {
+        median::merge(&runs)
     };
-    let mut report = Report::default();
-    let failures = scenarios(&args, &ctx, &mut report, &mut admin).await;
     let info = RunInfo {
         quick: args.quick,
         seconds: t_start.elapsed().as_secs_f64(),
@@ -159,8 +184,9 @@ pub(crate) async fn bench(args: Args) -> bool {
         pool: opts.pool,
         rslock_retry_ms: args.rslock_retry_ms,
         failures: &failures,
+        runs: args.runs,
     };
-    output(&args, &report, &info);
+    output(&args, &report, &runs, &info);
     drop(clients);
     drop(server);
     failures.is_empty()

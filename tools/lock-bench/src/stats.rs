@@ -34,6 +34,17 @@ impl Sample {
         }
     }
 
+    /// Several runs' samples as one: every latency, every item, the wall times added.
+    pub(crate) fn pooled(samples: &[&Sample]) -> Self {
+        let ns = samples
+            .iter()
+            .flat_map(|s| s.sorted.iter().copied())
+            .collect();
+        let items = samples.iter().map(|s| s.items).sum();
+        let wall = samples.iter().map(|s| s.wall).sum();
+        Self::from_ns(ns, items, wall)
+    }
+
     /// Completed items per second of wall time.
     pub(crate) fn rate(&self) -> f64 {
         let s = self.wall.as_secs_f64();
