@@ -10,33 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::report::{Bench, Report, Target};
-use crate::stats::Sample;
-
-/// The median of the finite values of `xs` (the mean of the middle two for an even count);
-/// NaN if there is none.
-pub(crate) fn median(xs: impl IntoIterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = xs.into_iter().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The smallest and largest finite values of `xs`; `None` if there is none.
-pub(crate) fn range(xs: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
-    xs.into_iter()
-        .filter(|x| x.is_finite())
-        .fold(None, |acc, x| match acc {
-            None => Some((x, x)),
-            Some((lo, hi)) => Some((lo.min(x), hi.max(x))),
-        })
-}
+use crate::stats::{Sample, median, range};
 
 /// A piece of a text: words, or a number as it was written.
 #[derive(Debug, PartialEq)]
@@ -203,9 +177,19 @@ fn title(table: &str) -> &str {
 /// median across the runs that have it, in the order they first appear; the hand-off chart
 /// pools every run's hand-offs.
 pub(crate) fn merge(runs: &[Report]) -> Report {
-    let mut out = Report::default();
-    // Tables, matched by their first line.
+    Report {
+        tables: merge_tables(runs),
+        targets: merge_targets(runs),
+        benches: merge_benches(runs),
+        json: merge_json_by_scenario(runs),
+        handoffs: pool_handoffs(runs),
+    }
+}
+
+/// Every table, matched across runs by its first line.
+fn merge_tables(runs: &[Report]) -> Vec<String> {
     let mut seen = Vec::new();
+    let mut out = Vec::new();
     for table in runs.iter().flat_map(|r| &r.tables) {
         if seen.contains(&title(table)) {
             continue;
@@ -217,13 +201,17 @@ pub(crate) fn merge(runs: &[Report]) -> Report {
             .filter(|t| title(t) == title(table))
             .map(String::as_str)
             .collect();
-        out.tables.push(merge_text(&those));
+        out.push(merge_text(&those));
     }
-    // Targets, matched by scenario and text; met where it was met in more than half the runs
-    // that judged it.
+    out
+}
+
+/// Every target, matched by scenario and text; met where it was met in more than half the
+/// runs that judged it.
+fn merge_targets(runs: &[Report]) -> Vec<Target> {
+    let mut out: Vec<Target> = Vec::new();
     for t in runs.iter().flat_map(|r| &r.targets) {
         if out
-            .targets
             .iter()
             .any(|o| o.scenario == t.scenario && o.what == t.what)
         {
@@ -238,16 +226,21 @@ pub(crate) fn merge(runs: &[Report]) -> Report {
         let judged: Vec<bool> = those.iter().filter_map(|o| o.met).collect();
         let met =
             (!judged.is_empty()).then(|| 2 * judged.iter().filter(|m| **m).count() > judged.len());
-        out.targets.push(Target {
+        out.push(Target {
             scenario: t.scenario,
             what: t.what.clone(),
             measured: merge_measured(&measured),
             met,
         });
     }
-    // BENCH lines, matched by scenario.
+    out
+}
+
+/// Every `BENCH` line, matched by scenario.
+fn merge_benches(runs: &[Report]) -> Vec<Bench> {
+    let mut out: Vec<Bench> = Vec::new();
     for b in runs.iter().flat_map(|r| &r.benches) {
-        if out.benches.iter().any(|o| o.scenario() == b.scenario()) {
+        if out.iter().any(|o| o.scenario() == b.scenario()) {
             continue;
         }
         let those: Vec<&Bench> = runs
@@ -255,17 +248,26 @@ pub(crate) fn merge(runs: &[Report]) -> Report {
             .flat_map(|r| &r.benches)
             .filter(|o| o.scenario() == b.scenario())
             .collect();
-        out.benches.push(Bench::median(&those));
+        out.push(Bench::median(&those));
     }
-    // JSON, scenario by scenario.
+    out
+}
+
+/// The JSON, scenario by scenario.
+fn merge_json_by_scenario(runs: &[Report]) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
     for (key, _) in runs.iter().flat_map(|r| &r.json) {
-        if out.json.contains_key(key) {
+        if out.contains_key(key) {
             continue;
         }
         let those: Vec<&serde_json::Value> = runs.iter().filter_map(|r| r.json.get(key)).collect();
-        out.json.insert(key.clone(), merge_json(&those));
+        out.insert(key.clone(), merge_json(&those));
     }
-    // Hand-offs, pooled per (scenario, contender).
+    out
+}
+
+/// The hand-offs, pooled per (scenario, contender) in the order they first appear.
+fn pool_handoffs(runs: &[Report]) -> Vec<(&'static str, &'static str, Sample)> {
     let mut pooled: BTreeMap<(usize, &str, &str), Vec<&Sample>> = BTreeMap::new();
     let mut order = Vec::new();
     for (s, c, sample) in runs.iter().flat_map(|r| &r.handoffs) {
@@ -278,24 +280,15 @@ pub(crate) fn merge(runs: &[Report]) -> Report {
             });
         pooled.entry((i, s, c)).or_default().push(sample);
     }
-    for ((_, s, c), samples) in pooled {
-        out.handoffs.push((s, c, Sample::pooled(&samples)));
-    }
-    out
+    pooled
+        .into_iter()
+        .map(|((_, s, c), samples)| (s, c, Sample::pooled(&samples)))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_and_range() {
-        assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median([4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median([f64::NAN]).is_nan());
-        assert_eq!(median([f64::NAN, 5.0]), 5.0);
-        assert_eq!(range([3.0, 1.0, 2.0]), Some((1.0, 3.0)));
-    }
 
     #[test]
     fn text_numbers_become_medians_with_their_decimals() {

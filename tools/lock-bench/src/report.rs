@@ -63,7 +63,7 @@ impl Bench {
     /// ratio the median of the per-run ratios; then, after every field a run has, `runs=` and
     /// the range of the values and of the ratios (`<field>_min=`, `<field>_max=`).
     pub(crate) fn median(runs: &[&Bench]) -> Bench {
-        use crate::median::{median, range};
+        use crate::stats::{median, range};
         let first = runs[0];
         let med = |f: &dyn Fn(&Bench) -> Option<f64>| -> Option<f64> {
             let m = median(runs.iter().filter_map(|b| f(b)));

@@ -104,6 +104,55 @@ fn output(args: &Args, report: &Report, runs: &[Report], info: &RunInfo<'_>) {
     }
 }
 
+/// What every run of the plan shares: the clients, their options, the server, the plan, the
+/// first run's id.
+struct Setup<'a> {
+    clients: &'a Clients,
+    opts: &'a Opts,
+    url: &'a str,
+    plan: &'a Plan,
+    first_run: String,
+}
+
+/// Runs the plan `args.runs` times (every run after the first on names of its own); each
+/// run's report, and every failure (named by its run when there are several).
+async fn every_run(
+    args: &Args,
+    setup: &Setup<'_>,
+    admin: &mut MultiplexedConnection,
+) -> (Vec<Report>, Vec<String>) {
+    let mut runs = Vec::with_capacity(args.runs);
+    let mut failures = Vec::new();
+    for i in 0..args.runs {
+        let run = if i == 0 {
+            setup.first_run.clone()
+        } else {
+            uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+        };
+        if args.runs > 1 {
+            eprintln!("lock-bench: run {} of {}, run id {run}", i + 1, args.runs);
+        }
+        let ctx = Ctx {
+            lockers: &setup.clients.lockers,
+            core_calls: setup.clients.core_calls.as_ref(),
+            native: setup.clients.native.as_ref(),
+            opts: setup.opts,
+            url: setup.url,
+            run: &run,
+            plan: setup.plan,
+        };
+        let mut report = Report::default();
+        let failed = scenarios(args, &ctx, &mut report, admin).await;
+        if args.runs > 1 {
+            failures.extend(failed.into_iter().map(|f| format!("run {}: {f}", i + 1)));
+        } else {
+            failures.extend(failed);
+        }
+        runs.push(report);
+    }
+    (runs, failures)
+}
+
 /// The whole run; whether every scenario succeeded.
 pub(crate) async fn bench(args: Args) -> bool {
     let t_start = Instant::now();
@@ -141,36 +190,14 @@ pub(crate) async fn bench(args: Args) -> bool {
         },
         if has_delifeq { "on" } else { NO_DELIFEQ }
     );
-    let mut runs = Vec::with_capacity(args.runs);
-    let mut failures = Vec::new();
-    for i in 0..args.runs {
-        // Every run after the first on names of its own.
-        let run = if i == 0 {
-            run.clone()
-        } else {
-            uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
-        };
-        if args.runs > 1 {
-            eprintln!("lock-bench: run {} of {}, run id {run}", i + 1, args.runs);
-        }
-        let ctx = Ctx {
-            lockers: &clients.lockers,
-            core_calls: clients.core_calls.as_ref(),
-            native: clients.native.as_ref(),
-            opts: &opts,
-            url: &url,
-            run: &run,
-            plan: &plan,
-        };
-        let mut report = Report::default();
-        let failed = scenarios(&args, &ctx, &mut report, &mut admin).await;
-        if args.runs > 1 {
-            failures.extend(failed.into_iter().map(|f| format!("run {}: {f}", i + 1)));
-        } else {
-            failures.extend(failed);
-        }
-        runs.push(report);
-    }
+    let setup = Setup {
+        clients: &clients,
+        opts: &opts,
+        url: &url,
+        plan: &plan,
+        first_run: run,
+    };
+    let (mut runs, failures) = every_run(&args, &setup, &mut admin).await;
     let report = if runs.len() == 1 {
         runs.pop().unwrap_or_default()
     } else {

@@ -114,6 +114,32 @@ impl Sample {
     }
 }
 
+/// The median of the finite values of `xs` (the mean of the middle two for an even count);
+/// NaN if there is none.
+pub(crate) fn median(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = xs.into_iter().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The smallest and largest finite values of `xs`; `None` if there is none.
+pub(crate) fn range(xs: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+    xs.into_iter()
+        .filter(|x| x.is_finite())
+        .fold(None, |acc, x| match acc {
+            None => Some((x, x)),
+            Some((lo, hi)) => Some((lo.min(x), hi.max(x))),
+        })
+}
+
 /// A snapshot of `INFO commandstats`: command -> (calls, µs).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CmdStats(BTreeMap<String, (u64, u64)>);
@@ -230,5 +256,19 @@ impl CmdDelta {
             );
         }
         serde_json::Value::Object(obj)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_range() {
+        assert_eq!(median([3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median([f64::NAN]).is_nan());
+        assert_eq!(median([f64::NAN, 5.0]), 5.0);
+        assert_eq!(range([3.0, 1.0, 2.0]), Some((1.0, 3.0)));
     }
 }
