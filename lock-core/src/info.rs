@@ -6,23 +6,19 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::kind::{KeyRole, Kind};
+use crate::kind::Kind;
 use crate::name::Keys;
 use crate::wire::answer::{Holder, Permits, Readers};
 use crate::wire::{self, Dialect};
 
-/// What Redis knows about the lock string at `key` (of `keys`, held as `kind`). A mutex of
+/// What Redis knows about the lock string a hold of `kind` on `keys` lives in. A mutex of
 /// the native protocol keeps neither its hold count nor its token in Redis: when this client
 /// is its holder they come from the hold here; otherwise the count reads 1, the token `None`,
 /// and `fencing_token_at_most` the counter's value (the holder's token is at most it).
-pub(crate) async fn lock(
-    engine: &Engine,
-    kind: Kind,
-    keys: &Keys,
-    key: &str,
-) -> Result<LockInfo, LockError> {
+pub(crate) async fn lock(engine: &Engine, kind: Kind, keys: &Keys) -> Result<LockInfo, LockError> {
+    let key = keys.hold(kind);
     let read = engine
-        .inspect(&wire::mutex::inspect(engine.protocol(), kind, key))
+        .inspect(&wire::mutex::inspect(engine.protocol(), kind, &key))
         .await?;
     let mut info = LockInfo::new(read.holder());
     if info.held && info.fencing_token.is_none() {
@@ -92,13 +88,7 @@ impl LockInfo {
 
 /// What Redis knows about a fair lock and its queue.
 pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
-    let lock = lock(
-        engine,
-        Kind::Fair,
-        keys,
-        &keys.of(KeyRole::Fair).to_string(),
-    )
-    .await?;
+    let lock = lock(engine, Kind::Fair, keys).await?;
     let reply = engine.invoke_script(&wire::fair::inspect(keys)).await?;
     let queued = wire::fair::queued(reply)?;
     Ok(FairLockInfo { lock, queued })
@@ -119,13 +109,7 @@ pub(crate) async fn read_write(
     engine: &Engine,
     keys: &Keys,
 ) -> Result<ReadWriteLockInfo, LockError> {
-    let writer = lock(
-        engine,
-        Kind::Write,
-        keys,
-        &keys.of(KeyRole::Writer).to_string(),
-    )
-    .await?;
+    let writer = lock(engine, Kind::Write, keys).await?;
     let reply = engine.invoke_script(&wire::rwlock::inspect(keys)).await?;
     Ok(ReadWriteLockInfo::new(
         writer,

@@ -75,7 +75,7 @@ impl Mutex {
     /// What Redis knows about the lock right now, for operators and tests.
     pub async fn info(&self) -> Result<LockInfo, LockError> {
         let keys = self.named.keys()?;
-        info::lock(&self.named.engine, Kind::Lock, &keys, keys.lock()).await
+        info::lock(&self.named.engine, Kind::Lock, &keys).await
     }
 
     /// Frees the lock whoever holds it, and wakes its waiters; returns whether it was held.

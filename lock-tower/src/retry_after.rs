@@ -26,14 +26,25 @@ pub(crate) fn busy_retry_after(
 
 /// Whole seconds for `Retry-After`: rounded up, at least 1.
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
-    d.as_secs()
-        .saturating_add(u64::from(d.subsec_nanos() > 0))
-        .max(1)
+    whole_seconds(d).max(1)
+}
+
+/// `d` in whole seconds, rounded up (what every seconds header of the layers says).
+pub(crate) fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(whole_seconds(Duration::ZERO), 0);
+        assert_eq!(whole_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(whole_seconds(Duration::from_millis(2001)), 3);
+    }
 
     #[test]
     fn retry_after_rounds_up_to_whole_seconds() {

@@ -98,7 +98,7 @@ impl MultiLock {
         let mut infos = Vec::with_capacity(self.names.len());
         for name in &self.names {
             let keys = self.engine.keys(name)?;
-            infos.push(info::lock(&self.engine, Kind::Lock, &keys, keys.lock()).await?);
+            infos.push(info::lock(&self.engine, Kind::Lock, &keys).await?);
         }
         Ok(infos)
     }

@@ -10,10 +10,10 @@
 //!
 //! The draft is not an RFC yet: the names and the syntax may still change.
 
-use std::time::Duration;
-
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use lock_core::RateDecision;
+
+use crate::retry_after::whole_seconds;
 
 /// `RateLimit-Policy`: the quota, `"default";q=<burst>;w=<window>`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -62,22 +62,4 @@ pub fn ratelimit_field(decision: &RateDecision) -> HeaderValue {
 pub fn insert_fields(headers: &mut HeaderMap, decision: &RateDecision) {
     headers.insert(RATELIMIT_POLICY, policy_field(decision));
     headers.insert(RATELIMIT, ratelimit_field(decision));
-}
-
-/// Whole seconds, rounded up.
-fn whole_seconds(d: Duration) -> u64 {
-    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seconds_round_up() {
-        assert_eq!(whole_seconds(Duration::ZERO), 0);
-        assert_eq!(whole_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(whole_seconds(Duration::from_secs(2)), 2);
-        assert_eq!(whole_seconds(Duration::from_millis(2001)), 3);
-    }
 }
