@@ -274,6 +274,7 @@ impl<S: Started> Driving<S> {
             self.waiter.subscribe(self.engine.waiters(), &channel).await;
         }
         if P::LOCAL_QUEUE
+            && self.engine.waiters().any_channel()
             && let Some(channel) = self.run.started.queue_channel()
             && self.engine.waiters().is_contended(&channel)
         {

@@ -140,6 +140,11 @@ impl Keys {
         &self.base
     }
 
+    /// The mutex's key, shared (a call that keeps the key routes by it without a copy).
+    pub(crate) fn lock_shared(&self) -> Arc<str> {
+        self.base.clone()
+    }
+
     /// `P{N}` + `suffix`, written straight into a command (no string of its own).
     pub(crate) fn with(&self, suffix: &'static str) -> Suffixed<'_> {
         Suffixed {

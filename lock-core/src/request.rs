@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::driver::{Options, Primitive, acquire};
 use crate::error::LockError;
-use crate::util::shorten;
+use crate::util::Short;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -26,7 +26,7 @@ pub(crate) trait ErasedTake<G>: Send + Sync {
 
 impl<P: Primitive> ErasedTake<P::Guard> for P {
     fn start(self: Box<Self>, options: Options) -> BoxFuture<Result<P::Guard, LockError>> {
-        let span = tracing::debug_span!("lock", kind = P::SPAN, name = %shorten(self.name()));
+        let span = tracing::debug_span!("lock", kind = P::SPAN, name = %Short(self.name()));
         Box::pin(acquire(*self, options).instrument(span))
     }
 

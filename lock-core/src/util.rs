@@ -123,12 +123,23 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
-/// Shortens a user-supplied string for an error message or a log line (64 characters).
+/// Shortens a user-supplied string for an error message (64 characters).
 pub(crate) fn shorten(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
+    Short(s).to_string()
+}
+
+/// A user-supplied string shortened to 64 characters (and `…`) where it is shown: a log
+/// line's or a span's field, with no string of its own.
+#[derive(Clone, Copy)]
+pub(crate) struct Short<'a>(pub(crate) &'a str);
+
+impl std::fmt::Display for Short<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MAX: usize = 64;
+        match self.0.char_indices().nth(MAX) {
+            Some((i, _)) => write!(f, "{}…", &self.0[..i]),
+            None => f.write_str(self.0),
+        }
     }
 }
 

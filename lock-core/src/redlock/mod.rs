@@ -27,7 +27,7 @@ use crate::driver::Options;
 use crate::error::LockError;
 use crate::mutex::LockGuard;
 use crate::request::{ErasedTake, LockRequest, TryLockRequest};
-use crate::util::{MIN_LEASE, check_lease, shorten};
+use crate::util::{MIN_LEASE, Short, check_lease};
 
 use nodes::{Config, Inner, NodeAttempt, redis_source, spawn_node_attempt};
 use release::release_all;
@@ -497,7 +497,7 @@ async fn attempt(inner: &Arc<Inner>, name: &str, lease: Duration, watchdog: bool
     }
     release_all(guards.into_iter().flatten().collect(), timeout).await;
     if granted + late >= inner.quorum {
-        tracing::debug!(lock = %shorten(name), ?elapsed, ?lease, "RedLock quorum came too late");
+        tracing::debug!(lock = %Short(name), ?elapsed, ?lease, "RedLock quorum came too late");
         Outcome::TooSlow(elapsed)
     } else if granted + busy >= inner.quorum {
         Outcome::Busy
@@ -573,7 +573,7 @@ impl ErasedTake<RedLockGuard> for Take {
         self: Box<Self>,
         options: Options,
     ) -> Pin<Box<dyn Future<Output = Result<RedLockGuard, LockError>> + Send + 'static>> {
-        let span = tracing::debug_span!("lock", kind = "redlock", name = %shorten(&self.name));
+        let span = tracing::debug_span!("lock", kind = "redlock", name = %Short(&self.name));
         let Options { wait, lease, .. } = options;
         Box::pin(acquire(self.inner, self.name, wait, lease).instrument(span))
     }

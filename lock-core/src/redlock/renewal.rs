@@ -15,7 +15,7 @@ use super::release::release_slots;
 use super::track::{Status, Track};
 use crate::error::LockError;
 use crate::mutex::LockGuard;
-use crate::util::shorten;
+use crate::util::Short;
 
 /// What the guard and its renewal task share.
 pub(super) struct Shared {
@@ -188,7 +188,7 @@ pub(super) async fn renew_in_background(weak: Weak<Shared>, track: Arc<Track>, l
             Ok(()) => next = started + period,
             Err(LockError::Lost { .. }) => break,
             Err(e) => {
-                tracing::debug!(lock = %shorten(&track.name), error = %e, "RedLock renewal failed");
+                tracing::debug!(lock = %Short(&track.name), error = %e, "RedLock renewal failed");
                 track.renewal(false);
                 let valid_until = track.state().valid_until;
                 next = (Instant::now() + shared.redlock.config.retry_delay())

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::held_lock::{Lost, View};
 use crate::lease::LeaseState;
-use crate::util::shorten;
+use crate::util::Short;
 
 /// Where the hold stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,10 +112,10 @@ impl Track {
         let remaining = st.valid_until.saturating_duration_since(Instant::now());
         drop(st);
         if confirmed {
-            tracing::info!(lock = %shorten(&self.name), ?remaining,
+            tracing::info!(lock = %Short(&self.name), ?remaining,
                 "RedLock renewed on a majority again; no longer at risk");
         } else {
-            tracing::warn!(lock = %shorten(&self.name), ?remaining,
+            tracing::warn!(lock = %Short(&self.name), ?remaining,
                 "RedLock renewal reached too few nodes; at risk until one reaches a majority");
         }
         self.changed();
@@ -137,7 +137,7 @@ impl Track {
             st.status = Status::Lost;
             st.at_risk = false;
             drop(st);
-            tracing::warn!(lock = %shorten(&self.name), reason = why, "RedLock lost");
+            tracing::warn!(lock = %Short(&self.name), reason = why, "RedLock lost");
         }
         self.changed();
     }

@@ -45,6 +45,12 @@ impl Waiters {
         Self { shared }
     }
 
+    /// Whether any channel has a subscription or a local queue here: when none has, no local
+    /// waiter contends for any name (checked before a channel's name is built).
+    pub(crate) fn any_channel(&self) -> bool {
+        !lock(&self.shared.channels).is_empty()
+    }
+
     /// Whether a local waiter is contending for the name whose releases `channel` announces
     /// (it holds the channel's turn).
     pub(crate) fn is_contended(&self, channel: &str) -> bool {

@@ -2,6 +2,7 @@
 //! where the client speaks it), and what a fair lock and a read-write lock's writer share
 //! with it (re-entry, release, renewal, inspection) in the scripts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::command::Command;
@@ -34,23 +35,27 @@ pub(crate) fn acquire(
     will_wait: bool,
     held: Option<Held>,
 ) -> Command {
-    let key = t.keys.hold(t.kind);
     match (p.dialect(t.kind), held) {
-        (Dialect::Native, Some(held)) if expected > 0 => {
-            native::Call::reenter(&key, t.owner, millis(lease.max(held.left)), held.token).into()
-        }
+        // Only a mutex (its key `P{N}` itself) speaks natively.
+        (Dialect::Native, Some(held)) if expected > 0 => native::Call::reenter(
+            t.keys.lock_shared(),
+            t.owner,
+            millis(lease.max(held.left)),
+            held.token,
+        )
+        .into(),
         (Dialect::Native, _) => native::Call::acquire(native::Acquire {
-            key: &key,
+            key: t.keys.lock_shared(),
             owner: t.owner,
             owner_bytes: t.owner.to_string().into_bytes(),
             lease_ms: millis(lease),
-            counter: &p.counter(&key),
+            counter: &p.counter(t.keys.lock()),
             seed: p.seed(),
         })
         .into(),
         (Dialect::Scripts, _) => {
             let mut call = Call::new(Op::Acquire);
-            call.key(key.as_ref())
+            call.key(t.keys.hold(t.kind).as_ref())
                 .arg(t.owner)
                 .arg(millis(lease))
                 .arg(expected)
@@ -78,13 +83,15 @@ pub(crate) fn multi_acquire<'a>(
     will_wait: bool,
 ) -> Command {
     if p.dialect(Kind::Lock) == Dialect::Native {
-        let first = locks.first().map_or("", |l| l.keys.lock());
+        let first = locks
+            .first()
+            .map_or_else(|| Arc::from(""), |l| l.keys.lock_shared());
         let acquire = native::Acquire {
-            key: first,
+            counter: &p.counter(&first),
+            key: first.clone(),
             owner,
             owner_bytes: owner.to_string().into_bytes(),
             lease_ms: millis(lease),
-            counter: &p.counter(first),
             seed: p.seed(),
         };
         let locks = locks
@@ -116,7 +123,7 @@ pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Co
     };
     if p.dialect(t.kind) == Dialect::Native {
         let publish = (p.publish(), channel, token);
-        return native::Call::release(t.keys.lock(), t.owner, count <= 1, publish).into();
+        return native::Call::release(t.keys.lock_shared(), t.owner, count <= 1, publish).into();
     }
     let mut call = Call::new(Op::Release);
     call.key(t.keys.hold(t.kind).as_ref())
@@ -132,7 +139,7 @@ pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Co
 /// (`hold_at_least`).
 pub(crate) fn keep(p: &Protocol, t: Target<'_>, left: Duration) -> Command {
     if p.dialect(t.kind) == Dialect::Native {
-        return native::Call::keep(t.keys.lock(), t.owner, millis(left)).into();
+        return native::Call::keep(t.keys.lock_shared(), t.owner, millis(left)).into();
     }
     let mut call = Call::new(Op::ReleaseKeep);
     call.key(t.keys.lock()).arg(t.owner).arg(millis(left));

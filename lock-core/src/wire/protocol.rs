@@ -1,6 +1,7 @@
 //! [`Protocol`]: how one client speaks to its deployment, fixed when it connects, and the one
 //! place that chooses a call's dialect ([`Protocol::dialect`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
@@ -31,6 +32,8 @@ pub(crate) struct Protocol {
     /// fencing counter is one per slot.
     sharded: bool,
     prefix: String,
+    /// The server's fencing counter where keys do not live in slots, spelled once.
+    server_counter: String,
     /// How long a released lock string is kept for its fencing counter.
     fence_ttl: Duration,
     /// The server's clock in microseconds as read at connect, and when it was read.
@@ -65,6 +68,7 @@ impl Protocol {
             records,
             sharded,
             prefix: prefix.to_owned(),
+            server_counter: counter::counter(prefix, None),
             fence_ttl,
             clock,
         }
@@ -105,8 +109,11 @@ impl Protocol {
 
     /// The native fencing counter of the slot `key` is in (the server's only one where keys
     /// do not live in slots).
-    pub(crate) fn counter(&self, key: &str) -> String {
-        let slot = self.sharded.then(|| Slot::for_key(key));
-        counter::counter(&self.prefix, slot)
+    pub(crate) fn counter(&self, key: &str) -> Cow<'_, str> {
+        if self.sharded {
+            Cow::Owned(counter::counter(&self.prefix, Some(Slot::for_key(key))))
+        } else {
+            Cow::Borrowed(&self.server_counter)
+        }
     }
 }

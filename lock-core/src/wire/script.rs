@@ -213,11 +213,11 @@ impl Scripts {
 }
 
 /// One call of an operation: its keys and arguments, written as they are given (one buffer
-/// each, not one allocation per argument), sent as `FCALL` or `EVALSHA`.
+/// for all, not one allocation per argument; a key is marked as one), sent as `FCALL` or
+/// `EVALSHA` with its keys first.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     op: Op,
-    keys: Args,
     args: Args,
 }
 
@@ -227,8 +227,7 @@ impl Call {
             op,
             // Room for a typical call (a key or two, an owner id and a few numbers), so
             // writing it does not grow the buffers argument by argument.
-            keys: Args::with_capacity(4, 96),
-            args: Args::with_capacity(8, 128),
+            args: Args::with_capacity(12, 224),
         }
     }
 
@@ -244,7 +243,9 @@ impl Call {
 
     /// Adds a key (each key of a call must be in one Cluster slot).
     pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
+        let from = self.args.len();
+        key.write_redis_args(&mut self.args);
+        self.args.mark_keys(from);
         self
     }
 
@@ -257,13 +258,13 @@ impl Call {
     /// The keys, as given (for the in-memory backend, which runs the operation itself).
     #[cfg(feature = "testing")]
     pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.keys.iter()
+        self.args.of(true)
     }
 
     /// The arguments, as given.
     #[cfg(feature = "testing")]
     pub(crate) fn args(&self) -> impl Iterator<Item = &[u8]> {
-        self.args.iter()
+        self.args.of(false)
     }
 
     /// One [`Op::Batch`] call doing `calls` (each an [`Op::Acquire`], an [`Op::Release`] or an
@@ -274,10 +275,10 @@ impl Call {
         let fence_ttl = calls
             .iter()
             .find(|c| c.op == Op::Release)
-            .and_then(|c| c.args.iter().nth(4))
+            .and_then(|c| c.args.of(false).nth(4))
             .unwrap_or(b"0");
         let mut batch = Call::new(Op::Batch);
-        batch.args.write_arg(fence_ttl);
+        batch.arg(fence_ttl);
         for call in calls {
             // Each operation takes four arguments in a batch: its first four (a decision has
             // three, and a 0 after them).
@@ -287,17 +288,16 @@ impl Call {
                 Op::RateLimit => (b"g", 3),
                 _ => return None,
             };
-            let key = call.keys.iter().next()?;
-            if call.args.len() < given {
+            let key = call.args.of(true).next()?;
+            if call.args.of(false).count() < given {
                 return None;
             }
-            batch.keys.write_arg(key);
-            batch.args.write_arg(tag);
-            for arg in call.args.iter().take(given) {
-                batch.args.write_arg(arg);
+            batch.key(key).arg(tag);
+            for arg in call.args.of(false).take(given) {
+                batch.arg(arg);
             }
             for _ in given..4 {
-                batch.args.write_arg(b"0");
+                batch.arg(b"0");
             }
         }
         Some(batch)
@@ -306,31 +306,29 @@ impl Call {
     /// The command, in `mode`.
     pub(crate) fn cmd(&self, scripts: &Scripts, mode: Mode) -> Cmd {
         let index = Scripts::index(self.op);
-        let mut cmd = Cmd::with_capacity(
-            3 + self.keys.len() + self.args.len(),
-            64 + self.keys.data.len() + self.args.data.len(),
-        );
+        let mut cmd = Cmd::with_capacity(3 + self.args.len(), 64 + self.args.data.len());
         match mode {
             Mode::Function => cmd.arg("FCALL").arg(scripts.functions[index].as_str()),
             Mode::Script => cmd.arg("EVALSHA").arg(scripts.scripts[index].get_hash()),
         };
-        cmd.arg(self.keys.len());
-        for key in self.keys.iter() {
-            cmd.arg(key);
-        }
-        for arg in self.args.iter() {
+        cmd.arg(self.args.of(true).count());
+        for arg in self.args.of(true).chain(self.args.of(false)) {
             cmd.arg(arg);
         }
         cmd
     }
 }
 
-/// Arguments in one buffer: the bytes of each, one after another, and where each ends.
+/// Arguments in one buffer: the bytes of each, one after another, and where each ends, with
+/// [`KEY`] set on the end of a key.
 #[derive(Debug, Clone, Default)]
 struct Args {
     data: Vec<u8>,
     ends: Vec<usize>,
 }
+
+/// The mark of a key's end in [`Args::ends`] (a call's bytes never come near it).
+const KEY: usize = 1 << (usize::BITS - 1);
 
 impl Args {
     fn with_capacity(args: usize, bytes: usize) -> Self {
@@ -344,11 +342,21 @@ impl Args {
         self.ends.len()
     }
 
-    fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+    /// Marks every argument from the `from`-th on as a key.
+    fn mark_keys(&mut self, from: usize) {
+        for end in self.ends.iter_mut().skip(from) {
+            *end |= KEY;
+        }
+    }
+
+    /// The keys (`true`) or the other arguments, in the order written.
+    fn of(&self, keys: bool) -> impl Iterator<Item = &[u8]> {
+        let ends = self.ends.iter().map(|&e| (e & !KEY, e & KEY != 0));
+        let starts = std::iter::once(0).chain(ends.clone().map(|(e, _)| e));
         starts
-            .zip(self.ends.iter().copied())
-            .map(|(s, e)| &self.data[s..e])
+            .zip(ends)
+            .filter(move |&(_, (_, key))| key == keys)
+            .map(|(s, (e, _))| &self.data[s..e])
     }
 }
 
@@ -460,11 +468,11 @@ mod tests {
             .arg(5u32)
             .arg(1u32);
         let batch = Call::batch(&[&acquire, &release, &decide]).unwrap();
-        let keys: Vec<&[u8]> = batch.keys.iter().collect();
+        let keys: Vec<&[u8]> = batch.args.of(true).collect();
         assert_eq!(keys, [&b"lock:{a}"[..], b"lock:{b}", b"lock:{c}:rate"]);
         let args: Vec<String> = batch
             .args
-            .iter()
+            .of(false)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         assert_eq!(

@@ -65,6 +65,7 @@ struct Row {
     counts: Counts,
     server_us: f64,
     client_us: f64,
+    allocs: Option<f64>,
     requests: f64,
 }
 
@@ -95,6 +96,7 @@ async fn measure_row(
     Ok(Row {
         server_us: m.server_us,
         client_us: m.client_us,
+        allocs: m.allocs,
         requests: m.requests,
         sample: m.out,
         cost: m.cost,
@@ -121,6 +123,9 @@ impl Row {
         j["server_us_per_cycle"] = self.server_us.into();
         j["requests_per_cycle"] = self.requests.into();
         j["client_cpu_us_per_cycle"] = self.client_us.into();
+        if let Some(allocs) = self.allocs {
+            j["client_allocs_per_cycle"] = allocs.into();
+        }
         j["commandstats"] = self.cost.delta.to_json();
         j["monitor"] = self.counts.to_json();
         j
@@ -159,6 +164,7 @@ pub(crate) async fn cycles(
     let mut rates = Vec::new();
     let mut bench_server = Vec::new();
     let mut bench_client = Vec::new();
+    let mut bench_allocs = Vec::new();
     for (key, label, locker) in rows(ctx) {
         let prefix = format!("lb:{}:{scenario}:{key}", ctx.run);
         let row = measure_row(locker, admin, ctx.url, &prefix, tasks, cycles).await?;
@@ -167,6 +173,7 @@ pub(crate) async fn cycles(
         rates.push((key, row.sample.rate()));
         bench_server.push((key, row.server_us));
         bench_client.push((key, row.client_us));
+        bench_allocs.extend(row.allocs.map(|n| (key, n)));
     }
     if ctx.native.is_none() {
         table += &na_row(6);
@@ -192,6 +199,7 @@ pub(crate) async fn cycles(
     bench.native = native_rate;
     bench.server_us = bench_server;
     bench.client_us = bench_client;
+    bench.allocs = bench_allocs;
     report.benches.push(bench);
     Ok(())
 }

@@ -49,6 +49,7 @@
 //! scenario is `rate`, its floor `window` (a fixed-window rate limiter); S1's is `calls`.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod allocs;
 mod calls;
 mod chart;
 mod cli;

@@ -1,10 +1,12 @@
 //! The measuring frame every timed run of a row sits in: the server's `INFO commandstats`
-//! and this process's CPU time (user + system, every thread), read before and after it.
+//! and this process's CPU time (user + system, every thread) and, with the `allocs` feature,
+//! its heap allocations, read before and after it.
 
 use std::future::Future;
 
 use redis::aio::MultiplexedConnection;
 
+use crate::allocs;
 use crate::monitor::{self, Counts};
 use crate::stats::{CmdDelta, CmdStats};
 use crate::sys::cpu_us;
@@ -13,6 +15,7 @@ use crate::sys::cpu_us;
 pub(crate) struct Frame {
     before: CmdStats,
     cpu0_us: f64,
+    allocs0: Option<u64>,
 }
 
 /// What a timed run cost: the server's commands over it and the client's CPU.
@@ -22,24 +25,34 @@ pub(crate) struct Cost {
     pub(crate) delta: CmdDelta,
     /// This process's CPU time over the run, µs.
     pub(crate) cpu_us: f64,
+    /// This process's heap allocations over the run, where counted (the `allocs` feature).
+    pub(crate) allocs: Option<u64>,
 }
 
 impl Frame {
-    /// Reads the server's command stats, then this process's CPU time.
+    /// Reads the server's command stats, then this process's CPU time and allocations.
     pub(crate) async fn start(admin: &mut MultiplexedConnection) -> Frame {
         let before = CmdStats::read(admin).await;
         Frame {
             before,
             cpu0_us: cpu_us(),
+            allocs0: allocs::count(),
         }
     }
 
-    /// Reads this process's CPU time, then the server's command stats, and returns the
-    /// differences.
+    /// Reads this process's CPU time and allocations, then the server's command stats, and
+    /// returns the differences.
     pub(crate) async fn stop(self, admin: &mut MultiplexedConnection) -> Cost {
         let cpu_us = cpu_us() - self.cpu0_us;
+        let allocs = allocs::count()
+            .zip(self.allocs0)
+            .map(|(now, then)| now - then);
         let delta = CmdStats::read(admin).await.since(&self.before);
-        Cost { delta, cpu_us }
+        Cost {
+            delta,
+            cpu_us,
+            allocs,
+        }
     }
 }
 
@@ -48,6 +61,10 @@ impl Cost {
     pub(crate) fn add(&mut self, other: &Cost) {
         self.delta.add(&other.delta);
         self.cpu_us += other.cpu_us;
+        self.allocs = match (self.allocs, other.allocs) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
     }
 }
 
@@ -62,6 +79,8 @@ pub(crate) struct Counted<T> {
     pub(crate) server_us: f64,
     /// This process's CPU µs per item of the timed run.
     pub(crate) client_us: f64,
+    /// This process's heap allocations per item of the timed run, where counted.
+    pub(crate) allocs: Option<f64>,
     /// Requests per item of the counting pass.
     pub(crate) requests: f64,
 }
@@ -85,6 +104,7 @@ pub(crate) async fn timed_and_counted<T>(
     Ok(Counted {
         server_us: cost.delta.server_usec(&counts) / items as f64,
         client_us: cost.cpu_us / items as f64,
+        allocs: cost.allocs.map(|n| n as f64 / items as f64),
         requests: counts.requests() as f64 / count_items as f64,
         out,
         cost,

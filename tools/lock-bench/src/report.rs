@@ -21,6 +21,9 @@ pub(crate) struct Bench {
     /// The client's CPU µs per cycle of each row that has it, in the order of the rows: (row
     /// key, µs).
     pub(crate) client_us: Vec<(&'static str, f64)>,
+    /// The client's heap allocations per cycle of each row that has it (W1, W2 with the
+    /// `allocs` feature), in the order of the rows: (row key, allocations).
+    pub(crate) allocs: Vec<(&'static str, f64)>,
     /// Figures of the scenario's own, last on the line, in this order: (field, whole
     /// number). R1/R2: each row's state per key in bytes.
     pub(crate) extra: Vec<(String, f64)>,
@@ -40,6 +43,7 @@ impl Bench {
             native: None,
             server_us: Vec::new(),
             client_us: Vec::new(),
+            allocs: Vec::new(),
             extra: Vec::new(),
             ratios: None,
             tail: String::new(),
@@ -88,6 +92,7 @@ impl Bench {
         b.native = med(&|b: &Bench| b.native);
         b.server_us = by_key(&|b: &Bench| &b.server_us);
         b.client_us = by_key(&|b: &Bench| &b.client_us);
+        b.allocs = by_key(&|b: &Bench| &b.allocs);
         b.extra = first
             .extra
             .iter()
@@ -122,7 +127,8 @@ impl Bench {
     /// The `BENCH` line: `ours=`, `floor=`, `rslock=` and their ratios as always, then (new
     /// fields at the end, so older parsers keep working) `native_floor=` and
     /// `ratio_native_floor=` where the native floor ran, `server_us_<row>=` per row, then
-    /// `client_cpu_us_<row>=` per row, then the scenario's [`extra`](Self::extra) fields.
+    /// `client_cpu_us_<row>=` per row, then `client_allocs_<row>=` per row where counted, then
+    /// the scenario's [`extra`](Self::extra) fields.
     pub(crate) fn line(&self) -> String {
         let fmt = |v: f64| format!("{v:.*}", self.decimals);
         let mut s = format!("BENCH {}", self.scenario);
@@ -151,6 +157,11 @@ impl Bench {
         for (key, us) in &self.client_us {
             if us.is_finite() {
                 s += &format!(" client_cpu_us_{key}={us:.2}");
+            }
+        }
+        for (key, n) in &self.allocs {
+            if n.is_finite() {
+                s += &format!(" client_allocs_{key}={n:.1}");
             }
         }
         for (key, v) in &self.extra {

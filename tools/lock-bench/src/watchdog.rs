@@ -204,7 +204,7 @@ async fn child_run(args: &ChildArgs) -> Result<serde_json::Value, String> {
     let period = args.lease / 3;
     let frame = Frame::start(&mut admin).await;
     tokio::time::sleep(period * args.periods).await;
-    let Cost { delta, cpu_us } = frame.stop(&mut admin).await;
+    let Cost { delta, cpu_us, .. } = frame.stop(&mut admin).await;
     let rss_end = rss_bytes();
     let (renew_calls, per_period) = renewals(&delta, args.periods);
     let (lost_client, lost_server, checked) =

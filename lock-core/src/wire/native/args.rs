@@ -1,11 +1,14 @@
 //! The arguments a native acquisition is built from, and the one command shape every
 //! renewal, re-entry and kept release shares.
 
+use std::sync::Arc;
+
 use redis::{Cmd, Pipeline};
 
 /// The arguments of a fresh acquisition.
 pub(crate) struct Acquire<'a, O> {
-    pub(crate) key: &'a str,
+    /// The (first) lock's key, shared with its hold's keys.
+    pub(crate) key: Arc<str>,
     pub(crate) owner: O,
     pub(crate) owner_bytes: Vec<u8>,
     pub(crate) lease_ms: u64,

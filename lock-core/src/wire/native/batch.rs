@@ -83,7 +83,7 @@ impl Call {
             pipe.cmd("EXEC");
         }
         add(false, &mut pipe);
-        Some(Call::new(Op::Batch(parts), pipe, &first.key))
+        Some(Call::new(Op::Batch(parts), pipe, first.key.clone()))
     }
 
     /// The fencing counter a fresh acquisition's first command seeds (`SET counter seed NX`).
@@ -151,7 +151,7 @@ mod tests {
 
     fn acquire_counted(key: &str, counter: &str) -> Call {
         Call::acquire(Acquire {
-            key,
+            key: key.into(),
             owner: "me:1",
             owner_bytes: b"me:1".to_vec(),
             lease_ms: 1000,
@@ -161,7 +161,7 @@ mod tests {
     }
 
     fn release(key: &str) -> Call {
-        Call::release(key, "me:1", true, ("PUBLISH", "chan", 9))
+        Call::release(key.into(), "me:1", true, ("PUBLISH", "chan", 9))
     }
 
     fn names(call: &Call) -> Vec<String> {

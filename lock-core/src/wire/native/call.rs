@@ -1,6 +1,8 @@
 //! [`Call`]: one native call, its commands and what its reply is read into ([`Op`]), built
 //! here for every operation of the native mutex.
 
+use std::sync::Arc;
+
 use redis::Pipeline;
 
 use super::args::{Acquire, ROOM, set_if_owner, start};
@@ -54,8 +56,8 @@ pub(crate) struct Part {
 pub(crate) struct Call {
     pub(super) op: Op,
     pub(super) pipe: Pipeline,
-    /// The lock's key, which routes the call on a Cluster.
-    pub(super) key: String,
+    /// The lock's key, which routes the call on a Cluster (shared with the hold's keys).
+    pub(super) key: Arc<str>,
 }
 
 /// What the reply to an acquisition found in the lock's place.
@@ -75,7 +77,8 @@ pub(crate) enum Found {
 impl Call {
     /// A fresh acquisition (see the module docs).
     pub(crate) fn acquire<O: redis::ToRedisArgs>(a: Acquire<'_, O>) -> Self {
-        let room = a.key.len() + a.counter.len() + ROOM;
+        let key = &*a.key;
+        let room = key.len() + a.counter.len() + ROOM;
         let mut pipe = Pipeline::with_capacity(4);
         pipe.atomic();
         start(&mut pipe, "SET", room)
@@ -84,13 +87,13 @@ impl Call {
             .arg("NX");
         start(&mut pipe, "INCR", room).arg(a.counter);
         start(&mut pipe, "SET", room)
-            .arg(a.key)
+            .arg(key)
             .arg(&a.owner)
             .arg("NX")
             .arg("PX")
             .arg(a.lease_ms)
             .arg("GET");
-        start(&mut pipe, "PTTL", room).arg(a.key);
+        start(&mut pipe, "PTTL", room).arg(key);
         Self::new(
             Op::Acquire {
                 owner: a.owner_bytes,
@@ -102,20 +105,20 @@ impl Call {
 
     /// A re-entry by `owner`, whose hold's token is `token`: the lease becomes `lease_ms`.
     pub(crate) fn reenter(
-        key: &str,
+        key: Arc<str>,
         owner: impl redis::ToRedisArgs,
         lease_ms: u64,
         token: u64,
     ) -> Self {
         let mut pipe = Pipeline::with_capacity(1);
-        set_if_owner(&mut pipe, key, &owner, lease_ms);
+        set_if_owner(&mut pipe, &key, &owner, lease_ms);
         Self::new(Op::Reenter { token }, pipe, key)
     }
 
     /// A release of one hold of `owner`'s, the last one when `last`, published on `channel`
     /// with `publish` (`PUBLISH`, or `SPUBLISH` on a Cluster) and the hold's token.
     pub(crate) fn release(
-        key: &str,
+        key: Arc<str>,
         owner: impl redis::ToRedisArgs,
         last: bool,
         (publish, channel, token): (&str, impl redis::ToRedisArgs, u64),
@@ -123,12 +126,12 @@ impl Call {
         let mut pipe = Pipeline::with_capacity(2);
         let room = key.len() + 2 * ROOM;
         if last {
-            start(&mut pipe, "DELIFEQ", room).arg(key).arg(&owner);
+            start(&mut pipe, "DELIFEQ", room).arg(&*key).arg(&owner);
             start(&mut pipe, publish, room).arg(channel).arg(token);
             Self::new(Op::Release, pipe, key)
         } else {
             start(&mut pipe, "SET", room)
-                .arg(key)
+                .arg(&*key)
                 .arg(&owner)
                 .arg("IFEQ")
                 .arg(&owner)
@@ -139,9 +142,9 @@ impl Call {
 
     /// Sets the lease of `owner`'s lock to `ms` if it is still theirs: a release kept until
     /// its minimum hold.
-    pub(crate) fn keep(key: &str, owner: impl redis::ToRedisArgs, ms: u64) -> Self {
+    pub(crate) fn keep(key: Arc<str>, owner: impl redis::ToRedisArgs, ms: u64) -> Self {
         let mut pipe = redis::pipe();
-        set_if_owner(&mut pipe, key, &owner, ms);
+        set_if_owner(&mut pipe, &key, &owner, ms);
         Self::new(Op::Keep, pipe, key)
     }
 
@@ -154,10 +157,10 @@ impl Call {
         let mut pipe = redis::pipe();
         let mut route = None;
         for (key, owner) in locks {
-            route.get_or_insert_with(|| key.to_owned());
+            route.get_or_insert_with(|| Arc::from(key));
             set_if_owner(&mut pipe, key, &owner, ms);
         }
-        let key = route.unwrap_or_default();
+        let key = route.unwrap_or_else(|| Arc::from(""));
         Self {
             op: Op::Renew,
             pipe,
@@ -193,11 +196,12 @@ impl Call {
         Self::new(Op::Inspect, pipe, key)
     }
 
-    pub(super) fn new(op: Op, pipe: Pipeline, key: &str) -> Self {
+    /// A call of `op` sending `pipe`, routed by `key` (shared, or copied once from a `&str`).
+    pub(super) fn new(op: Op, pipe: Pipeline, key: impl Into<Arc<str>>) -> Self {
         Self {
             op,
             pipe,
-            key: key.to_owned(),
+            key: key.into(),
         }
     }
 
@@ -229,7 +233,7 @@ impl Call {
         publish: &'static str,
     ) -> Self {
         let (multi, pipe) = Multi::build(a, locks, publish);
-        let key = multi.route().to_owned();
+        let key = Arc::from(multi.route());
         Self {
             op: Op::MultiAcquire(multi),
             pipe,

@@ -19,7 +19,7 @@ impl Call {
                 (answer, None) => Found::Answer(answer),
                 (answer, Some(pipe)) => Found::Partial {
                     answer,
-                    give_back: Call::new(Op::GiveBack, pipe, &self.key),
+                    give_back: Call::new(Op::GiveBack, pipe, self.key.clone()),
                 },
             }),
             Op::Acquire { owner } => {

@@ -10,7 +10,7 @@ use crate::wire::answer::{Answer, GaveBack, Tokens};
 
 fn acquire() -> Call {
     Call::acquire(Acquire {
-        key: "lock:{a}",
+        key: "lock:{a}".into(),
         owner: "me:1",
         owner_bytes: b"me:1".to_vec(),
         lease_ms: 30_000,
@@ -58,14 +58,14 @@ fn a_scripted_free_lock_string_is_found_as_such() {
 
 #[test]
 fn releases_renewals_and_reentries_read_into_typed_answers() {
-    let release = Call::release("lock:{a}", "me:1", true, ("PUBLISH", "c", 42));
+    let release = Call::release("lock:{a}".into(), "me:1", true, ("PUBLISH", "c", 42));
     let gave_back =
         |call: &Call, replies, resent| call.gave_back(Value::Array(replies), resent).unwrap();
     let (deleted, gone) = (vec![Value::Int(1), Value::Int(0)], vec![Value::Int(0)]);
     assert_eq!(gave_back(&release, deleted, false), GaveBack::Held);
     assert_eq!(gave_back(&release, gone.clone(), false), GaveBack::NotHeld);
     assert_eq!(gave_back(&release, gone, true), GaveBack::Held, "a repeat");
-    let one = Call::release("lock:{a}", "me:1", false, ("PUBLISH", "c", 42));
+    let one = Call::release("lock:{a}".into(), "me:1", false, ("PUBLISH", "c", 42));
     assert_eq!(gave_back(&one, vec![Value::Okay], false), GaveBack::Held);
     assert_eq!(gave_back(&one, vec![Value::Nil], true), GaveBack::NotHeld);
     let renew = Call::renew([("lock:{a}", "me:1"), ("lock:{b}", "me:2")], 30_000);
@@ -73,7 +73,7 @@ fn releases_renewals_and_reentries_read_into_typed_answers() {
     let renewed = renew.renewed(Value::Array(vec![Value::Okay, Value::Nil]));
     assert_eq!(renewed.unwrap(), [true, false]);
     assert!(renew.gave_back(Value::Array(vec![]), false).is_err());
-    let reenter = Call::reenter("lock:{a}", "me:1", 30_000, 42);
+    let reenter = Call::reenter("lock:{a}".into(), "me:1", 30_000, 42);
     let read = |replies| answer(reenter.found(Value::Array(replies)));
     assert_eq!(read(vec![Value::Okay]), Answer::Granted(Tokens::Each(42)));
     assert_eq!(read(vec![Value::Nil]), Answer::Lost { index: 0 });
