@@ -10,39 +10,51 @@ use crate::kind::Kind;
 use crate::name::Keys;
 
 /// A lock name on an engine, checked once when the handle is made: an invalid name is
-/// reported by every request and `info()` of the handle, before anything is sent.
+/// reported by every request and `info()` of the handle, before anything is sent. Cheap to
+/// clone when valid (the keys hold the name).
 #[derive(Clone)]
 pub(crate) struct Named {
     pub(crate) engine: Arc<Engine>,
-    name: String,
-    /// None when the name is invalid.
-    keys: Option<Keys>,
+    name: Name,
+}
+
+#[derive(Clone)]
+enum Name {
+    /// A valid name: its keys, which hold it.
+    Keyed(Keys),
+    /// An invalid name (reported by every request), or one that is not one lock's.
+    Unkeyed(String),
 }
 
 impl Named {
     pub(crate) fn new(engine: Arc<Engine>, name: String) -> Self {
-        let keys = engine.keys(&name).ok();
-        Self { engine, name, keys }
+        let name = match engine.keys(&name) {
+            Ok(keys) => Name::Keyed(keys),
+            Err(_) => Name::Unkeyed(name),
+        };
+        Self { engine, name }
     }
 
     /// A name that is not one lock's (a multi-lock's names joined), so it has no keys.
     pub(crate) fn unkeyed(engine: Arc<Engine>, name: String) -> Self {
         Self {
             engine,
-            name,
-            keys: None,
+            name: Name::Unkeyed(name),
         }
     }
 
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        match &self.name {
+            Name::Keyed(keys) => keys.name(),
+            Name::Unkeyed(name) => name,
+        }
     }
 
     /// The keys of the name, or why the name cannot be used.
     pub(crate) fn keys(&self) -> Result<Keys, LockError> {
-        match &self.keys {
-            Some(keys) => Ok(keys.clone()),
-            None => self.engine.keys(&self.name),
+        match &self.name {
+            Name::Keyed(keys) => Ok(keys.clone()),
+            Name::Unkeyed(name) => self.engine.keys(name),
         }
     }
 
@@ -59,6 +71,6 @@ impl Named {
 
 impl fmt::Debug for Named {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.name, f)
+        fmt::Debug::fmt(self.name(), f)
     }
 }

@@ -71,7 +71,7 @@ pub(crate) struct Engine {
     protocol: Protocol,
     config: Config,
     waiters: Waiters,
-    client_id: String,
+    client_id: Arc<str>,
     registry: Mutex<Registry>,
     jobs: jobs::Sender,
     /// Batches mutex acquisitions and releases (and rate-limit decisions), where one server
@@ -120,7 +120,7 @@ impl Engine {
             capabilities: speech.capabilities,
             config,
             waiters,
-            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            client_id: uuid::Uuid::new_v4().simple().to_string().into(),
             registry: Mutex::new(Registry {
                 holds: HashMap::default(),
                 sweep_at: 64,
@@ -246,7 +246,7 @@ impl Engine {
     /// client's and still held here.
     pub(crate) fn own_hold(&self, kind: Kind, keys: &Keys, owner: &str) -> Option<Snapshot> {
         let holder = owner
-            .strip_prefix(self.client_id.as_str())?
+            .strip_prefix(&*self.client_id)?
             .strip_prefix(':')?
             .parse()
             .ok()?;

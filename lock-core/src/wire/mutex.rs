@@ -46,8 +46,7 @@ pub(crate) fn acquire(
         .into(),
         (Dialect::Native, _) => native::Call::acquire(native::Acquire {
             key: t.keys.lock_shared(),
-            owner: t.owner,
-            owner_bytes: t.owner.to_string().into_bytes(),
+            owner: t.owner.id(),
             lease_ms: millis(lease),
             counter: &p.counter(t.keys.lock()),
             seed: p.seed(),
@@ -89,8 +88,7 @@ pub(crate) fn multi_acquire<'a>(
         let acquire = native::Acquire {
             counter: &p.counter(&first),
             key: first.clone(),
-            owner,
-            owner_bytes: owner.to_string().into_bytes(),
+            owner: owner.id(),
             lease_ms: millis(lease),
             seed: p.seed(),
         };

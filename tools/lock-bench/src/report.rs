@@ -21,8 +21,9 @@ pub(crate) struct Bench {
     /// The client's CPU µs per cycle of each row that has it, in the order of the rows: (row
     /// key, µs).
     pub(crate) client_us: Vec<(&'static str, f64)>,
-    /// The client's heap allocations per cycle of each row that has it (W1, W2 with the
-    /// `allocs` feature), in the order of the rows: (row key, allocations).
+    /// The client's heap allocations per cycle (W1, W2) or request (W6) of each row that has
+    /// it (with the `allocs` feature; NaN where not counted, left off the line), in the order
+    /// of the rows: (row key, allocations).
     pub(crate) allocs: Vec<(&'static str, f64)>,
     /// Figures of the scenario's own, last on the line, in this order: (field, whole
     /// number). R1/R2: each row's state per key in bytes.

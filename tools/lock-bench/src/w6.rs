@@ -101,6 +101,8 @@ struct Measured {
     counts: Counts,
     server_us: f64,
     client_us: f64,
+    /// Heap allocations per request, where counted (the `allocs` feature).
+    allocs: Option<f64>,
 }
 
 /// Runs the timed rounds, each variant in the measuring frame, then the counting passes.
@@ -139,6 +141,7 @@ async fn measure(
         measured.push(Measured {
             server_us: cost.delta.server_usec(&counts) / requests,
             client_us: cost.cpu_us / requests,
+            allocs: cost.allocs.map(|n| n as f64 / requests),
             sample,
             cost,
             counts,
@@ -167,6 +170,9 @@ fn publish(report: &mut Report, ctx: &Ctx<'_>, variants: &[Variant<'_>], measure
         let mut j = s.summary();
         j["server_us_per_request"] = m.server_us.into();
         j["client_cpu_us_per_request"] = m.client_us.into();
+        if let Some(allocs) = m.allocs {
+            j["client_allocs_per_request"] = allocs.into();
+        }
         j["commandstats"] = m.cost.delta.to_json();
         j["monitor"] = m.counts.to_json();
         j["monitor_requests"] = W6_COUNT_REQUESTS.into();
@@ -255,6 +261,7 @@ fn bench(
     };
     bench.server_us = per(|m| m.server_us);
     bench.client_us = per(|m| m.client_us);
+    bench.allocs = per(|m| m.allocs.unwrap_or(f64::NAN));
     bench
 }
 

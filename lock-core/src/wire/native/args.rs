@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use redis::{Cmd, Pipeline};
 
+use crate::wire::owner::OwnerId;
+
 /// The arguments of a fresh acquisition.
-pub(crate) struct Acquire<'a, O> {
+pub(crate) struct Acquire<'a> {
     /// The (first) lock's key, shared with its hold's keys.
     pub(crate) key: Arc<str>,
-    pub(crate) owner: O,
-    pub(crate) owner_bytes: Vec<u8>,
+    pub(crate) owner: OwnerId,
     pub(crate) lease_ms: u64,
     pub(crate) counter: &'a str,
     /// The server clock in microseconds, for a counter that is missing.

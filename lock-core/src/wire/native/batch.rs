@@ -144,6 +144,7 @@ impl Call {
 mod tests {
     use super::*;
     use crate::wire::native::Acquire;
+    use crate::wire::owner::OwnerId;
 
     fn acquire(key: &str) -> Call {
         acquire_counted(key, "fence")
@@ -152,8 +153,7 @@ mod tests {
     fn acquire_counted(key: &str, counter: &str) -> Call {
         Call::acquire(Acquire {
             key: key.into(),
-            owner: "me:1",
-            owner_bytes: b"me:1".to_vec(),
+            owner: OwnerId::new("me", 1),
             lease_ms: 1000,
             counter,
             seed: 7,

@@ -8,12 +8,13 @@ use redis::Pipeline;
 use super::args::{Acquire, ROOM, set_if_owner, start};
 use super::multi::{Multi, MultiLock};
 use crate::wire::answer::Answer;
+use crate::wire::owner::OwnerId;
 
 /// What a native call does, and what its reply is read into.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     /// A fresh acquisition by the owner whose id is these bytes: read into an [`Answer`].
-    Acquire { owner: Vec<u8> },
+    Acquire { owner: OwnerId },
     /// A re-entry of a hold whose token is this: read into an [`Answer`].
     Reenter { token: u64 },
     /// The last hold's release: read into a [`GaveBack`].
@@ -76,7 +77,7 @@ pub(crate) enum Found {
 
 impl Call {
     /// A fresh acquisition (see the module docs).
-    pub(crate) fn acquire<O: redis::ToRedisArgs>(a: Acquire<'_, O>) -> Self {
+    pub(crate) fn acquire(a: Acquire<'_>) -> Self {
         let key = &*a.key;
         let room = key.len() + a.counter.len() + ROOM;
         let mut pipe = Pipeline::with_capacity(4);
@@ -94,13 +95,7 @@ impl Call {
             .arg(a.lease_ms)
             .arg("GET");
         start(&mut pipe, "PTTL", room).arg(key);
-        Self::new(
-            Op::Acquire {
-                owner: a.owner_bytes,
-            },
-            pipe,
-            a.key,
-        )
+        Self::new(Op::Acquire { owner: a.owner }, pipe, a.key)
     }
 
     /// A re-entry by `owner`, whose hold's token is `token`: the lease becomes `lease_ms`.
@@ -227,8 +222,8 @@ impl Call {
 
     /// A multi-lock's acquisition: every lock in one `MULTI`/`EXEC`, all or none (see
     /// [`Multi::build`]).
-    pub(crate) fn multi_acquire<O: redis::ToRedisArgs>(
-        a: Acquire<'_, O>,
+    pub(crate) fn multi_acquire(
+        a: Acquire<'_>,
         locks: Vec<MultiLock>,
         publish: &'static str,
     ) -> Self {

@@ -9,11 +9,12 @@ use redis::{Pipeline, Value};
 use super::args::{Acquire, set_if_owner};
 use crate::error::LockError;
 use crate::wire::answer::{Answer, Tokens};
+use crate::wire::owner::OwnerId;
 
 /// What a multi-lock's acquisition asks for, to read its reply.
 #[derive(Debug, Clone)]
 pub(crate) struct Multi {
-    owner: Vec<u8>,
+    owner: OwnerId,
     /// Per lock, in the call's order: its key, its release channel, and the token of the
     /// owner's hold for a re-entry (None: a fresh acquisition).
     locks: Vec<(String, String, Option<u64>)>,
@@ -48,8 +49,8 @@ impl Multi {
     /// … PX`, or a fresh one's token (`INCR counter`, the counter of their slot), its lease
     /// (`SET … IFEQ owner PX`: only where the owner's value now is, taken or repeated) and
     /// `PTTL` (a busy holder's remaining lease).
-    pub(super) fn build<O: redis::ToRedisArgs>(
-        a: Acquire<'_, O>,
+    pub(super) fn build(
+        a: Acquire<'_>,
         locks: Vec<MultiLock>,
         publish: &'static str,
     ) -> (Multi, Pipeline) {
@@ -81,7 +82,7 @@ impl Multi {
             }
         }
         let multi = Multi {
-            owner: a.owner_bytes,
+            owner: a.owner,
             locks: locks
                 .into_iter()
                 .map(|l| (l.key, l.channel, l.reentry))
@@ -179,7 +180,7 @@ impl Multi {
             Value::Nil if set => Took::Taken { token, fresh: true },
             // Free, but another name was not: nothing taken here.
             Value::Nil => Took::Busy { ms: 0 },
-            Value::BulkString(old) if old == self.owner => Took::Taken { token, fresh: true },
+            Value::BulkString(old) if self.owner.is(&old) => Took::Taken { token, fresh: true },
             Value::BulkString(old) if old.first() == Some(&b'|') => Took::Scripted(old),
             Value::BulkString(_) => Took::Busy { ms: pttl },
             _ => return None,

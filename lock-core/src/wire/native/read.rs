@@ -32,7 +32,7 @@ impl Call {
                 let granted = Answer::Granted(Tokens::Each(token.unsigned_abs()));
                 Ok(Found::Answer(match replies.get(2) {
                     Some(Value::Nil) => granted,
-                    Some(Value::BulkString(old)) if old == owner => granted,
+                    Some(Value::BulkString(old)) if owner.is(old) => granted,
                     Some(Value::BulkString(old)) if old.first() == Some(&b'|') => {
                         return Ok(Found::Scripted(old.clone()));
                     }

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::wire::owner::OwnerId;
+
 use super::{Acquire, Call, Found};
 use crate::error::LockError;
 use crate::wire::answer::{Answer, GaveBack, Tokens};
@@ -11,8 +13,7 @@ use crate::wire::answer::{Answer, GaveBack, Tokens};
 fn acquire() -> Call {
     Call::acquire(Acquire {
         key: "lock:{a}".into(),
-        owner: "me:1",
-        owner_bytes: b"me:1".to_vec(),
+        owner: OwnerId::new("me", 1),
         lease_ms: 30_000,
         counter: "lock:fence",
         seed: 1_795_000_000_000_000,
