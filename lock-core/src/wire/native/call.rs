@@ -13,7 +13,7 @@ use crate::wire::owner::OwnerId;
 /// What a native call does, and what its reply is read into.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    /// A fresh acquisition by the owner whose id is these bytes: read into an [`Answer`].
+    /// A fresh acquisition by this owner (a repeat finds its id): read into an [`Answer`].
     Acquire { owner: OwnerId },
     /// A re-entry of a hold whose token is this: read into an [`Answer`].
     Reenter { token: u64 },
