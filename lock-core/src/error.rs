@@ -95,7 +95,12 @@ pub enum LockError {
         source: Option<ConnectError>,
     },
 
-    /// Redis did not answer within the response timeout.
+    /// Redis did not answer within the call's bound: its
+    /// [`response_timeout`](crate::LockClientBuilder::response_timeout) (1 s by default),
+    /// counted from when the call was asked, plus any time spent getting a connection (at
+    /// most the [`connect_timeout`](crate::LockClientBuilder::connect_timeout)). The duration
+    /// is how long the call really waited. The request may have been applied; it was not
+    /// sent again.
     #[error("Redis did not answer within {0:?}")]
     ResponseTimeout(Duration),
 

@@ -9,7 +9,7 @@
 //! [`LockClient::connection`](crate::LockClient::connection), which heals after a restart and
 //! runs on the in-memory backend, or another server's); for SQL, see the crate docs' section
 //! *Fencing at the resource*. Both [`set`] and [`get`] are safe to repeat and send once more
-//! when their connection failed under them.
+//! when their connection broke under them (not after a timeout).
 //!
 //! The value lives in a hash at `key` with two fields, `value` and `fence`; [`get`] reads
 //! both. The rule: a write whose token is **lower** than the stored fence is refused; an equal
@@ -59,14 +59,15 @@ pub enum Fenced {
     },
 }
 
-/// Sends (evaluates `send`), and once more when the connection failed under it: [`set`] and
+/// Sends (evaluates `send`), and once more when the connection broke under it: [`set`] and
 /// [`get`] are safe to repeat (a repeated write writes the same value with the same token),
 /// and a connection that heals ([`Connection`](crate::Connection), the redis crate's
-/// `ConnectionManager`) then takes the second try.
+/// `ConnectionManager`) then takes the second try. A timeout is not sent again: its time is
+/// spent, and a second try would double the wait on a frozen server.
 macro_rules! once_more {
     ($send:expr) => {
         match $send {
-            Err(e) if crate::error::is_connection_error(&e) => {
+            Err(e) if crate::error::is_connection_error(&e) && !e.is_timeout() => {
                 tracing::debug!(error = %e, "a fenced command's connection failed; sending it once more");
                 $send
             }

@@ -4,7 +4,8 @@
 //! on a Cluster, of one slot), up to 32 batches at once. A hold Redis says is gone is marked
 //! lost at once. A hold whose last confirmed renewal is older than its lease (measured from
 //! when that renewal was sent, minus a drift margin) is marked lost when that moment passes,
-//! whether Redis answered with errors or not at all. Holds whose guards are all gone
+//! whether Redis answered with errors or not at all: the task wakes then, and a round of
+//! renewals still waiting for a frozen server is cut off at that moment. Holds whose guards are all gone
 //! (released, dropped) are never renewed again. The task ends when the client is dropped.
 //!
 //! Alongside, once per period, it refreshes the client's owner description, if it has one
@@ -42,8 +43,18 @@ pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
         let Some(engine) = engine.upgrade() else {
             return;
         };
-        let holds = engine.watched();
         let started = Instant::now();
+        // A hold whose lease ran out (its renewals unanswered) is lost now, before anything
+        // is sent: a frozen server's silence never delays the news.
+        let holds: Vec<_> = engine
+            .watched()
+            .into_iter()
+            .filter(|(hold, _)| !hold.expire_if_due(started))
+            .collect();
+        let first_end = holds
+            .iter()
+            .map(|(hold, _)| hold.snapshot().valid_until)
+            .min();
         // Retries after a failed renewal come sooner than a period: the description waits.
         let describe = started >= described + period;
         let failed = {
@@ -54,6 +65,14 @@ pub(crate) async fn run(engine: Weak<Engine>, lease: Duration) {
                 )
                 .buffer_unordered(CONCURRENT_BATCHES)
                 .fold(false, |failed, ok| async move { failed | !ok });
+            // No round of renewals outlasts the first lease it could still save: past that
+            // moment its hold is lost, whatever the server answers later.
+            let renewals = async {
+                match first_end {
+                    Some(end) => tokio::time::timeout_at(end, renewals).await.unwrap_or(true),
+                    None => renewals.await,
+                }
+            };
             let description = async {
                 if describe {
                     description::refresh(engine, period).await;

@@ -58,6 +58,14 @@ async fn open(
 /// How many times the cluster connection re-sends a command after a redirect or a failure.
 const RETRIES: u32 = 3;
 
+/// The cluster connection's own response timeout: twice a call's bound ([`Cluster::limit`]),
+/// so a call always ends at its bound first. Were it shorter, the redis crate would send a
+/// timed-out request again (its retry method for a timeout is "retry at once"), and a rate
+/// decision could be applied twice.
+fn inner_timeout(connect_timeout: Duration, response_timeout: Duration) -> Duration {
+    (connect_timeout + response_timeout) * 2
+}
+
 /// How many times a native call's transaction goes again after a moved or migrating slot.
 const REDIRECTS: u32 = 5;
 
@@ -71,7 +79,7 @@ impl Cluster {
         seeds
             .builder()?
             .connection_timeout(connect_timeout)
-            .response_timeout(response_timeout)
+            .response_timeout(inner_timeout(connect_timeout, response_timeout))
             .retries(RETRIES)
             .min_retry_wait(10)
             .max_retry_wait(200)
@@ -107,9 +115,14 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The longest a command may take: its retries after redirects and failures included.
+    /// The longest a command may take, its redirects, reconnections and retries after a
+    /// broken connection included: the response timeout plus the connect timeout (the
+    /// cluster connection may have to open a connection inside any call, and does not say
+    /// so). The cluster connection's own response timeout is longer
+    /// ([`inner_timeout`]), so it never sends a timed-out request again: this bound ends it
+    /// first.
     fn limit(&self) -> Duration {
-        (self.response_timeout + Duration::from_millis(200)) * (RETRIES + 1)
+        self.response_timeout + self.connect_timeout
     }
 
     /// Sends a native call; a transaction a node aborts because the slot is elsewhere
@@ -212,9 +225,10 @@ impl Cluster {
         &self,
         request: impl Future<Output = Result<T, redis::RedisError>>,
     ) -> Result<T, LockError> {
+        let started = Instant::now();
         match tokio::time::timeout(self.limit(), request).await {
-            Ok(result) => result.map_err(|e| map_error(e, self.response_timeout).auth_in("urls")),
-            Err(_) => Err(LockError::ResponseTimeout(self.limit())),
+            Ok(result) => result.map_err(|e| map_error(e, started.elapsed()).auth_in("urls")),
+            Err(_) => Err(LockError::ResponseTimeout(started.elapsed())),
         }
     }
 }
@@ -301,9 +315,10 @@ impl Topology for Cluster {
     /// every command is.
     async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
         let mut connection = self.connection.clone();
+        let started = Instant::now();
         match tokio::time::timeout(self.limit(), request.send(&mut connection)).await {
             Ok(reply) => reply,
-            Err(_) => Err(LockError::ResponseTimeout(self.limit()).into_redis()),
+            Err(_) => Err(LockError::ResponseTimeout(started.elapsed()).into_redis()),
         }
     }
 

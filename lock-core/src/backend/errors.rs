@@ -14,11 +14,12 @@ pub(crate) fn is_connection_error_kind(e: &redis::RedisError) -> bool {
     crate::error::is_connection_error(e)
 }
 
-/// Maps a Redis error: a timeout is a [`LockError::ResponseTimeout`], a refused permission a
-/// [`LockError::NoPermission`], a server that wants a password [`LockError::AuthRequired`].
-pub(crate) fn map_error(e: redis::RedisError, response_timeout: Duration) -> LockError {
+/// Maps a Redis error: a timeout is a [`LockError::ResponseTimeout`] of `waited` (how long
+/// the call waited), a refused permission a [`LockError::NoPermission`], a server that wants a
+/// password [`LockError::AuthRequired`].
+pub(crate) fn map_error(e: redis::RedisError, waited: Duration) -> LockError {
     if e.is_timeout() {
-        LockError::ResponseTimeout(response_timeout)
+        LockError::ResponseTimeout(waited)
     } else if let Some(refused) = auth_required(&e).or_else(|| no_permission(&e)) {
         refused
     } else if let Some(missing) = unsupported(&e) {

@@ -1,8 +1,9 @@
 //! The in-memory backend's `Topology` (the `testing` feature): one client's link to an
 //! in-memory server (`memory`), with the faults a test sets on the way: unreachable (calls
 //! fail with [`LockError::Unavailable`] and are not applied), and replies delayed on tokio's
-//! clock (applied at once, answered later; a delay of the response timeout or more answers
-//! [`LockError::ResponseTimeout`]).
+//! clock (applied at once, answered later; a reply that would come after the call's
+//! [`Deadline`], its response timeout counted from when its caller asked, answers
+//! [`LockError::ResponseTimeout`] at the deadline).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,7 +12,10 @@ use std::time::Duration;
 use redis::Value;
 use redis::cluster_routing::Slot;
 
+use tokio::time::Instant;
+
 use super::calls::policy_cmd;
+use super::deadline::Deadline;
 use super::invocation::Invocation;
 use super::memory::{Link, Server};
 use super::request::Request;
@@ -45,11 +49,20 @@ impl Memory {
         &self.link
     }
 
+    /// The bound of a call whose caller asked at `asked`.
+    fn deadline(&self, asked: Instant) -> Deadline {
+        Deadline::new(asked, self.response_timeout, self.connect_timeout)
+    }
+
     /// Runs `call` on the server, as the faults allow: not at all while unreachable, and
     /// answered after the reply delay. An error reply (alone, or in a pipeline) fails the call,
     /// as the redis crate reads a reply.
-    async fn call(&self, call: impl FnOnce(&Server) -> Value) -> Result<Value, LockError> {
-        match self.reply(call).await? {
+    async fn call(
+        &self,
+        call: impl FnOnce(&Server) -> Value,
+        deadline: &Deadline,
+    ) -> Result<Value, LockError> {
+        match self.reply(call, deadline).await? {
             Value::Array(replies) => Value::Array(replies)
                 .extract_error()
                 .map_err(LockError::Redis),
@@ -59,7 +72,14 @@ impl Memory {
     }
 
     /// [`Memory::call`]'s reply as the server gave it, error replies included.
-    async fn reply(&self, call: impl FnOnce(&Server) -> Value) -> Result<Value, LockError> {
+    async fn reply(
+        &self,
+        call: impl FnOnce(&Server) -> Value,
+        deadline: &Deadline,
+    ) -> Result<Value, LockError> {
+        if deadline.passed() {
+            return Err(deadline.unsent("the in-memory server".to_owned()));
+        }
         if !self.link.reachable() {
             let refused = std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
@@ -72,9 +92,10 @@ impl Memory {
         }
         let reply = call(self.link.server());
         let delay = self.link.server().faults().delay;
-        if delay >= self.response_timeout {
-            tokio::time::sleep(self.response_timeout).await;
-            return Err(LockError::ResponseTimeout(self.response_timeout));
+        // A reply due at the deadline or later is not had in time.
+        if delay >= deadline.at().saturating_duration_since(Instant::now()) {
+            tokio::time::sleep_until(deadline.at()).await;
+            return Err(deadline.timed_out());
         }
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -101,6 +122,7 @@ fn run(server: &Server, request: Request<'_>) -> Value {
 
 impl Topology for Memory {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
+        let deadline = self.deadline(invocation.asked);
         let run = |server: &Server| {
             // Counted once it reaches the server, as a connection's send is.
             invocation.sends.fetch_add(1, Ordering::Relaxed);
@@ -108,11 +130,11 @@ impl Topology for Memory {
         };
         match invocation.command {
             // A batch's pipeline ignores errors: each stays in its call's place.
-            Wire::Native(native) if native.is_batch() => match self.reply(run).await? {
+            Wire::Native(native) if native.is_batch() => match self.reply(run, &deadline).await? {
                 Value::ServerError(error) => Err(LockError::Redis(error.into())),
                 reply => Ok(reply),
             },
-            _ => self.call(run).await,
+            _ => self.call(run, &deadline).await,
         }
     }
 
@@ -132,7 +154,9 @@ impl Topology for Memory {
 
     async fn load_scripts(&self, _scripts: &'static Scripts) -> Result<Mode, LockError> {
         // Each operation is compiled on its first call; this only proves the server answers.
-        self.call(|_| Value::Okay).await.map(|_| Mode::Function)
+        self.call(|_| Value::Okay, &self.deadline(Instant::now()))
+            .await
+            .map(|_| Mode::Function)
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
@@ -140,13 +164,15 @@ impl Topology for Memory {
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        self.call(|server| server.command(cmd)).await
+        self.call(|server| server.command(cmd), &self.deadline(Instant::now()))
+            .await
     }
 
     /// As [`run`] answers it, errors in a pipeline's replies left in their places, as a
     /// connection gives them.
     async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
-        let reply = self.reply(|server| run(server, request));
+        let deadline = self.deadline(Instant::now());
+        let reply = self.reply(|server| run(server, request), &deadline);
         match reply.await.map_err(LockError::into_redis)? {
             Value::ServerError(error) => Err(error.into()),
             reply => Ok(reply),

@@ -3,6 +3,7 @@
 
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, RedisResult};
+use tokio::time::Instant;
 
 use super::calls::{function_missing, load_library};
 use crate::wire::Wire;
@@ -15,9 +16,22 @@ pub(crate) struct Invocation<'a> {
     pub(crate) mode: Mode,
     /// How many times it was sent (a backend sends it again after a connection failure).
     pub(crate) sends: std::sync::atomic::AtomicU32,
+    /// When its caller asked: its [`Deadline`](super::deadline::Deadline) counts from here
+    /// (a batch's, from the earliest of its requests).
+    pub(crate) asked: Instant,
 }
 
 impl Invocation<'_> {
+    /// Whether it may be sent again after its connection broke under it: a repeat of an
+    /// applied one is recognised or changes nothing (every call but a rate decision's, see
+    /// [`Call::repeat_safe`]).
+    pub(crate) fn repeat_safe(&self) -> bool {
+        match self.command {
+            Wire::Script(call) => call.repeat_safe(),
+            Wire::Native(_) => true,
+        }
+    }
+
     /// Whether it was sent more than once: a reply may then answer a repeat of a command the
     /// server already applied.
     pub(crate) fn resent(&self) -> bool {

@@ -23,7 +23,9 @@ use crate::wire::script::{Mode, Scripts};
 
 mod calls;
 mod cluster;
+mod deadline;
 mod errors;
+mod heal;
 #[cfg(feature = "testing")]
 mod in_memory;
 mod invocation;

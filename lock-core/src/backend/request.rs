@@ -1,11 +1,12 @@
 //! What a command path sends, and whether it may be sent again after its connection broke.
 //!
 //! Every path of every backend sends one of these, so the rule is written once: a call of the
-//! crate's code and the crate's own plain commands are safe to repeat (a repeat of an applied
-//! one is recognised or writes the same thing again), so after a connection failure they go
-//! once more on a healed connection; an application's command (through
-//! [`Connection`](crate::Connection)) may not be, so it is never sent twice: its error is
-//! returned, and the connection is healed for the next command.
+//! crate's code (but a rate decision) and the crate's own plain commands are safe to repeat (a
+//! repeat of an applied one is recognised or writes the same thing again), so after a broken
+//! connection they go once more on a healed connection, within the call's deadline; an
+//! application's command (through [`Connection`](crate::Connection)) and a rate decision may
+//! not be, so they are never sent twice: the error is returned. A request that timed out is
+//! never sent again (it may have been applied, and its time is spent).
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
@@ -27,9 +28,13 @@ pub(crate) enum Request<'a> {
 }
 
 impl Request<'_> {
-    /// Whether it may be sent again after its connection failed mid-request.
+    /// Whether it may be sent again after its connection broke mid-request.
     pub(crate) fn repeatable(&self) -> bool {
-        matches!(self, Request::Call(_) | Request::Command(_))
+        match self {
+            Request::Call(invocation) => invocation.repeat_safe(),
+            Request::Command(_) => true,
+            Request::User(_) | Request::UserPipeline(..) => false,
+        }
     }
 
     /// Sends it on `con`. A pipeline's replies come as one array.

@@ -5,8 +5,11 @@
 //! checks with `ROLE` that the named node really is a primary, and talks to it as to a
 //! standalone server. When a command fails in a way that says the primary may have changed (the
 //! connection fails or times out, or the node answers `READONLY` because it was turned into a
-//! replica) it asks again; if they now name another node, the command is sent there once more
-//! (every script is safe to repeat) and the pub/sub connection moves too.
+//! replica) it asks again; if they now name another node, a command that was not applied (no
+//! connection, `READONLY`, `MASTERDOWN`) or is safe to repeat (after a broken connection) is
+//! sent there once more within the call's [`Deadline`], and the pub/sub connection moves
+//! too. A command that timed out is not sent again (it may have been applied, and its time is
+//! spent): the sentinels are asked in the background, for the next one.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
@@ -17,6 +20,9 @@ use redis::cluster_routing::Slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::watch;
 
+use tokio::time::Instant;
+
+use super::deadline::Deadline;
 use super::errors::refusal;
 use super::invocation::Invocation;
 use super::request::Request;
@@ -334,29 +340,54 @@ impl Sentinel {
         self.discovery.spawn_watcher();
     }
 
-    /// Runs `f` on the current primary; when it fails in a way that says the primary may have
-    /// moved, asks the sentinels and, if they name another node, runs it there once more.
-    async fn on_primary<T, F, Fut>(&self, f: F) -> Result<T, LockError>
+    /// Runs `f` on the current primary within one deadline (counted from `asked`); when it
+    /// fails in a way that says the primary may have moved, asks the sentinels and, if they
+    /// name another node, runs it there once more when that is safe: the first try was not
+    /// applied, or it is `repeat_safe` and its connection broke. After a timeout, or once the
+    /// deadline has passed, the sentinels are asked in the background and the error returned.
+    async fn on_primary<T, F, Fut>(
+        &self,
+        asked: Instant,
+        repeat_safe: bool,
+        f: F,
+    ) -> Result<T, LockError>
     where
-        F: Fn(Arc<Standalone>) -> Fut + Send + Sync,
+        F: Fn(Arc<Standalone>, Arc<Deadline>) -> Fut + Send + Sync,
         Fut: Future<Output = Result<T, LockError>> + Send,
         T: Send,
     {
         let (generation, node) = self.discovery.current().await?;
-        let result = match f(node).await {
+        let deadline = Arc::new(node.deadline(asked));
+        let result = match f(node, deadline.clone()).await {
             Err(e) if primary_may_have_moved(&e) => {
-                let Ok((now, node)) = self.discovery.refresh(generation).await else {
-                    return Err(e);
-                };
-                if now == generation {
-                    return Err(e);
+                // A timeout may have been applied, and a call whose time is spent cannot use
+                // the sentinels' answer: they are asked for the next call.
+                if matches!(e, LockError::ResponseTimeout(_)) || deadline.passed() {
+                    self.refresh_in_background(generation);
+                    return Err(e.auth_in(PRIMARY_URL));
                 }
-                f(node).await
+                let again = !may_be_applied(&e) || repeat_safe;
+                let refreshed = deadline
+                    .connecting_with(self.discovery.refresh(generation))
+                    .await;
+                match refreshed {
+                    Some(Ok((now, node))) if now != generation && again => f(node, deadline).await,
+                    _ => Err(e),
+                }
             }
             other => other,
         };
         // The primary's password comes from `sentinel_primary_url`, not from its address.
         result.map_err(|e| e.auth_in(PRIMARY_URL))
+    }
+
+    /// Asks the sentinels again in the background (after a timeout: the call that saw it has
+    /// no time left to wait for them).
+    fn refresh_in_background(&self, seen: u64) {
+        let discovery = self.discovery.clone();
+        tokio::spawn(async move {
+            let _ = discovery.refresh(seen).await;
+        });
     }
 }
 
@@ -364,17 +395,32 @@ impl Sentinel {
 fn primary_may_have_moved(e: &LockError) -> bool {
     match e {
         LockError::Unavailable { .. } | LockError::ResponseTimeout(_) => true,
-        LockError::Redis(e) => {
-            is_connection_error(e) || matches!(e.code(), Some("READONLY" | "MASTERDOWN"))
-        }
+        LockError::Redis(e) => is_connection_error(e) || refused_as_not_primary(e),
         _ => false,
+    }
+}
+
+/// A node that is no longer the primary refuses a write: nothing was applied.
+fn refused_as_not_primary(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("READONLY" | "MASTERDOWN"))
+}
+
+/// Whether a command that failed with `e` may have been applied (its connection broke after
+/// it was sent), rather than never sent or refused.
+fn may_be_applied(e: &LockError) -> bool {
+    match e {
+        LockError::Redis(e) => !refused_as_not_primary(e),
+        other => !other.never_sent(),
     }
 }
 
 impl Topology for Sentinel {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        self.on_primary(|node| async move { node.invoke_value(invocation).await })
-            .await
+        let safe = invocation.repeat_safe();
+        self.on_primary(invocation.asked, safe, |node, deadline| async move {
+            node.invoke_within(invocation, &deadline).await
+        })
+        .await
     }
 
     async fn invoke_acked(
@@ -384,25 +430,32 @@ impl Topology for Sentinel {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
-        self.on_primary(|node| async move {
-            node.invoke_acked(invocation, key, replicas, timeout).await
+        let _ = key;
+        let safe = invocation.repeat_safe();
+        self.on_primary(invocation.asked, safe, |node, _| async move {
+            let deadline = node.acked_deadline(invocation.asked, timeout);
+            node.acked_within(invocation, replicas, timeout, &deadline)
+                .await
         })
         .await
     }
 
     async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
-        self.on_primary(|node| async move { node.load_scripts(scripts).await })
-            .await
+        self.on_primary(Instant::now(), true, |node, _| async move {
+            node.load_scripts(scripts).await
+        })
+        .await
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
-        self.on_primary(|node| async move { node.max_memory_policy().await })
-            .await
+        self.command(&super::calls::policy_cmd()).await
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        self.on_primary(|node| async move { node.command(cmd).await })
-            .await
+        self.on_primary(Instant::now(), true, |node, deadline| async move {
+            node.command_within(cmd, &deadline).await
+        })
+        .await
     }
 
     /// On the current primary. A request no connection could be had for, or one the node
@@ -415,13 +468,19 @@ impl Topology for Sentinel {
             .current()
             .await
             .map_err(LockError::into_redis)?;
-        let reply = node.send(request).await;
-        let refused = |e: &redis::RedisError| matches!(e.code(), Some("READONLY" | "MASTERDOWN"));
+        let deadline = node.deadline(Instant::now());
+        let reply = node.send(request, &deadline).await;
         let again = match &reply {
             Err(_) => true,
-            Ok(Err(e)) if refused(e) => true,
+            Ok(Err(e)) if refused_as_not_primary(e) => true,
+            Ok(Err(e)) if e.is_timeout() => {
+                self.refresh_in_background(generation);
+                false
+            }
             Ok(Err(e)) if is_connection_error(e) => {
-                let _ = self.discovery.refresh(generation).await;
+                let _ = deadline
+                    .connecting_with(self.discovery.refresh(generation))
+                    .await;
                 false
             }
             Ok(_) => false,
@@ -429,9 +488,12 @@ impl Topology for Sentinel {
         if !again {
             return reply.unwrap_or_else(|e| Err(e.into_redis()));
         }
-        match self.discovery.refresh(generation).await {
-            Ok((now, node)) if now != generation => node
-                .send(request)
+        match deadline
+            .connecting_with(self.discovery.refresh(generation))
+            .await
+        {
+            Some(Ok((now, node))) if now != generation => node
+                .send(request, &deadline)
                 .await
                 .unwrap_or_else(|e| Err(e.into_redis())),
             _ => reply.unwrap_or_else(|e| Err(e.into_redis())),

@@ -1,7 +1,9 @@
 //! A standalone Redis server: a bb8 pool of multiplexed connections for commands, and a
 //! `redis::Client` for the dedicated pub/sub connection.
+//!
+//! Every request is bounded by its [`Deadline`]; a broken or timed-out connection is healed in
+//! the background ([`Healer`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +14,9 @@ use redis::{Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
 use super::calls::{acks, load_code, policy_cmd, wait_cmd};
+use super::deadline::Deadline;
 use super::errors::{connect_error, map_error, refusal};
+use super::heal::Healer;
 use super::invocation::Invocation;
 use super::request::Request;
 use super::topology::{PubSubNode, PubSubSource, Topology};
@@ -48,10 +52,8 @@ pub(crate) struct Standalone {
     client: redis::Client,
     response_timeout: Duration,
     connect_timeout: Duration,
-    /// Serialises [`Standalone::heal`].
-    healing: tokio::sync::Mutex<()>,
-    /// Completed heals, so a failure seen before the last heal does not start another.
-    heals: AtomicU64,
+    /// Replaces the pool's broken connections, in the background.
+    healer: Healer,
 }
 
 impl Standalone {
@@ -62,18 +64,17 @@ impl Standalone {
         connect_timeout: Duration,
     ) -> Self {
         Self {
+            healer: Healer::new(pool.clone(), response_timeout, connect_timeout),
             pool,
             last_error,
             client,
             response_timeout,
             connect_timeout,
-            healing: tokio::sync::Mutex::new(()),
-            heals: AtomicU64::new(0),
         }
     }
 
     /// Builds the default pool: no PING on every checkout (a broken connection is replaced
-    /// when a command on it fails instead, see [`Standalone::invoke`]); its connection errors
+    /// when a command on it fails instead, see [`Standalone::send`]); its connection errors
     /// are kept for the error that reports them.
     pub(crate) fn default_pool(
         client: &redis::Client,
@@ -138,25 +139,32 @@ impl Standalone {
         &self.client
     }
 
+    /// The bound of a call on this node whose caller asked at `asked`.
+    pub(crate) fn deadline(&self, asked: Instant) -> Deadline {
+        Deadline::new(asked, self.response_timeout, self.connect_timeout)
+    }
+
     /// A handle on a pooled multiplexed connection. The pool slot is given back at once: the
     /// handle shares the connection, so concurrent commands from many tasks are pipelined on
     /// the pool's connections instead of each holding one exclusively for a round trip.
-    async fn connection(&self) -> Result<MultiplexedConnection, LockError> {
-        let pooled = self.slot_exclusively().await?;
+    async fn connection(&self, deadline: &Deadline) -> Result<MultiplexedConnection, LockError> {
+        let pooled = self.slot_exclusively(deadline).await?;
         let mut conn = (*pooled).clone();
         conn.set_response_timeout(self.response_timeout);
         Ok(conn)
     }
 
-    /// A pool slot, kept from other tasks until dropped.
+    /// A pool slot, kept from other tasks until dropped; getting it counts as connecting
+    /// within `deadline`.
     async fn slot_exclusively(
         &self,
+        deadline: &Deadline,
     ) -> Result<PooledConnection<'_, RedisConnectionManager>, LockError> {
         let started = Instant::now();
-        match self.pool.get().await {
-            Ok(pooled) => Ok(pooled),
-            Err(RunError::User(e)) => Err(connect_error(started, self.address(), Some(e))),
-            Err(RunError::TimedOut) => Err(connect_error(
+        match deadline.connecting_with(self.pool.get()).await {
+            Some(Ok(pooled)) => Ok(pooled),
+            Some(Err(RunError::User(e))) => Err(connect_error(started, self.address(), Some(e))),
+            Some(Err(RunError::TimedOut)) | None => Err(connect_error(
                 started,
                 self.address(),
                 self.last_error.take(),
@@ -164,135 +172,189 @@ impl Standalone {
         }
     }
 
-    async fn fresh_connection(&self) -> Result<MultiplexedConnection, LockError> {
-        let started = Instant::now();
-        match tokio::time::timeout(self.connect_timeout, self.pool.dedicated_connection()).await {
-            Ok(Ok(mut conn)) => {
-                conn.set_response_timeout(self.response_timeout);
-                Ok(conn)
-            }
-            Ok(Err(e)) => Err(connect_error(started, self.address(), Some(e))),
-            Err(_) => Err(connect_error(started, self.address(), None)),
-        }
-    }
-
-    /// Replaces the pool's broken connections (after a server restart, a reset, a timeout).
-    /// One task heals at a time; a task that saw a failure before the last heal finished just
-    /// uses its result.
-    async fn heal(&self, failed_at: u64) {
-        let _healing = self.healing.lock().await;
-        if self.heals.load(Ordering::Acquire) != failed_at {
-            return;
-        }
-        let mut slots = Vec::new();
-        for _ in 0..self.pool.state().connections {
-            match tokio::time::timeout(self.connect_timeout, self.pool.get()).await {
-                Ok(Ok(slot)) => slots.push(slot),
-                _ => break,
-            }
-        }
-        let ping = redis::cmd("PING");
-        for slot in &mut slots {
-            let pong = ping.query_async::<String>(&mut **slot);
-            if !matches!(
-                tokio::time::timeout(self.response_timeout, pong).await,
-                Ok(Ok(_))
-            ) {
-                match self.fresh_connection().await {
-                    Ok(fresh) => **slot = fresh,
-                    Err(_) => break,
-                }
-            }
-        }
-        self.heals.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Sends `request` on a pooled connection. When the connection fails mid-request (a
-    /// server restart, a reset, a timeout), the pool's broken connections are replaced and a
-    /// [repeatable](Request::repeatable) request is sent once more; any other is answered with
-    /// the failure (it may have been applied), and the next request finds a healed pool.
+    /// Sends `request` on a pooled connection, within `deadline`.
+    ///
+    /// A request that timed out returns its timeout at once (it may have been applied, and
+    /// its time is spent); its connection is checked in the background. When the connection
+    /// broke mid-request (a server restart, a reset), the request waits for the pool's heal
+    /// within what is left of the connect timeout, and a [repeatable](Request::repeatable)
+    /// one is sent once more on a healed connection; any other is answered with the failure
+    /// (it may have been applied), and the next request finds a healed pool.
     ///
     /// The outer error: no connection could be had, nothing was sent. The inner result: the
     /// server's answer, or the failure of the (last) send.
     pub(crate) async fn send(
         &self,
         request: Request<'_>,
+        deadline: &Deadline,
     ) -> Result<redis::RedisResult<Value>, LockError> {
-        let heals = self.heals.load(Ordering::Acquire);
-        let mut conn = self.connection().await?;
-        match request.send(&mut conn).await {
+        if deadline.passed() {
+            return Err(deadline.unsent(self.address()));
+        }
+        let heals = self.healer.completed();
+        let mut conn = self.connection(deadline).await?;
+        match deadline.reply(request.send(&mut conn)).await {
             // Boxed: the common path's future then holds a pointer, not the retry's state.
-            Err(e) if is_connection_error(&e) => {
-                Ok(Box::pin(self.heal_and_resend(heals, request, e)).await)
+            Some(Err(e)) if is_connection_error(&e) => {
+                Ok(Box::pin(self.after_failure(heals, request, e, deadline)).await)
             }
-            reply => Ok(reply),
+            Some(reply) => Ok(reply),
+            None => {
+                self.healer.start(heals);
+                Ok(Err(deadline.timed_out().into_redis()))
+            }
         }
     }
 
     /// [`Standalone::send`] for the crate's own requests, its errors said as the crate says
     /// them.
-    async fn send_own(&self, request: Request<'_>) -> Result<Value, LockError> {
-        self.send(request).await?.map_err(|e| self.map_error(e))
+    async fn send_own(
+        &self,
+        request: Request<'_>,
+        deadline: &Deadline,
+    ) -> Result<Value, LockError> {
+        self.send(request, deadline)
+            .await?
+            .map_err(|e| map_error(e, deadline.waited()))
     }
 
-    /// After `e`, a connection error on a pooled connection: heals the pool and, if `request`
-    /// is repeatable, sends it once more.
-    async fn heal_and_resend(
+    /// After `e`, a connection error on a pooled connection: starts the pool's heal and, for
+    /// a broken (not a timed-out) connection, waits for it and sends a repeatable `request`
+    /// once more, within `deadline`.
+    async fn after_failure(
         &self,
         heals: u64,
         request: Request<'_>,
         e: redis::RedisError,
+        deadline: &Deadline,
     ) -> redis::RedisResult<Value> {
-        tracing::debug!(error = %e, repeat = request.repeatable(), "Redis connection failed; healing the pool");
-        self.heal(heals).await;
-        if !request.repeatable() {
+        if e.is_timeout() {
+            self.healer.start(heals);
+            return Err(e);
+        }
+        tracing::debug!(error = %e, address = %self.address(), repeat = request.repeatable(),
+            "Redis connection failed; healing the pool");
+        let healed = deadline
+            .connecting_with(self.healer.healed_since(heals))
+            .await;
+        if healed.is_none() || !request.repeatable() {
             return Err(e);
         }
         // If no connection can be had, report the first failure: the command may have been
         // applied, which `Unavailable` would deny.
-        let Ok(mut conn) = self.connection().await else {
+        let Ok(mut conn) = self.connection(deadline).await else {
             return Err(e);
         };
-        request.send(&mut conn).await
+        match deadline.reply(request.send(&mut conn)).await {
+            Some(reply) => reply,
+            None => {
+                self.healer.start(self.healer.completed());
+                Err(deadline.timed_out().into_redis())
+            }
+        }
     }
 
-    /// One try of [`Topology::invoke_acked`]: the script's reply and `WAIT`'s.
+    /// A call of the crate's code, within `deadline` (see [`Standalone::send`]).
+    pub(crate) async fn invoke_within(
+        &self,
+        invocation: &Invocation<'_>,
+        deadline: &Deadline,
+    ) -> Result<Value, LockError> {
+        self.send_own(Request::Call(invocation), deadline).await
+    }
+
+    /// One of the crate's plain commands, within `deadline`.
+    pub(crate) async fn command_within(
+        &self,
+        cmd: &redis::Cmd,
+        deadline: &Deadline,
+    ) -> Result<Value, LockError> {
+        self.send_own(Request::Command(cmd), deadline).await
+    }
+
+    /// One try of [`Topology::invoke_acked`]: the script's reply and `WAIT`'s, on a slot held
+    /// for both.
     async fn acked_once(
         &self,
         invocation: &Invocation<'_>,
         replicas: u32,
         timeout: Duration,
+        deadline: &Deadline,
     ) -> Result<redis::RedisResult<(Value, Value)>, LockError> {
-        let pooled = self.slot_exclusively().await?;
+        let pooled = self.slot_exclusively(deadline).await?;
         let mut conn = (*pooled).clone();
         conn.set_response_timeout(self.response_timeout + timeout);
-        Ok(async {
+        let both = async {
             let value = invocation.invoke_async(&mut conn).await?;
             let acked = wait_cmd(replicas, timeout).query_async(&mut conn).await?;
             Ok((value, acked))
-        }
-        .await)
+        };
+        Ok(match deadline.reply(both).await {
+            Some(reply) => reply,
+            None => Err(deadline.timed_out().into_redis()),
+        })
     }
 
-    fn map_error(&self, e: redis::RedisError) -> LockError {
-        map_error(e, self.response_timeout)
+    /// The script and `WAIT`, within `deadline` (whose response timeout covers `WAIT`'s).
+    pub(crate) async fn acked_within(
+        &self,
+        invocation: &Invocation<'_>,
+        replicas: u32,
+        timeout: Duration,
+        deadline: &Deadline,
+    ) -> Result<(Value, u32), LockError> {
+        let heals = self.healer.completed();
+        let reply = match self
+            .acked_once(invocation, replicas, timeout, deadline)
+            .await?
+        {
+            Err(e) if is_connection_error(&e) && !e.is_timeout() && invocation.repeat_safe() => {
+                tracing::debug!(error = %e, address = %self.address(),
+                    "Redis connection failed; healing the pool");
+                match deadline
+                    .connecting_with(self.healer.healed_since(heals))
+                    .await
+                {
+                    Some(()) => {
+                        self.acked_once(invocation, replicas, timeout, deadline)
+                            .await?
+                    }
+                    None => Err(e),
+                }
+            }
+            reply => reply,
+        };
+        let (value, acked) = reply.map_err(|e| {
+            if is_connection_error(&e) {
+                self.healer.start(heals);
+            }
+            map_error(e, deadline.waited())
+        })?;
+        Ok((value, acks(acked)?))
+    }
+
+    /// The bound of an acknowledged call: the response timeout covers `WAIT`'s too.
+    pub(crate) fn acked_deadline(&self, asked: Instant, timeout: Duration) -> Deadline {
+        Deadline::new(asked, self.response_timeout + timeout, self.connect_timeout)
     }
 }
 
 impl Topology for Standalone {
-    /// Runs a script (EVALSHA, EVAL on NOSCRIPT).
+    /// Runs a script (EVALSHA, EVAL on NOSCRIPT), within the call's deadline (counted from
+    /// when its caller asked).
     ///
-    /// When the connection fails mid-command (reset, timeout) the pool's broken connections
-    /// are replaced and the script is sent once more. Every script of this crate is written to
-    /// be safe to repeat: a repeat of an applied command is recognised and not applied twice.
+    /// When the connection breaks mid-command (a reset) the pool is healed and the call
+    /// sent once more, if it is safe to repeat (every call of this crate but a rate decision:
+    /// a repeat of an applied one is recognised and not applied twice).
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        self.send_own(Request::Call(invocation)).await
+        self.invoke_within(invocation, &self.deadline(invocation.asked))
+            .await
     }
 
     /// Runs the script and `WAIT` on one pooled connection that no other task is handed
     /// meanwhile, so `WAIT` (which blocks its connection) delays nobody else's commands. When
-    /// the connection fails, the pool is healed and both go once more (the script is safe to
-    /// repeat).
+    /// the connection breaks, the pool is healed and both go once more (if the script is
+    /// safe to repeat).
     async fn invoke_acked(
         &self,
         invocation: &Invocation<'_>,
@@ -300,30 +362,24 @@ impl Topology for Standalone {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, u32), LockError> {
-        let heals = self.heals.load(Ordering::Acquire);
-        let (value, acked) = match self.acked_once(invocation, replicas, timeout).await? {
-            Err(e) if is_connection_error(&e) => {
-                tracing::debug!(error = %e, "Redis connection failed; healing the pool");
-                self.heal(heals).await;
-                self.acked_once(invocation, replicas, timeout).await?
-            }
-            reply => reply,
-        }
-        .map_err(|e| self.map_error(e))?;
-        Ok((value, acks(acked)?))
+        let deadline = self.acked_deadline(invocation.asked, timeout);
+        self.acked_within(invocation, replicas, timeout, &deadline)
+            .await
     }
 
     /// Loads the code (which also proves the server answers), bounded by the connect and
     /// response timeouts.
     async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
-        let mut conn = self.connection().await?;
-        load_code(&mut conn, scripts)
-            .await
-            .map_err(|e| self.map_error(e))
+        let deadline = self.deadline(Instant::now());
+        let mut conn = self.connection(&deadline).await?;
+        match deadline.reply(load_code(&mut conn, scripts)).await {
+            Some(loaded) => loaded.map_err(|e| map_error(e, deadline.waited())),
+            None => Err(deadline.timed_out()),
+        }
     }
 
     async fn max_memory_policy(&self) -> Result<Value, LockError> {
-        self.send_own(Request::Command(&policy_cmd())).await
+        self.command(&policy_cmd()).await
     }
 
     async fn each_primary(&self, cmd: &redis::Cmd) -> Result<Vec<Value>, LockError> {
@@ -331,11 +387,12 @@ impl Topology for Standalone {
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        self.send_own(Request::Command(cmd)).await
+        self.command_within(cmd, &self.deadline(Instant::now()))
+            .await
     }
 
     async fn user(&self, request: Request<'_>) -> redis::RedisResult<Value> {
-        self.send(request)
+        self.send(request, &self.deadline(Instant::now()))
             .await
             .unwrap_or_else(|e| Err(e.into_redis()))
     }

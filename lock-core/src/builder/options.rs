@@ -180,7 +180,17 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long to wait for Redis to answer one command (default 1 s).
+    /// How long one call may wait for Redis to answer (default 1 s; 1 ms to 1 h).
+    ///
+    /// It is the call's whole bound, counted from when the call was asked (a request queued
+    /// behind a batch in flight included), whatever happens inside it: a call on a frozen
+    /// server gives up at this timeout with [`LockError::ResponseTimeout`], alone or with any
+    /// number of others. A call that had to open a connection, or wait for the pool's heal
+    /// after a broken one, may take up to the [`connect_timeout`](Self::connect_timeout) more;
+    /// on a Cluster every call may (the cluster connection reconnects inside calls). A
+    /// timed-out request is never sent again: it may have been applied.
+    ///
+    /// [`LockError::ResponseTimeout`]: crate::LockError::ResponseTimeout
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self

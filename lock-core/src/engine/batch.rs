@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use redis::Value;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::Engine;
 use super::batcher::{IN_FLIGHT, MAX_BATCH, Queued, Reply, Route};
@@ -80,7 +81,12 @@ impl Engine {
                 Route::Now(command)
             } else {
                 let (reply, answer) = oneshot::channel();
-                state.queue.push_back(Queued { command, reply });
+                let asked = Instant::now();
+                state.queue.push_back(Queued {
+                    command,
+                    asked,
+                    reply,
+                });
                 Route::Queued(answer)
             }
         };
@@ -150,17 +156,29 @@ impl Engine {
         // A single request goes as itself; so would each of a batch with a call that does
         // not batch (only batchable calls are queued).
         let Some(call) = (batch.len() > 1).then(|| one_call(&batch)).flatten() else {
-            for Queued { command, reply } in batch {
-                let answer = self.invoke_wire(command.wire()).await;
+            for Queued {
+                command,
+                asked,
+                reply,
+            } in batch
+            {
+                let answer = self.invoke_asked(command.wire(), asked).await;
                 let _ = reply.send((command, answer));
             }
             return;
         };
-        let replies: Result<Vec<Reply>, LockError> = match self.invoke_wire(call.wire()).await {
-            Ok((value, resent)) => split(&call, value, batch.len())
-                .map(|each| each.into_iter().map(|r| r.map(|v| (v, resent))).collect()),
-            Err(e) => Err(e),
-        };
+        // The batch's deadline counts from when its first request was asked.
+        let asked = batch
+            .iter()
+            .map(|q| q.asked)
+            .min()
+            .unwrap_or_else(Instant::now);
+        let replies: Result<Vec<Reply>, LockError> =
+            match self.invoke_asked(call.wire(), asked).await {
+                Ok((value, resent)) => split(&call, value, batch.len())
+                    .map(|each| each.into_iter().map(|r| r.map(|v| (v, resent))).collect()),
+                Err(e) => Err(e),
+            };
         match replies {
             Ok(replies) => {
                 for (queued, answer) in batch.into_iter().zip(replies) {

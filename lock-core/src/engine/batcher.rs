@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use redis::Value;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::wire::Command;
@@ -36,6 +37,8 @@ pub(super) type Reply = Result<(Value, bool), LockError>;
 /// A queued request: its command, handed back with its reply.
 pub(super) struct Queued {
     pub(super) command: Command,
+    /// When its caller asked: a batch's deadline counts from its earliest request's.
+    pub(super) asked: Instant,
     pub(super) reply: oneshot::Sender<(Command, Reply)>,
 }
 

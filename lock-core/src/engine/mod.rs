@@ -25,6 +25,8 @@ use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::backend::{Backend, Invocation};
 use crate::capabilities::ServerCapabilities;
 use crate::error::LockError;
@@ -304,13 +306,14 @@ impl Engine {
         self.jobs.send(work);
     }
 
-    /// The command as it goes to the backend.
-    fn invocation<'a>(&self, command: Wire<'a>) -> Invocation<'a> {
+    /// The command as it goes to the backend, for a caller that asked at `asked`.
+    fn invocation<'a>(&self, command: Wire<'a>, asked: Instant) -> Invocation<'a> {
         Invocation {
             command,
             scripts: self.scripts,
             mode: self.mode,
             sends: Default::default(),
+            asked,
         }
     }
 
@@ -339,8 +342,18 @@ impl Engine {
 
     /// The reply, and whether the command was sent more than once.
     async fn invoke_wire(&self, command: Wire<'_>) -> Result<(redis::Value, bool), LockError> {
+        self.invoke_asked(command, Instant::now()).await
+    }
+
+    /// [`Engine::invoke_wire`] for a command whose caller asked at `asked` (a batch's, when
+    /// the earliest of its requests did): its deadline counts from then.
+    async fn invoke_asked(
+        &self,
+        command: Wire<'_>,
+        asked: Instant,
+    ) -> Result<(redis::Value, bool), LockError> {
         self.check_scripting(command)?;
-        let invocation = self.invocation(command);
+        let invocation = self.invocation(command, asked);
         let reply = self.backend.invoke_value(&invocation).await?;
         Ok((reply, invocation.resent()))
     }
@@ -386,7 +399,12 @@ impl Engine {
     ) -> Result<(redis::Value, u32), LockError> {
         self.check_scripting(command.wire())?;
         self.backend
-            .invoke_acked(&self.invocation(command.wire()), key, replicas, timeout)
+            .invoke_acked(
+                &self.invocation(command.wire(), Instant::now()),
+                key,
+                replicas,
+                timeout,
+            )
             .await
     }
 

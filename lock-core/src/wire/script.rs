@@ -241,6 +241,23 @@ impl Call {
         matches!(self.op, Op::Acquire | Op::Release | Op::RateLimit)
     }
 
+    /// Whether a repeat of an applied call is recognised or changes nothing, so that a backend
+    /// may send it again after its connection broke: every operation's is, but a rate
+    /// limit's decision (a repeat would take a second permit), alone or in a batch.
+    pub(crate) fn repeat_safe(&self) -> bool {
+        match self.op {
+            Op::RateLimit => false,
+            // A batch's arguments: the fence TTL, then per request its tag and four.
+            Op::Batch => !self
+                .args
+                .of(false)
+                .skip(1)
+                .step_by(5)
+                .any(|tag| tag == b"g"),
+            _ => true,
+        }
+    }
+
     /// Adds a key (each key of a call must be in one Cluster slot).
     pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
         let from = self.args.len();
