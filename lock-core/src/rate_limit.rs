@@ -263,6 +263,21 @@ impl RateDecision {
         self.reset_after
     }
 
+    /// How long until one more permit is free than [`remaining`](Self::remaining) says:
+    /// zero when the full burst is free; for a limited request of one permit, its
+    /// [`retry_after`](Self::retry_after). What lock-tower's `RateLimit` field says as `t`:
+    /// when quota is available again.
+    pub fn next_permit_after(&self) -> Duration {
+        if self.reset_after.is_zero() || self.remaining >= self.burst {
+            return Duration::ZERO;
+        }
+        // reset = tat − now; the permit after `remaining` comes back when tat − now is
+        // down to (burst − remaining − 1) intervals.
+        let still_taken = u32::try_from(self.burst - self.remaining - 1).unwrap_or(u32::MAX);
+        self.reset_after
+            .saturating_sub(self.interval.saturating_mul(still_taken))
+    }
+
     /// The burst the decision was made with.
     pub fn burst(&self) -> u64 {
         self.burst

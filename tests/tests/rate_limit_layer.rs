@@ -84,7 +84,8 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
     .prefix("rate:users:");
     let app = App::serve(routed("/users/{user}", layer)).await;
     let http = http();
-    for (remaining, reset) in [(2, 20), (1, 40), (0, 60)] {
+    // `t`: the next permit, 20 s away after each (not the whole burst, 20, 40 then 60 s).
+    for remaining in [2, 1, 0] {
         let res = http.get(app.url("/users/u-1")).send().await.unwrap();
         assert_eq!(res.status(), 200);
         let headers = res.headers().clone();
@@ -94,7 +95,7 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
         );
         assert_eq!(
             headers["ratelimit"],
-            format!("\"default\";r={remaining};t={reset}").as_str()
+            format!("\"default\";r={remaining};t=20").as_str()
         );
         assert!(headers.get("retry-after").is_none());
         assert_eq!(res.text().await.unwrap(), "ran");
@@ -113,7 +114,10 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
     assert_eq!(body["retry_after_ms"], 20_000);
     assert!(!body.to_string().contains("u-1"), "never repeats the key");
     assert_eq!(headers["ratelimit-policy"], "\"default\";q=3;w=60");
-    assert_eq!(headers["ratelimit"], "\"default\";r=0;t=60");
+    assert_eq!(
+        headers["ratelimit"], "\"default\";r=0;t=20",
+        "t is the Retry-After"
+    );
     // A limited request took nothing.
     let state = client
         .rate_limit("rate:users:u-1")
@@ -220,6 +224,7 @@ async fn each_extractor_gives_each_key_its_own_limit() {
         let (status, headers) = send(&router, request(a_uri, a_headers)).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{a} again");
         assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
+        assert_eq!(field(&headers, "retry-after"), Some("60"));
         let (status, headers) = send(&router, request(b_uri, b_headers)).await;
         assert_eq!(status, StatusCode::OK, "{b}: a limit of its own");
         assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
@@ -480,6 +485,72 @@ async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
         send(&router, request("/users/9", &[])).await.0,
         StatusCode::SERVICE_UNAVAILABLE
     );
+}
+
+/// `t` is when quota is available again: the next permit, so on a `429` it says what
+/// `Retry-After` says, on a quota where the whole burst comes back later (1 per 3 s, burst 2:
+/// the burst is back in 6 s, the next permit in 3 s).
+#[tokio::test(start_paused = true)]
+async fn t_agrees_with_retry_after_when_the_burst_comes_back_later() {
+    let client = LockClient::in_memory().await.unwrap();
+    let quota = Quota::per(Duration::from_secs(3), 1).burst(2);
+    let router = routed(
+        "/users/{user}",
+        RateLimitLayer::new(client, PathParam::new("user"), quota),
+    );
+    for remaining in ["1", "0"] {
+        let (status, headers) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            field(&headers, "ratelimit"),
+            Some(format!("\"default\";r={remaining};t=3").as_str())
+        );
+        // 1 per 3 s over the 6 s a burst of 2 takes to come back: 2 per 6 s, the rate.
+        assert_eq!(
+            field(&headers, "ratelimit-policy"),
+            Some("\"default\";q=2;w=6")
+        );
+    }
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(&headers, "retry-after"), Some("3"));
+    assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=3"));
+    // And a client that waits `t` seconds (a little more: the memory server's clock) is let in.
+    tokio::time::sleep(Duration::from_millis(3001)).await;
+    assert_eq!(
+        send(&router, request("/users/7", &[])).await.0,
+        StatusCode::OK
+    );
+}
+
+/// `RateLimit-Policy` says the real rate over its window, and the burst as a policy of its
+/// own when it is not the window's quota: 50 per second with a burst of 10 is not 10 per
+/// second.
+#[tokio::test(start_paused = true)]
+async fn the_policy_says_the_rate_and_the_burst_apart() {
+    let client = LockClient::in_memory().await.unwrap();
+    let cases = [
+        (
+            Quota::per_second(50).burst(10),
+            "\"default\";q=50;w=1, \"burst\";q=10",
+        ),
+        (Quota::per_second(10).burst(20), "\"default\";q=20;w=2"),
+        (
+            Quota::per(Duration::from_millis(500), 3),
+            "\"default\";q=6;w=1, \"burst\";q=3",
+        ),
+        (Quota::per(MINUTE, 3), "\"default\";q=3;w=60"),
+    ];
+    for (i, (quota, policy)) in cases.into_iter().enumerate() {
+        let router = routed(
+            "/users/{user}",
+            RateLimitLayer::new(client.clone(), PathParam::new("user"), quota)
+                .prefix(format!("policy{i}:")),
+        );
+        let (status, headers) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(field(&headers, "ratelimit-policy"), Some(policy), "{quota}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,12 +40,15 @@
 //! (draft-ietf-httpapi-ratelimit-headers-10, see [`RATELIMIT_POLICY`] and [`RATELIMIT`]):
 //!
 //! ```text
-//! RateLimit-Policy: "default";q=20;w=2
-//! RateLimit: "default";r=19;t=1
+//! RateLimit-Policy: "default";q=50;w=1, "burst";q=10
+//! RateLimit: "default";r=9;t=1
 //! ```
 //!
-//! `q` is the burst, `w` the seconds a full burst takes to come back, `r` the permits left
-//! and `t` the seconds until a full burst is free again (both rounded up).
+//! `w` is the seconds a full burst takes to come back (rounded up, at least 1) and `q` the
+//! permits the rate gives over `w`, so `q / w` is the rate (50 per second above); the burst,
+//! when it is not that `q`, is a second policy `"burst"` with `q` only. `r` is the permits
+//! left and `t` the seconds until quota is available again: until the next permit comes back
+//! (rounded up; 0 when the whole burst is free), so on a `429` it is the `Retry-After`.
 //!
 //! | situation | [`RejectionKind`](crate::RejectionKind) (body's `code`) | status | `Retry-After` | RateLimit fields |
 //! |---|---|---|---|---|
@@ -168,7 +171,8 @@ mod service;
 
 pub use future::RateLimitFuture;
 pub use headers::{
-    POLICY_NAME, RATELIMIT, RATELIMIT_POLICY, insert_fields, policy_field, ratelimit_field,
+    BURST_POLICY_NAME, POLICY_NAME, RATELIMIT, RATELIMIT_POLICY, insert_fields, policy_field,
+    ratelimit_field,
 };
 pub use layer::RateLimitLayer;
 pub use quota::QuotaPolicy;
