@@ -159,42 +159,72 @@ impl Quota {
         micros.checked_div(u64::from(self.rate)).unwrap_or(0)
     }
 
-    /// Whether the quota can be used: [`LockError::InvalidOption`] naming `rate` (0),
-    /// `burst` (0), `period` (less than one microsecond per permit) or `burst` again (a full
-    /// burst would take longer than [`MAX_WINDOW`] to come back).
+    /// Whether the quota can be used: [`LockError::InvalidOption`] naming the option that was
+    /// written and its value: `rate` (0), `burst` (set to 0, or set so that a full burst
+    /// would take longer than [`MAX_WINDOW`] to come back) or `period` (zero, less than one
+    /// microsecond per permit, or, with the burst left at the rate, longer than
+    /// [`MAX_WINDOW`]). A burst the quota was not given is never named.
     pub fn check(&self) -> Result<(), LockError> {
         let invalid = |option, reason: String| Err(LockError::InvalidOption { option, reason });
+        let written = self.written();
         if self.rate == 0 {
             return invalid(
                 "rate",
-                "a rate limit needs a rate of at least 1 (`.per(period, n)`)".into(),
+                format!("{written}: a rate of 0 allows nothing; the rate is at least 1"),
             );
         }
-        if self.burst_size() == 0 {
-            return invalid("burst", "a burst of 0 would allow nothing".into());
+        if self.burst == Some(0) {
+            return invalid(
+                "burst",
+                format!("{written}: a burst of 0 allows nothing; the burst is at least 1"),
+            );
+        }
+        if self.period.is_zero() {
+            return invalid(
+                "period",
+                format!("{written}: a period of zero leaves no time between permits"),
+            );
         }
         let interval = self.interval_us();
         if interval == 0 {
             return invalid(
                 "period",
                 format!(
-                    "{} permits per {:?} is more than one per microsecond",
-                    self.rate, self.period
+                    "{written}: more than one permit per microsecond (the finest step of the \
+                     server's clock); the period is at least {} µs for a rate of {}",
+                    self.rate, self.rate
                 ),
             );
         }
         if interval.saturating_mul(u64::from(self.burst_size())) > micros(MAX_WINDOW) {
-            return invalid(
-                "burst",
-                format!(
-                    "a burst of {} at one permit per {:?} takes longer than {MAX_WINDOW:?} to \
-                     come back",
-                    self.burst_size(),
-                    self.interval()
+            return match self.burst {
+                Some(burst) => invalid(
+                    "burst",
+                    format!(
+                        "{written}: a burst of {burst} at one permit per {:?} takes longer than \
+                         {MAX_WINDOW:?} (30 days) to come back",
+                        self.interval()
+                    ),
                 ),
-            );
+                None => invalid(
+                    "period",
+                    format!(
+                        "{written}: a period longer than {MAX_WINDOW:?} (30 days, the longest a \
+                         rate limit's state is kept)"
+                    ),
+                ),
+            };
         }
         Ok(())
+    }
+
+    /// The quota as the user wrote it: `per(<period>, <rate>)`, then `.burst(<b>)` if set.
+    fn written(&self) -> String {
+        let per = format!("per({:?}, {})", self.period, self.rate);
+        match self.burst {
+            Some(burst) => format!("{per}.burst({burst})"),
+            None => per,
+        }
     }
 }
 
@@ -450,5 +480,50 @@ mod tests {
         assert_eq!(option(Quota::per(MAX_WINDOW, 1).burst(2)), "burst");
         assert!(Quota::per(MAX_WINDOW, 1).check().is_ok());
         assert!(Quota::per_second(1_000_000).check().is_ok());
+    }
+
+    fn reason(q: Quota) -> String {
+        match q.check() {
+            Err(LockError::InvalidOption { reason, .. }) => reason,
+            other => panic!("{q:?} was {other:?}"),
+        }
+    }
+
+    /// Every refusal names the option the user wrote, with its value, and never a burst the
+    /// user did not set.
+    #[test]
+    fn refusals_name_what_was_written() {
+        let forever = Quota::per(Duration::MAX, 1);
+        assert_eq!(option(forever), "period");
+        let why = reason(forever);
+        assert!(why.contains("per(") && why.contains(", 1)"), "{why}");
+        assert!(!why.contains("burst"), "{why}");
+        let zero = Quota::per(Duration::ZERO, 1);
+        assert_eq!(option(zero), "period");
+        assert_eq!(
+            reason(zero),
+            "per(0ns, 1): a period of zero leaves no time between permits"
+        );
+        assert!(!reason(zero).contains("permits per"));
+        let fast = Quota::per(Duration::from_micros(999), 1000);
+        assert!(reason(fast).starts_with("per(999µs, 1000): more than one permit per"));
+        assert!(
+            reason(fast).contains("at least 1000 µs"),
+            "{}",
+            reason(fast)
+        );
+        assert_eq!(
+            reason(Quota::per_second(0)),
+            "per(1s, 0): a rate of 0 allows nothing; the rate is at least 1"
+        );
+        assert_eq!(
+            reason(Quota::per_second(1).burst(0)),
+            "per(1s, 1).burst(0): a burst of 0 allows nothing; the burst is at least 1"
+        );
+        let long = Quota::per(MAX_WINDOW, 1).burst(2);
+        assert_eq!(option(long), "burst");
+        assert!(reason(long).starts_with("per(2592000s, 1).burst(2): a burst of 2"));
+        // Unset, the burst is the rate: a long period is the period's fault.
+        assert_eq!(option(Quota::per(MAX_WINDOW * 2, 2)), "period");
     }
 }
