@@ -248,6 +248,8 @@ pub struct RateLimit {
     engine: Arc<Engine>,
     name: String,
     quota: Quota,
+    /// Whether a rate was given (`per` or `quota`): none is the default.
+    rated: bool,
 }
 
 /// What a rate limit answered: allowed or limited, and when to come back.
@@ -328,6 +330,7 @@ impl LockClient {
             engine: self.engine().clone(),
             name: name.into(),
             quota: Quota::per(Duration::from_secs(1), 0),
+            rated: false,
         }
     }
 }
@@ -340,6 +343,7 @@ impl RateLimit {
             rate: n,
             burst: self.quota.burst,
         };
+        self.rated = true;
         self
     }
 
@@ -352,7 +356,35 @@ impl RateLimit {
     /// The whole quota at once.
     pub fn quota(mut self, quota: Quota) -> Self {
         self.quota = quota;
+        self.rated = true;
         self
+    }
+
+    /// Whether the limit can be used, without sending anything: its name
+    /// ([`LockError::InvalidName`]), whether it was given a rate
+    /// ([`LockError::InvalidOption`] naming `per` when neither [`per`](Self::per) nor
+    /// [`quota`](Self::quota) was called) and its quota ([`Quota::check`]). Every
+    /// [`check`](Self::check) and [`peek`](Self::peek) checks this first; call it when the
+    /// service starts, so a mistake stops the start-up instead of failing each request.
+    pub fn validate(&self) -> Result<(), LockError> {
+        self.engine.keys(&self.name)?;
+        self.check_quota()
+    }
+
+    /// That a rate was given, and [`Quota::check`]. (The name is checked when the key is
+    /// made, before anything is sent.)
+    fn check_quota(&self) -> Result<(), LockError> {
+        if !self.rated {
+            return Err(LockError::InvalidOption {
+                option: "per",
+                reason: format!(
+                    "the rate limit {:?} was given no rate: call `.per(period, n)` or \
+                     `.quota(quota)` before using it",
+                    self.name
+                ),
+            });
+        }
+        self.quota.check()
     }
 
     /// The name.
@@ -373,8 +405,9 @@ impl RateLimit {
 
     /// Takes one permit, if one is free: one call to Redis.
     ///
-    /// Checked before anything is sent: the name ([`LockError::InvalidName`]) and the quota
-    /// ([`Quota::check`], [`LockError::InvalidOption`]). Redis's errors are as for a lock's
+    /// Checked before anything is sent ([`validate`](Self::validate)): the name
+    /// ([`LockError::InvalidName`]), that a rate was given and the quota ([`Quota::check`],
+    /// [`LockError::InvalidOption`]). Redis's errors are as for a lock's
     /// ([`LockError::Unavailable`], [`LockError::ResponseTimeout`],
     /// [`LockError::NoPermission`], ...); a key of the limit's that holds something else is
     /// [`LockError::Redis`] (`WRONGTYPE`), and the key is left as it was.
@@ -401,7 +434,7 @@ impl RateLimit {
     }
 
     async fn take(&self, n: u32) -> Result<RateDecision, LockError> {
-        self.quota.check()?;
+        self.check_quota()?;
         if n == 0 || n > self.quota.burst_size() {
             return Err(LockError::InvalidOption {
                 option: "n",
@@ -416,7 +449,7 @@ impl RateLimit {
 
     /// Whether one permit would be allowed now, and how many are free, without taking any.
     pub async fn peek(&self) -> Result<RateDecision, LockError> {
-        self.quota.check()?;
+        self.check_quota()?;
         self.decide(0).await
     }
 

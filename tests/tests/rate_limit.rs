@@ -362,11 +362,25 @@ async fn bad_quotas_names_and_counts_are_refused_before_anything_is_sent() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let before = script_calls(&server);
-    let refused = |r: Result<_, LockError>| match r {
-        Err(LockError::InvalidOption { option, .. }) => option,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(refused(c.rate_limit("a").check().await), "rate");
+    fn refused<T: std::fmt::Debug>(r: Result<T, LockError>) -> &'static str {
+        match r {
+            Err(LockError::InvalidOption { option, .. }) => option,
+            other => panic!("{other:?}"),
+        }
+    }
+    // No `.per(..)`: the option to call is named, not a rate of 0 never written.
+    assert_eq!(refused(c.rate_limit("a").check().await), "per");
+    assert_eq!(refused(c.rate_limit("a").burst(3).validate()), "per");
+    // `validate` answers what the first check would, without sending anything.
+    assert_eq!(
+        refused(c.rate_limit("a").per(SECOND, 1).burst(0).validate()),
+        "burst"
+    );
+    assert!(c.rate_limit("a").per(SECOND, 1).validate().is_ok());
+    assert!(matches!(
+        c.rate_limit("").per(SECOND, 1).validate(),
+        Err(LockError::InvalidName { .. })
+    ));
     assert_eq!(
         refused(c.rate_limit("a").per(SECOND, 0).check().await),
         "rate"

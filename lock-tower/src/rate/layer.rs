@@ -8,6 +8,7 @@ use lock_core::{LockClient, Quota};
 
 use crate::config::FailMode;
 use crate::key_settings::key_setters;
+use crate::macros::validate_method;
 use crate::rate::config::RateSettings;
 use crate::rate::service::RateLimitService;
 use crate::response::DefaultRejection;
@@ -23,7 +24,8 @@ use crate::response::DefaultRejection;
 /// Settings never panic: one that cannot work (an empty prefix, a quota [`Quota::check`]
 /// refuses) makes every request answer `500` with a
 /// [`RejectionKind::Internal`](crate::RejectionKind::Internal) rejection carrying the
-/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`.
+/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`;
+/// [`validate`](Self::validate) gives that error at start-up.
 pub struct RateLimitLayer<K, Q = Quota, R = DefaultRejection> {
     extractor: Arc<K>,
     quota: Arc<Q>,
@@ -106,6 +108,14 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
     pub fn fail_open(self) -> Self {
         self.fail_mode(FailMode::Open)
     }
+
+    validate_method!(
+        settings.keys,
+        "Checked: [`prefix`](Self::prefix) and the [`Quota`] given to \
+        [`new`](RateLimitLayer::new) ([`Quota::check`]). Not checked: the quotas a \
+        [`quota_by`](Self::quota_by) closure gives (one per request), and whether a \
+        [`PathParam`](crate::PathParam)'s parameter is in the route."
+    );
 
     /// Answers rejections with `on_rejection` instead of [`DefaultRejection`]'s JSON problem
     /// documents. A `429`'s response gets the `RateLimit-Policy` and `RateLimit` fields
