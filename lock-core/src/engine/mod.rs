@@ -9,7 +9,8 @@
 //!   interrupted acquisitions, extending leases;
 //! - [`batch`]: acquisitions and releases that queue behind calls in flight go out as one
 //!   call;
-//! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`).
+//! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`);
+//! - [`shutdown`]: the client's life, and its shutdown.
 
 mod attempt;
 mod batch;
@@ -18,6 +19,7 @@ mod jobs;
 mod outcome;
 mod release;
 mod send;
+mod shutdown;
 mod speech;
 
 use std::collections::HashMap;
@@ -77,6 +79,8 @@ pub(crate) struct Engine {
     /// Batches mutex acquisitions and releases (and rate-limit decisions), where one server
     /// holds every key and no replica must acknowledge an acquisition.
     batcher: Option<batcher::Batcher>,
+    /// Open, shutting down or shut down, and the background tasks a shutdown stops.
+    life: shutdown::Life,
 }
 
 /// Every hold of the client, by what it holds and who holds it: found again by re-entries
@@ -126,6 +130,7 @@ impl Engine {
                 sweep_at: 64,
             }),
             jobs: jobs::start(),
+            life: shutdown::Life::default(),
         })
     }
 
@@ -175,6 +180,7 @@ impl Engine {
 
     /// Runs one plain single-key command (no script) where its key lives; sent once more after a connection failure.
     pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<redis::Value, LockError> {
+        self.not_closed()?;
         self.backend.command(cmd).await
     }
 
@@ -282,12 +288,15 @@ impl Engine {
         drop(hold);
     }
 
+    /// Every hold of the client that something still uses.
+    pub(crate) fn every_hold(&self) -> Vec<Arc<Hold>> {
+        let registry = lock(&self.registry);
+        registry.holds.values().filter_map(Weak::upgrade).collect()
+    }
+
     /// The holds the watchdog must renew, with their generations.
     pub(crate) fn watched(&self) -> Vec<(Arc<Hold>, u64)> {
-        let candidates: Vec<Arc<Hold>> = {
-            let registry = lock(&self.registry);
-            registry.holds.values().filter_map(Weak::upgrade).collect()
-        };
+        let candidates = self.every_hold();
         // Filtered (and the rest dropped) outside the registry lock.
         candidates
             .into_iter()
@@ -339,6 +348,7 @@ impl Engine {
 
     /// The reply, and whether the command was sent more than once.
     async fn invoke_wire(&self, command: Wire<'_>) -> Result<(redis::Value, bool), LockError> {
+        self.not_closed()?;
         self.check_scripting(command)?;
         let invocation = self.invocation(command);
         let reply = self.backend.invoke_value(&invocation).await?;
@@ -384,6 +394,7 @@ impl Engine {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(redis::Value, u32), LockError> {
+        self.not_closed()?;
         self.check_scripting(command.wire())?;
         self.backend
             .invoke_acked(&self.invocation(command.wire()), key, replicas, timeout)
