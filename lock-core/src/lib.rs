@@ -462,6 +462,7 @@ mod semaphore;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+mod throttle;
 mod url;
 mod util;
 mod waiters;

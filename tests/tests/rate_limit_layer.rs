@@ -27,10 +27,10 @@ mod web;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
-/// its own by a field value unique to it.
+/// The layer's events, `debug` and above, from every test of this binary: a test picks its
+/// own by a field value unique to it.
 fn layer_logs() -> &'static lock_tests::logs::Everything {
-    lock_tests::logs::everything(&["lock_tower"])
+    lock_tests::logs::everything_at(&["lock_tower"], tracing::Level::DEBUG)
 }
 
 /// A handler that only says it ran.
@@ -138,6 +138,11 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
         rejected.iter().any(|e| e
             .field("message")
             .is_some_and(|m| m.contains("rate limit layer"))),
+        "{rejected:?}"
+    );
+    // A 429 is what a rate limit is for: `debug`, not one `info` line per refused request.
+    assert!(
+        rejected.iter().all(|e| e.level == tracing::Level::DEBUG),
         "{rejected:?}"
     );
 }

@@ -32,10 +32,10 @@ use web::{App, http, problem, within};
 
 mod web;
 
-/// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
-/// its own by a field value unique to it (a lock name, a parameter name).
+/// The layer's events, `debug` and above, from every test of this binary: a test picks its
+/// own by a field value unique to it (a lock name, a parameter name).
 fn layer_logs() -> &'static Everything {
-    lock_tests::logs::everything(&["lock_tower"])
+    lock_tests::logs::everything_at(&["lock_tower"], Level::DEBUG)
 }
 
 /// A handler that only says it ran.

@@ -36,6 +36,7 @@ use crate::kind::Kind;
 use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
 use crate::scope;
+use crate::throttle::{Throttle, WARN_PERIOD};
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
 use crate::wire::answer::{GaveBack, Inspected};
@@ -81,6 +82,8 @@ pub(crate) struct Engine {
     batcher: Option<batcher::Batcher>,
     /// Open, shutting down or shut down, and the background tasks a shutdown stops.
     life: shutdown::Life,
+    /// The warning of an undo that failed, at most once per period.
+    undo_warnings: Throttle,
 }
 
 /// Every hold of the client, by what it holds and who holds it: found again by re-entries
@@ -131,6 +134,7 @@ impl Engine {
             }),
             jobs: jobs::start(),
             life: shutdown::Life::default(),
+            undo_warnings: Throttle::new(WARN_PERIOD),
         })
     }
 

@@ -99,8 +99,9 @@
 //! characters), `outcome` (`allowed`, `limited`, `unavailable`, `fail_open`, `missing_key`,
 //! `invalid_key`, `no_key` for a pass-through, `error`) and `remaining`: counted by `family`
 //! and `outcome` (with `tracing-opentelemetry`, or a subscriber layer of your own), they also
-//! give the requests that never reached Redis (missing or bad keys). Events: one `info` per
-//! rejected request, `request rejected by the rate limit layer`, with `status`, `code`,
+//! give the requests that never reached Redis (missing or bad keys). Events: one per
+//! rejected request, `request rejected by the rate limit layer` (`debug` for a `429` or a
+//! bad key, which a service expects; `info` for a `503` or a `500`), with `status`, `code`,
 //! `retry_after_ms`, `detail` and `error`; `warn` when a request is let through failing
 //! open; `error` for a misconfigured layer; `debug` for an allowed request.
 //!
