@@ -476,8 +476,8 @@ async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
         send(&router, request("/users/8", &[])).await.0,
         StatusCode::OK
     );
-    // One permit every 500 ms (and the memory server's clock moves 1 µs per call more).
-    tokio::time::sleep(Duration::from_millis(501)).await;
+    // One permit every 500 ms.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let (status, headers) = send(&router, request("/users/7", &[])).await;
     assert_eq!(status, StatusCode::OK, "{headers:?}");
     assert_eq!(
@@ -520,12 +520,40 @@ async fn t_agrees_with_retry_after_when_the_burst_comes_back_later() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(field(&headers, "retry-after"), Some("3"));
     assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=3"));
-    // And a client that waits `t` seconds (a little more: the memory server's clock) is let in.
-    tokio::time::sleep(Duration::from_millis(3001)).await;
+    // And a client that waits exactly `t` seconds is let in.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         send(&router, request("/users/7", &[])).await.0,
         StatusCode::OK
     );
+}
+
+/// The README's pattern, where the wait is exactly the `Retry-After`: 1 per second (burst 2),
+/// refused, sleep exactly 1 s, allowed. The memory server's `TIME` is exactly tokio's time (it used to
+/// run 1 µs ahead per call at a paused instant, and fall back when the clock moved: a 429).
+#[tokio::test(start_paused = true)]
+async fn sleeping_exactly_retry_after_on_the_memory_backend_gets_the_permit() {
+    let client = LockClient::in_memory().await.unwrap();
+    // A burst of 2, so the limit's key outlives the wait (its time to live is the full
+    // burst's 2 s): the permit must come from the clock, not from a key that expired.
+    let quota = Quota::per_second(1).burst(2);
+    let limited = RateLimitLayer::new(client, PathParam::new("user"), quota);
+    let router = routed("/users/{user}", limited);
+    // Other traffic at the same paused instant first: the server's clock must not run
+    // ahead of tokio's (it did, 1 µs per call, and fell back to tokio's after the sleep).
+    for other in 0..20 {
+        send(&router, request(&format!("/users/other-{other}"), &[])).await;
+    }
+    for _ in 0..2 {
+        let (status, _) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(&headers, "retry-after"), Some("1"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::OK, "{headers:?}");
 }
 
 /// `RateLimit-Policy` says the real rate over its window, and the burst as a policy of its
