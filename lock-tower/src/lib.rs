@@ -260,6 +260,7 @@
 
 mod acquire;
 pub mod body;
+mod client_ip;
 mod config;
 mod decision;
 mod deferred;
@@ -281,6 +282,9 @@ mod retry_after;
 mod service;
 mod settings;
 
+pub use client_ip::ForwardedIp;
+#[cfg(feature = "axum")]
+pub use client_ip::PeerIp;
 pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;

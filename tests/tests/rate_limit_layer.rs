@@ -492,6 +492,76 @@ async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
     );
 }
 
+/// Per-client limits over real HTTP: the connection's address (`PeerIp`, served with connect
+/// info) and the address a trusted proxy recorded (`ForwardedIp`): a client that writes its
+/// own `X-Forwarded-For` entries left of the proxy's cannot choose its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_client_address_limits_with_peer_ip_and_forwarded_ip() {
+    use lock_tower::{ForwardedIp, PeerIp};
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let one = Quota::per(MINUTE, 1);
+    let router = Router::new()
+        .route(
+            "/peer",
+            get(ran).route_layer(RateLimitLayer::new(client.clone(), PeerIp, one).prefix("peer:")),
+        )
+        .route(
+            "/proxied",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), ForwardedIp::x_forwarded_for(1), one)
+                    .prefix("xff:"),
+            ),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move {
+        let app = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, app).await.unwrap()
+    });
+    let http = http();
+    let get = |path: &str, xff: Option<&str>| {
+        let mut req = http.get(format!("http://{addr}{path}"));
+        if let Some(xff) = xff {
+            req = req.header("x-forwarded-for", xff);
+        }
+        req.send()
+    };
+    assert_eq!(get("/peer", None).await.unwrap().status(), 200);
+    assert_eq!(get("/peer", None).await.unwrap().status(), 429);
+    let state = client.rate_limit("peer:127.0.0.1").inspect().await.unwrap();
+    assert_eq!(
+        state.map(|s| s.remaining()),
+        Some(0),
+        "keyed by the peer's IP"
+    );
+    // The proxy appended 198.51.100.7; whatever the client wrote before it is ignored.
+    let proxied = |spoofed: &str| format!("{spoofed}198.51.100.7");
+    assert_eq!(
+        get("/proxied", Some(&proxied(""))).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        get("/proxied", Some(&proxied("10.9.9.9, ")))
+            .await
+            .unwrap()
+            .status(),
+        429,
+        "the same client, whatever it wrote"
+    );
+    assert_eq!(
+        get("/proxied", Some("198.51.100.8"))
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "another client, a limit of its own"
+    );
+    // No header: no key, 400.
+    assert_eq!(get("/proxied", None).await.unwrap().status(), 400);
+    serving.abort();
+}
+
 /// `t` is when quota is available again: the next permit, so on a `429` it says what
 /// `Retry-After` says, on a quota where the whole burst comes back later (1 per 3 s, burst 2:
 /// the burst is back in 6 s, the next permit in 3 s).
