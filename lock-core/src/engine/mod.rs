@@ -10,12 +10,13 @@
 //! - [`batch`]: acquisitions and releases that queue behind calls in flight go out as one
 //!   call;
 //! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`);
-//! - [`shutdown`]: the client's life, and its shutdown.
+//! - [`life`] and [`shutdown`]: the client's life, and its shutdown.
 
 mod attempt;
 mod batch;
 mod batcher;
 mod jobs;
+mod life;
 mod outcome;
 mod release;
 mod send;
@@ -81,7 +82,7 @@ pub(crate) struct Engine {
     /// holds every key and no replica must acknowledge an acquisition.
     batcher: Option<batcher::Batcher>,
     /// Open, shutting down or shut down, and the background tasks a shutdown stops.
-    life: shutdown::Life,
+    life: life::Life,
     /// The warning of an undo that failed, at most once per period.
     undo_warnings: Throttle,
 }
@@ -133,7 +134,7 @@ impl Engine {
                 sweep_at: 64,
             }),
             jobs: jobs::start(),
-            life: shutdown::Life::default(),
+            life: life::Life::default(),
             undo_warnings: Throttle::new(WARN_PERIOD),
         })
     }

@@ -1,35 +1,23 @@
-//! A client's life: open, shutting down, shut down ([`Life`]); and
 //! [`Engine::shut_down`], which gives back every hold of the client, stops its background
 //! tasks (the watchdog, the pub/sub task) and refuses every later call with
-//! [`LockError::ShutDown`].
+//! [`LockError::ShutDown`]; and the checks of the client's life (`open`, `not_closed`) that
+//! calls make.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::task::AbortHandle;
 
 use super::Engine;
+use super::life::{CLOSED, CLOSING, OPEN};
 use crate::error::LockError;
 use crate::hold::{Hold, Status};
 use crate::util::lock;
 
 /// Holds given back at once during a shutdown.
 const CONCURRENT_RELEASES: usize = 32;
-
-const OPEN: u8 = 0;
-/// No acquisition starts; releases go on.
-const CLOSING: u8 = 1;
-/// Nothing is sent any more.
-const CLOSED: u8 = 2;
-
-/// Where a client is in its life, and the background tasks to stop at its end.
-#[derive(Default)]
-pub(crate) struct Life {
-    state: AtomicU8,
-    tasks: Mutex<Vec<AbortHandle>>,
-}
 
 impl Engine {
     /// [`LockError::ShutDown`] once a shutdown has begun: what an acquisition checks when it
