@@ -264,7 +264,7 @@ pub struct RateDecision {
 }
 
 impl RateDecision {
-    fn new(d: Decided) -> Self {
+    pub(crate) fn new(d: Decided) -> Self {
         RateDecision {
             allowed: d.allowed,
             remaining: d.remaining,

@@ -562,6 +562,72 @@ async fn per_client_address_limits_with_peer_ip_and_forwarded_ip() {
     serving.abort();
 }
 
+/// With `fail_local`, a store that cannot be reached does not mean `503` (or no limit): each
+/// instance limits on its own, with the same quota, `429`s and fields.
+#[tokio::test(start_paused = true)]
+async fn fail_local_limits_in_the_instance_while_the_store_is_down() {
+    let server = MemoryServer::new();
+    let client: LockClient = server.client().await.unwrap();
+    let quota = Quota::per_second(1).burst(2);
+    let router = Router::new()
+        .route(
+            "/local/{user}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), PathParam::new("user"), quota)
+                    .prefix("local:")
+                    .fail_local(),
+            ),
+        )
+        .route(
+            "/closed/{user}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client, PathParam::new("user"), quota).prefix("closed:"),
+            ),
+        );
+    server.set_reachable(false);
+    assert_eq!(
+        send(&router, request("/closed/7", &[])).await.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "without it: fail closed"
+    );
+    for remaining in ["1", "0"] {
+        let (status, headers) = send(&router, request("/local/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            field(&headers, "ratelimit"),
+            Some(format!("\"default\";r={remaining};t=1").as_str())
+        );
+    }
+    let (status, headers) = send(&router, request("/local/7", &[])).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the burst is spent here"
+    );
+    assert_eq!(field(&headers, "retry-after"), Some("1"));
+    assert_eq!(
+        send(&router, request("/local/8", &[])).await.0,
+        StatusCode::OK
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        send(&router, request("/local/7", &[])).await.0,
+        StatusCode::OK
+    );
+    // Back: the store decides again (it never saw the local permits).
+    server.set_reachable(true);
+    for _ in 0..2 {
+        assert_eq!(
+            send(&router, request("/local/7", &[])).await.0,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        send(&router, request("/local/7", &[])).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
 /// `t` is when quota is available again: the next permit, so on a `429` it says what
 /// `Retry-After` says, on a quota where the whole burst comes back later (1 per 3 s, burst 2:
 /// the burst is back in 6 s, the next permit in 3 s).

@@ -103,6 +103,20 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
         self
     }
 
+    /// While the store is unavailable (down, or slower than the client's timeouts or
+    /// [`check_timeout`](Self::check_timeout)), decides each request in this process instead
+    /// of answering `503` or letting it through: the same GCRA with the same quota, on this
+    /// instance's clock ([`LocalRateLimits`](lock_core::LocalRateLimits)),
+    /// with the same `429`s and RateLimit fields. **Approximate**: each instance keeps its
+    /// own allowance, so `N` instances admit up to `N` × the quota, and nothing taken in the
+    /// store before the outage is known here. Decisions made so are logged at `debug`
+    /// (`rate limit store unavailable; decided by this instance`). Overrides the
+    /// [`fail_mode`](Self::fail_mode) for the store's unavailability; default off.
+    pub fn fail_local(mut self) -> Self {
+        self.settings.local = Some(Arc::new(lock_core::LocalRateLimits::new()));
+        self
+    }
+
     /// Shorthand for [`fail_mode(FailMode::Open)`](Self::fail_mode): an unavailable store
     /// lets requests through.
     pub fn fail_open(self) -> Self {

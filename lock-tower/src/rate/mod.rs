@@ -59,6 +59,7 @@
 //! | key too long, control characters, not a valid name | `InvalidKey` (`invalid_lock_key`) | 400 | no | no |
 //! | the store down, slow past the client's timeouts (or [`check_timeout`](RateLimitLayer::check_timeout)), or failing ([`FailMode::Closed`](crate::FailMode::Closed)) | `Unavailable` (`lock_unavailable`) | 503 | [`unavailable_retry_after`](RateLimitLayer::unavailable_retry_after) | no |
 //! | the same, with [`fail_open`](RateLimitLayer::fail_open) | (the inner service answers, unlimited) | its own | no | no |
+//! | the same, with [`fail_local`](RateLimitLayer::fail_local) | decided in this instance (approximate: `N` instances admit up to `N` × the quota) | as above: its own, or `429` | as above | yes |
 //! | a setting that cannot work: an empty prefix, a quota [`Quota::check`](lock_core::Quota::check) refuses (at build, or from [`quota_by`](RateLimitLayer::quota_by)), a store that refuses the client (ACL, password, no scripting) | `Internal` (`lock_error`) | 500 | no | no |
 //!
 //! The `429`'s body is the crate's JSON problem document (RFC 9457,
@@ -79,7 +80,7 @@
 //! |---|---|---|
 //! | [`prefix`](RateLimitLayer::prefix) | `"rate:"` | limit name = prefix + key |
 //! | quota | none: [`RateLimitLayer::new`] takes one | or [`quota_by`](RateLimitLayer::quota_by) |
-//! | [`fail_mode`](RateLimitLayer::fail_mode) | [`FailMode::Closed`](crate::FailMode::Closed): `503` | [`fail_open`](RateLimitLayer::fail_open) lets requests through |
+//! | [`fail_mode`](RateLimitLayer::fail_mode) | [`FailMode::Closed`](crate::FailMode::Closed): `503` | [`fail_open`](RateLimitLayer::fail_open) lets requests through; [`fail_local`](RateLimitLayer::fail_local) limits in each instance |
 //! | [`check_timeout`](RateLimitLayer::check_timeout) | none of its own: the client's [`response_timeout`](lock_core::LockClientBuilder::response_timeout) (1 s) for the one call, after up to its [`connect_timeout`](lock_core::LockClientBuilder::connect_timeout) (2 s) when no pooled connection answers | one call per request, never retried |
 //! | [`missing_key`](RateLimitLayer::missing_key) | [`MissingKey::Reject`](crate::MissingKey::Reject): `400` | [`MissingKey::PassThrough`](crate::MissingKey::PassThrough) lets the request through unlimited |
 //! | [`max_key_len`](RateLimitLayer::max_key_len) | 128 bytes | |
