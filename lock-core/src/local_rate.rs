@@ -20,9 +20,14 @@ use crate::wire::rate::Decided;
 /// The size at which names whose burst is back are first swept out.
 const FIRST_SWEEP: usize = 1024;
 
-/// Rate limits decided in this process (see the [module docs](self)): one theoretical
-/// arrival time per name, kept while the name's burst is not back (names whose burst is
-/// back are swept out as the map grows). Cheap to share behind an `Arc`.
+/// Rate limits decided in this process: the same GCRA as a [`RateLimit`](crate::RateLimit),
+/// on tokio's clock instead of the server's, as a fallback for while Redis is down. One
+/// theoretical arrival time per name, kept while the name's burst is not back (names whose
+/// burst is back are swept out as the map grows). Cheap to share behind an `Arc`.
+///
+/// **Approximate.** Each process keeps its own allowance: with `N` instances of a service,
+/// up to `N` × the quota gets through while they decide locally, and what was taken on the
+/// server before the outage is not known here.
 ///
 /// ```
 /// use lock_core::{LocalRateLimits, Quota};
