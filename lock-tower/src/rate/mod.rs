@@ -4,8 +4,10 @@
 //!
 //! The key comes from the request through the same [`KeyExtractor`](crate::KeyExtractor)s as
 //! the lock layer's ([`PathParam`](crate::PathParam), [`Header`](crate::Header),
-//! [`QueryParam`](crate::QueryParam), [`PathSegment`](crate::PathSegment), closures such as
-//! `|req| header_value(req, "x-api-key")`), checked by the same rules, under a prefix. The
+//! [`QueryParam`](crate::QueryParam), [`PathSegment`](crate::PathSegment), the client's
+//! address with [`PeerIp`](crate::PeerIp) or [`ForwardedIp`](crate::ForwardedIp), closures
+//! such as `|req| header_value(req, "x-api-key")`), checked by the same rules, under a
+//! prefix. The
 //! quota is one [`Quota`](lock_core::Quota) or, with [`RateLimitLayer::quota_by`], chosen
 //! per request ([`QuotaPolicy`]: tiers).
 //!
