@@ -17,12 +17,13 @@ scripts/ensure-redis.sh
 # on lock-core's macro and TLS and much more.) In the dev profile: the quickstart waits on
 # Redis, not on the CPU, and an unoptimised build takes less than half the CPU time.
 echo "building the quickstart example (cargo build -p quickstart): the first build compiles" \
-  "89 crates (79 CPU-seconds), under a minute on 2 idle cores; later runs start in seconds ..." >&2
+  "its own small set of crates; later runs start in seconds ..." >&2
 cargo build -p quickstart
 cargo run -q -p quickstart -- "$@"
 echo >&2
-echo "building the flash-sale demo for step 2 (cargo build --release --bin flash-sale): about" \
-  "215 crates, about 4.5 minutes on 2 cores, so that scripts/demo.sh starts in seconds; Ctrl-C" \
-  "skips it (scripts/demo.sh then builds what is left) ..." >&2
+echo "the quickstart is done. Now starting a long build: the flash-sale demo for step 2" \
+  "(cargo build --release --bin flash-sale), a release build of a few hundred crates that" \
+  "takes minutes, so that scripts/demo.sh starts in seconds. Ctrl-C skips it" \
+  "(scripts/demo.sh then builds what is left) ..." >&2
 cargo build --release --bin flash-sale
 echo "built: scripts/demo.sh is next" >&2

@@ -9,6 +9,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::backend::{Request, replies};
 use crate::engine::Engine;
+use crate::error::LockError;
 
 /// A connection for the application's own commands (its [fenced](crate::fenced) writes, say)
 /// on the deployment a [`LockClient`](crate::LockClient) talks to, made by
@@ -56,7 +57,10 @@ impl Connection {
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(self.engine.backend().user(Request::User(cmd)))
+        Box::pin(async move {
+            self.engine.not_closed().map_err(LockError::into_redis)?;
+            self.engine.backend().user(Request::User(cmd)).await
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -66,7 +70,10 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let request = Request::UserPipeline(pipeline, offset, count);
-        Box::pin(async move { self.engine.backend().user(request).await.map(replies) })
+        Box::pin(async move {
+            self.engine.not_closed().map_err(LockError::into_redis)?;
+            self.engine.backend().user(request).await.map(replies)
+        })
     }
 
     /// The database the client's URL names (0 on a Cluster and in memory).

@@ -111,6 +111,12 @@ pub enum LockError {
     #[error("Redis command failed: {0}")]
     Redis(redis::RedisError),
 
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
+    /// every call after it (and every acquisition that had not started when it began) is
+    /// refused, before anything is sent.
+    #[error("the lock client was shut down (LockClient::shutdown); nothing more is sent")]
+    ShutDown,
+
     /// No client was given and none was installed with
     /// [`install_global`](crate::install_global).
     #[error("no lock client: pass one or call lock_core::install_global at startup")]
@@ -311,6 +317,7 @@ impl LockError {
                 | LockError::NoPrimary { .. }
                 | LockError::CrossSlot { .. }
                 | LockError::Tls { .. }
+                | LockError::ShutDown
         )
     }
 

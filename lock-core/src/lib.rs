@@ -443,6 +443,7 @@ mod kind;
 pub mod layout;
 mod leader;
 mod lease;
+mod local_rate;
 mod lock_string;
 pub mod metrics;
 mod multi;
@@ -462,6 +463,7 @@ mod semaphore;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+mod throttle;
 mod url;
 mod util;
 mod waiters;
@@ -481,6 +483,7 @@ pub use held_lock::{AtRisk, HeldLock, LeaseWatch, Lost};
 pub use info::{FairLockInfo, LockInfo, ReadWriteLockInfo, SemaphoreInfo};
 pub use leader::{Leader, LeaderEvent, Term};
 pub use lease::LeaseState;
+pub use local_rate::LocalRateLimits;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use mutex::{LockGuard, Mutex};
 pub use name::{validate_name, validate_prefix};

@@ -159,42 +159,72 @@ impl Quota {
         micros.checked_div(u64::from(self.rate)).unwrap_or(0)
     }
 
-    /// Whether the quota can be used: [`LockError::InvalidOption`] naming `rate` (0),
-    /// `burst` (0), `period` (less than one microsecond per permit) or `burst` again (a full
-    /// burst would take longer than [`MAX_WINDOW`] to come back).
+    /// Whether the quota can be used: [`LockError::InvalidOption`] naming the option that was
+    /// written and its value: `rate` (0), `burst` (set to 0, or set so that a full burst
+    /// would take longer than [`MAX_WINDOW`] to come back) or `period` (zero, less than one
+    /// microsecond per permit, or, with the burst left at the rate, longer than
+    /// [`MAX_WINDOW`]). A burst the quota was not given is never named.
     pub fn check(&self) -> Result<(), LockError> {
         let invalid = |option, reason: String| Err(LockError::InvalidOption { option, reason });
+        let written = self.written();
         if self.rate == 0 {
             return invalid(
                 "rate",
-                "a rate limit needs a rate of at least 1 (`.per(period, n)`)".into(),
+                format!("{written}: a rate of 0 allows nothing; the rate is at least 1"),
             );
         }
-        if self.burst_size() == 0 {
-            return invalid("burst", "a burst of 0 would allow nothing".into());
+        if self.burst == Some(0) {
+            return invalid(
+                "burst",
+                format!("{written}: a burst of 0 allows nothing; the burst is at least 1"),
+            );
+        }
+        if self.period.is_zero() {
+            return invalid(
+                "period",
+                format!("{written}: a period of zero leaves no time between permits"),
+            );
         }
         let interval = self.interval_us();
         if interval == 0 {
             return invalid(
                 "period",
                 format!(
-                    "{} permits per {:?} is more than one per microsecond",
-                    self.rate, self.period
+                    "{written}: more than one permit per microsecond (the finest step of the \
+                     server's clock); the period is at least {} µs for a rate of {}",
+                    self.rate, self.rate
                 ),
             );
         }
         if interval.saturating_mul(u64::from(self.burst_size())) > micros(MAX_WINDOW) {
-            return invalid(
-                "burst",
-                format!(
-                    "a burst of {} at one permit per {:?} takes longer than {MAX_WINDOW:?} to \
-                     come back",
-                    self.burst_size(),
-                    self.interval()
+            return match self.burst {
+                Some(burst) => invalid(
+                    "burst",
+                    format!(
+                        "{written}: a burst of {burst} at one permit per {:?} takes longer than \
+                         {MAX_WINDOW:?} (30 days) to come back",
+                        self.interval()
+                    ),
                 ),
-            );
+                None => invalid(
+                    "period",
+                    format!(
+                        "{written}: a period longer than {MAX_WINDOW:?} (30 days, the longest a \
+                         rate limit's state is kept)"
+                    ),
+                ),
+            };
         }
         Ok(())
+    }
+
+    /// The quota as the user wrote it: `per(<period>, <rate>)`, then `.burst(<b>)` if set.
+    fn written(&self) -> String {
+        let per = format!("per({:?}, {})", self.period, self.rate);
+        match self.burst {
+            Some(burst) => format!("{per}.burst({burst})"),
+            None => per,
+        }
     }
 }
 
@@ -218,6 +248,8 @@ pub struct RateLimit {
     engine: Arc<Engine>,
     name: String,
     quota: Quota,
+    /// Whether a rate was given (`per` or `quota`): none is the default.
+    rated: bool,
 }
 
 /// What a rate limit answered: allowed or limited, and when to come back.
@@ -232,7 +264,7 @@ pub struct RateDecision {
 }
 
 impl RateDecision {
-    fn new(d: Decided) -> Self {
+    pub(crate) fn new(d: Decided) -> Self {
         RateDecision {
             allowed: d.allowed,
             remaining: d.remaining,
@@ -263,6 +295,21 @@ impl RateDecision {
         self.reset_after
     }
 
+    /// How long until one more permit is free than [`remaining`](Self::remaining) says:
+    /// zero when the full burst is free; for a limited request of one permit, its
+    /// [`retry_after`](Self::retry_after). What lock-tower's `RateLimit` field says as `t`:
+    /// when quota is available again.
+    pub fn next_permit_after(&self) -> Duration {
+        if self.reset_after.is_zero() || self.remaining >= self.burst {
+            return Duration::ZERO;
+        }
+        // reset = tat − now; the permit after `remaining` comes back when tat − now is
+        // down to (burst − remaining − 1) intervals.
+        let still_taken = u32::try_from(self.burst - self.remaining - 1).unwrap_or(u32::MAX);
+        self.reset_after
+            .saturating_sub(self.interval.saturating_mul(still_taken))
+    }
+
     /// The burst the decision was made with.
     pub fn burst(&self) -> u64 {
         self.burst
@@ -283,6 +330,7 @@ impl LockClient {
             engine: self.engine().clone(),
             name: name.into(),
             quota: Quota::per(Duration::from_secs(1), 0),
+            rated: false,
         }
     }
 }
@@ -295,6 +343,7 @@ impl RateLimit {
             rate: n,
             burst: self.quota.burst,
         };
+        self.rated = true;
         self
     }
 
@@ -307,7 +356,35 @@ impl RateLimit {
     /// The whole quota at once.
     pub fn quota(mut self, quota: Quota) -> Self {
         self.quota = quota;
+        self.rated = true;
         self
+    }
+
+    /// Whether the limit can be used, without sending anything: its name
+    /// ([`LockError::InvalidName`]), whether it was given a rate
+    /// ([`LockError::InvalidOption`] naming `per` when neither [`per`](Self::per) nor
+    /// [`quota`](Self::quota) was called) and its quota ([`Quota::check`]). Every
+    /// [`check`](Self::check) and [`peek`](Self::peek) checks this first; call it when the
+    /// service starts, so a mistake stops the start-up instead of failing each request.
+    pub fn validate(&self) -> Result<(), LockError> {
+        self.engine.keys(&self.name)?;
+        self.check_quota()
+    }
+
+    /// That a rate was given, and [`Quota::check`]. (The name is checked when the key is
+    /// made, before anything is sent.)
+    fn check_quota(&self) -> Result<(), LockError> {
+        if !self.rated {
+            return Err(LockError::InvalidOption {
+                option: "per",
+                reason: format!(
+                    "the rate limit {:?} was given no rate: call `.per(period, n)` or \
+                     `.quota(quota)` before using it",
+                    self.name
+                ),
+            });
+        }
+        self.quota.check()
     }
 
     /// The name.
@@ -328,8 +405,9 @@ impl RateLimit {
 
     /// Takes one permit, if one is free: one call to Redis.
     ///
-    /// Checked before anything is sent: the name ([`LockError::InvalidName`]) and the quota
-    /// ([`Quota::check`], [`LockError::InvalidOption`]). Redis's errors are as for a lock's
+    /// Checked before anything is sent ([`validate`](Self::validate)): the name
+    /// ([`LockError::InvalidName`]), that a rate was given and the quota ([`Quota::check`],
+    /// [`LockError::InvalidOption`]). Redis's errors are as for a lock's
     /// ([`LockError::Unavailable`], [`LockError::ResponseTimeout`],
     /// [`LockError::NoPermission`], ...); a key of the limit's that holds something else is
     /// [`LockError::Redis`] (`WRONGTYPE`), and the key is left as it was.
@@ -356,7 +434,7 @@ impl RateLimit {
     }
 
     async fn take(&self, n: u32) -> Result<RateDecision, LockError> {
-        self.quota.check()?;
+        self.check_quota()?;
         if n == 0 || n > self.quota.burst_size() {
             return Err(LockError::InvalidOption {
                 option: "n",
@@ -371,7 +449,7 @@ impl RateLimit {
 
     /// Whether one permit would be allowed now, and how many are free, without taking any.
     pub async fn peek(&self) -> Result<RateDecision, LockError> {
-        self.quota.check()?;
+        self.check_quota()?;
         self.decide(0).await
     }
 
@@ -435,5 +513,50 @@ mod tests {
         assert_eq!(option(Quota::per(MAX_WINDOW, 1).burst(2)), "burst");
         assert!(Quota::per(MAX_WINDOW, 1).check().is_ok());
         assert!(Quota::per_second(1_000_000).check().is_ok());
+    }
+
+    fn reason(q: Quota) -> String {
+        match q.check() {
+            Err(LockError::InvalidOption { reason, .. }) => reason,
+            other => panic!("{q:?} was {other:?}"),
+        }
+    }
+
+    /// Every refusal names the option the user wrote, with its value, and never a burst the
+    /// user did not set.
+    #[test]
+    fn refusals_name_what_was_written() {
+        let forever = Quota::per(Duration::MAX, 1);
+        assert_eq!(option(forever), "period");
+        let why = reason(forever);
+        assert!(why.contains("per(") && why.contains(", 1)"), "{why}");
+        assert!(!why.contains("burst"), "{why}");
+        let zero = Quota::per(Duration::ZERO, 1);
+        assert_eq!(option(zero), "period");
+        assert_eq!(
+            reason(zero),
+            "per(0ns, 1): a period of zero leaves no time between permits"
+        );
+        assert!(!reason(zero).contains("permits per"));
+        let fast = Quota::per(Duration::from_micros(999), 1000);
+        assert!(reason(fast).starts_with("per(999µs, 1000): more than one permit per"));
+        assert!(
+            reason(fast).contains("at least 1000 µs"),
+            "{}",
+            reason(fast)
+        );
+        assert_eq!(
+            reason(Quota::per_second(0)),
+            "per(1s, 0): a rate of 0 allows nothing; the rate is at least 1"
+        );
+        assert_eq!(
+            reason(Quota::per_second(1).burst(0)),
+            "per(1s, 1).burst(0): a burst of 0 allows nothing; the burst is at least 1"
+        );
+        let long = Quota::per(MAX_WINDOW, 1).burst(2);
+        assert_eq!(option(long), "burst");
+        assert!(reason(long).starts_with("per(2592000s, 1).burst(2): a burst of 2"));
+        // Unset, the burst is the rate: a long period is the period's fault.
+        assert_eq!(option(Quota::per(MAX_WINDOW * 2, 2)), "period");
     }
 }

@@ -33,8 +33,9 @@
 //! fires on `tokio::time`, so in a test with a paused clock (`#[tokio::test(start_paused =
 //! true)]`, which needs tokio's `test-util` feature in your dev-dependencies) a 30 s lease runs
 //! out the moment the test waits for it, without sleeping. The server's `TIME` is a fixed
-//! epoch (2026-01-01T00:00:00Z) plus the time tokio's clock has moved since the server was
-//! made (and at least 1 µs more on each call). Nothing in it reads the system clock: a
+//! epoch (2026-01-01T00:00:00Z) plus exactly the time tokio's clock has moved since the server
+//! was made (on a paused clock it stands still between calls, so sleeping exactly a
+//! `Retry-After` finds the permit back). Nothing in it reads the system clock: a
 //! [`Period`](crate::Period)'s name still does.
 //!
 //! ```

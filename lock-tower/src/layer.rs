@@ -8,7 +8,7 @@ use lock_core::{LockClient, Semaphore};
 
 use crate::config::{LeaseLost, Release, Side};
 use crate::key_settings::key_setters;
-use crate::macros::common_impls;
+use crate::macros::{common_impls, validate_method};
 use crate::response::DefaultRejection;
 use crate::service::DistributedLock;
 use crate::settings::{Kind, Settings};
@@ -24,7 +24,8 @@ use crate::settings::{Kind, Settings};
 /// Settings never panic: one that cannot work (an empty prefix, a lease outside 10 ms to 30
 /// days, a semaphore of 0 permits) makes every request answer `500` with a
 /// [`RejectionKind::Internal`](crate::RejectionKind::Internal) rejection carrying the
-/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`.
+/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`;
+/// [`validate`](Self::validate) gives that error at start-up.
 pub struct DistributedLockLayer<K, R = DefaultRejection> {
     extractor: Arc<K>,
     settings: Settings,
@@ -158,6 +159,15 @@ impl<K, R> DistributedLockLayer<K, R> {
         self.settings.max_retry_after = max;
         self
     }
+
+    validate_method!(
+        settings.keys,
+        "Checked: [`prefix`](Self::prefix), [`lease`](Self::lease) (10 ms to 30 days), \
+        [`permits`](Self::permits) (1 to 100,000). Not checked: whether a \
+        [`PathParam`](crate::PathParam)'s parameter is in the route the layer is put on, \
+        which the layer learns from the first request routed to it (see the guide's HTTP \
+        chapter)."
+    );
 
     /// Answers rejections with `on_rejection` instead of [`DefaultRejection`]'s JSON problem
     /// documents. The [`Rejection`](crate::Rejection) it gets carries the status the other

@@ -227,8 +227,10 @@
 //! taking the lock), `held_ms` (time it was held) and `lost` (set when it was lost while
 //! held). The handler runs inside it, so its own events carry the key.
 //!
-//! Events: exactly one `info` per rejected request, `request rejected by the lock layer`
-//! (409 busy, 503 unavailable or lost, 400 missing or invalid key, 500 misconfigured), with
+//! Events: exactly one per rejected request, `request rejected by the lock layer`, at
+//! `debug` for the refusals a service expects (409 busy, 400 missing or invalid key: see
+//! [`RejectionKind::is_expected`]) and at `info` for the others (503 unavailable or lost,
+//! 500 misconfigured), with
 //! `status`, `code` (see [`RejectionKind::code`]), `lock` (the lock's name when the error
 //! names it), `holder_lease_ms` (for a busy lock, the holder's remaining lease from Redis's
 //! busy answer — free to know, since the attempt reads it — absent when the lock has no
@@ -258,6 +260,7 @@
 
 mod acquire;
 pub mod body;
+mod client_ip;
 mod config;
 mod decision;
 mod deferred;
@@ -279,6 +282,9 @@ mod retry_after;
 mod service;
 mod settings;
 
+pub use client_ip::ForwardedIp;
+#[cfg(feature = "axum")]
+pub use client_ip::PeerIp;
 pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;

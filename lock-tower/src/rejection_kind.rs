@@ -90,6 +90,37 @@ impl RejectionKind {
         }
     }
 
+    /// Whether a service expects this refusal in normal operation: the layer doing its job
+    /// (a busy lock, permits in use, no rate-limit permit left, an idempotency key in use or
+    /// reused, a response kept as not replayable) or the client's own mistake (a missing or
+    /// bad key, a body too large or broken). Its event is logged at `debug`; the others
+    /// ([`Unavailable`](Self::Unavailable), [`Lost`](Self::Lost),
+    /// [`Internal`](Self::Internal), [`KeyNotInRoute`](Self::KeyNotInRoute),
+    /// [`RecordStoreUnavailable`](Self::RecordStoreUnavailable): the service's or the
+    /// store's trouble) at `info`.
+    pub fn is_expected(self) -> bool {
+        match self {
+            RejectionKind::MissingKey
+            | RejectionKind::InvalidKey
+            | RejectionKind::Busy
+            | RejectionKind::PermitsInUse
+            | RejectionKind::IdempotencyKeyMissing
+            | RejectionKind::IdempotencyKeyInvalid
+            | RejectionKind::IdempotencyScopeMissing
+            | RejectionKind::IdempotencyKeyInUse
+            | RejectionKind::IdempotencyKeyReused
+            | RejectionKind::RequestBodyTooLarge
+            | RejectionKind::RequestBodyFailed
+            | RejectionKind::IdempotencyResponseNotReplayable
+            | RejectionKind::RateLimited => true,
+            RejectionKind::Unavailable
+            | RejectionKind::Lost
+            | RejectionKind::Internal
+            | RejectionKind::KeyNotInRoute
+            | RejectionKind::RecordStoreUnavailable => false,
+        }
+    }
+
     /// Whether the [`IdempotencyLayer`](crate::IdempotencyLayer) gives this kind (and the lock
     /// layer never does).
     pub fn is_idempotency(self) -> bool {

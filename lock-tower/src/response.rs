@@ -1,7 +1,7 @@
 //! How a [`Rejection`] becomes the answer the client gets: its JSON problem document (RFC 9457)
 //! and default response ([`Rejection::problem_json`], [`Rejection::to_response`]), the
-//! [`OnRejection`] hook and its default ([`DefaultRejection`]), and the one `info` event of a
-//! rejected request, logged as the response is made. The table of situations and responses
+//! [`OnRejection`] hook and its default ([`DefaultRejection`]), and the one event of a
+//! rejected request (`debug` or `info`), logged as the response is made. The table of situations and responses
 //! is in the crate docs.
 
 use std::fmt;
@@ -18,11 +18,13 @@ use crate::rejection_kind::RejectionKind;
 use crate::retry_after::retry_after_secs;
 
 impl Rejection {
-    /// The one `info` event of a rejected request (every rejection, whatever its status),
-    /// emitted inside the request's `distributed_lock` span (which carries the `key`):
-    /// `status`, `code`, `lock` (the lock's name, when the error names it), `holder_lease_ms`
-    /// (a busy lock: the holder's remaining lease as Redis answered it, when it has one),
-    /// `retry_after_ms`, `detail` and the `error`, if any.
+    /// The one event of a rejected request (every rejection, whatever its status), emitted
+    /// inside the request's span (which carries the `key`): at `debug` for a refusal the
+    /// service expects ([`RejectionKind::is_expected`]: busy, rate limited, a bad key, ...),
+    /// at `info` for the others (unavailable, lost, misconfigured), with `status`, `code`,
+    /// `lock` (the lock's name, when the error names it), `holder_lease_ms` (a busy lock: the
+    /// holder's remaining lease as Redis answered it, when it has one), `retry_after_ms`,
+    /// `detail` and the `error`, if any.
     pub(crate) fn log(&self) {
         let (lock, holder_lease) = match self.error() {
             Some(LockError::Timeout {
@@ -37,20 +39,32 @@ impl Rejection {
             RejectionKind::RateLimited => "rate limit",
             _ => self.layer(),
         };
-        tracing::info!(
-            status = self.status().as_u16(),
-            code = self.kind().code(),
-            lock,
-            holder_lease_ms = holder_lease.map(ms),
-            retry_after_ms = self.retry_after().map(ms),
-            detail = %self.detail(),
-            error = self
-                .logged_error()
-                .map(|e| e as &dyn fmt::Display)
-                .or_else(|| self.error().map(|e| e as &dyn fmt::Display))
-                .map(tracing::field::display),
-            "request rejected by the {layer} layer"
-        );
+        let error = self
+            .logged_error()
+            .map(|e| e as &dyn fmt::Display)
+            .or_else(|| self.error().map(|e| e as &dyn fmt::Display))
+            .map(tracing::field::display);
+        // One event, at a level known where it is written.
+        macro_rules! rejected {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    status = self.status().as_u16(),
+                    code = self.kind().code(),
+                    lock,
+                    holder_lease_ms = holder_lease.map(ms),
+                    retry_after_ms = self.retry_after().map(ms),
+                    detail = %self.detail(),
+                    error,
+                    "request rejected by the {layer} layer"
+                )
+            };
+        }
+        if self.kind().is_expected() {
+            rejected!(tracing::Level::DEBUG);
+        } else {
+            rejected!(tracing::Level::INFO);
+        }
     }
 
     /// The default JSON problem document (RFC 9457) for this rejection.

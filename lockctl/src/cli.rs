@@ -132,8 +132,9 @@ impl ConnectionArgs {
 pub(crate) enum Command {
     /// Every kind of lock under NAME: held or free, owner, holds, remaining lease, fencing
     /// token, waiters, the owner's description; and the record kept next to it (an
-    /// idempotency layer's stored response: its size and token). Exit 0 when held, 1 when
-    /// not.
+    /// idempotency layer's stored response: its size and token; with --idempotency-key, the
+    /// request's state, in progress or completed, the stored status code, the record's age
+    /// and time to live). Exit 0 when held, 1 when not.
     #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
     /// Held locks under the prefix, sorted by remaining lease (SCAN on every primary).
@@ -173,6 +174,10 @@ pub(crate) struct StatusArgs {
     /// With --idempotency-key: the layer's prefix (its `prefix`) [default: idem:].
     #[arg(long, value_name = "PREFIX")]
     pub(crate) idempotency_prefix: Option<String>,
+    /// With --idempotency-key: the layer's records' time to live (its `ttl`), from which the
+    /// record's age is told (it is stored without a time of its own).
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub(crate) idempotency_ttl: Duration,
     /// Only this kind of lock.
     #[arg(long, value_enum)]
     pub(crate) kind: Option<Kind>,

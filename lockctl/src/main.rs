@@ -23,7 +23,11 @@
 //! KEY under (`lock_tower::idempotency::record_key`): `idem::KEY` for an unscoped layer,
 //! `idem:SCOPE:KEY` with `--scope`, another prefix with `--idempotency-prefix`, hashed when
 //! the key has whitespace or braces; the lock is held while the key's first request runs, and
-//! the record is its stored response (or its "completed, not replayable" marker).
+//! the record is its stored response (or its "completed, not replayable" marker). It says the
+//! request's state (`in_progress` while the lock is held and nothing is stored, `completed`
+//! with the stored status code, `completed_not_replayable`, or `unknown`), the record's time
+//! to live and its age (the layer's `ttl`, `--idempotency-ttl`, default 24h, less the time
+//! to live left): JSON `idempotency: {state, status, ttl_ms, age_ms}`.
 //!
 //! For each lock: its kind, name, whether it is held (for a read-write lock: `write`, `read`
 //! or `write+read`), the owner ids as lock-core stores them (`<client id>:<holder id>`: the
@@ -131,6 +135,7 @@ mod connect;
 mod exit;
 mod force;
 mod glob;
+mod idempotency;
 mod kind;
 mod list;
 mod notify;

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::cli::StatusArgs;
 use crate::connect::Target;
 use crate::exit::{Code, Failure};
+use crate::idempotency::{self, KeyState};
 use crate::kind::Kind;
 use crate::output::Output;
 use crate::rate::{self, RateState};
@@ -35,6 +36,10 @@ struct Status<'a> {
     /// The state of the name's rate limit (lock-core's `rate_limit`, `P{name}:rate`), read
     /// with the quota that wrote it; null when it has none (a full burst is free).
     rate_limit: Option<RateState>,
+    /// With `--idempotency-key`: the request's state, its stored status code, the record's
+    /// time to live and age.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotency: Option<KeyState>,
 }
 
 /// A record next to the name, as `status` reports it.
@@ -55,12 +60,16 @@ impl Record {
     }
 }
 
-/// The record under `name`, if there is one (a value no put wrote counts as none).
-async fn record(target: &Target, name: &str) -> Result<Option<Record>, Failure> {
+/// The record under `name`, if there is one (a value no put wrote counts as none), and its
+/// value.
+async fn record(target: &Target, name: &str) -> Result<Option<(Record, Vec<u8>)>, Failure> {
     match target.client.records().get(name).await {
-        Ok(record) => Ok(record.map(|r| Record {
-            token: r.token(),
-            bytes: r.value().len(),
+        Ok(record) => Ok(record.map(|r| {
+            let described = Record {
+                token: r.token(),
+                bytes: r.value().len(),
+            };
+            (described, r.into_value())
         })),
         Err(LockError::UnexpectedReply(_)) => Ok(None),
         Err(e) => Err(Failure::from_lock(e, &target.label)),
@@ -172,7 +181,15 @@ pub(crate) async fn run(
         .await
         .map_err(|e| Failure::from_lock(e, &target.label))?;
     let held = states.iter().any(|s| s.held);
-    let record = record(target, &name).await?;
+    let stored = record(target, &name).await?;
+    let idempotency = match &args.idempotency_key {
+        Some(_) => {
+            let value = stored.as_ref().map(|(_, value)| value.as_slice());
+            Some(idempotency::read(target, &name, held, value, args.idempotency_ttl).await?)
+        }
+        None => None,
+    };
+    let record = stored.map(|(record, _)| record);
     let rate_limit = rate::read(target, &name).await?;
     let caps = target.client.server_capabilities();
     let written = if out.is_json() {
@@ -191,11 +208,13 @@ pub(crate) async fn run(
             },
             record,
             rate_limit,
+            idempotency,
         })
     } else {
         // Which server answered, whatever it says: a wrong URL is seen at once.
         crate::output::notice(&format!("server {}: {caps}", target.label));
-        let extras = extras(record.as_ref(), rate_limit.as_ref());
+        let mut extras = extras(record.as_ref(), rate_limit.as_ref());
+        extras.extend(idempotency.map(|k| ("request", k.describe())));
         write_table(out, &name, target, args, &states, &extras)
     };
     written.map_err(Failure::Output)?;

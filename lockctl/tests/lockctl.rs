@@ -998,6 +998,111 @@ async fn status_shows_the_record_next_to_a_name() {
     guard.unlock().await.unwrap();
 }
 
+/// `status --idempotency-key`: the request's state (in progress while its lock is held and
+/// nothing is stored, then completed with the stored status code), the record's time to live
+/// and its age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_an_idempotency_key_says_its_state_status_age_and_ttl() {
+    use lock_tower::{Fingerprint, Record};
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    let status = |ttl: &'static str| {
+        let url = url.clone();
+        async move {
+            lockctl(&[
+                "--url",
+                &url,
+                "--json",
+                "status",
+                "--idempotency-key",
+                "pay-1",
+                "--idempotency-ttl",
+                ttl,
+            ])
+            .await
+        }
+    };
+    let unknown = status("60s").await;
+    assert_eq!(
+        unknown.json()["idempotency"]["state"],
+        "unknown",
+        "{unknown:?}"
+    );
+    // The first request runs: its lock is held, nothing is stored.
+    let guard = c.lock("idem::pay-1").lease(LONG).await.unwrap();
+    let running = status("60s").await;
+    let state = &running.json()["idempotency"];
+    assert_eq!(state["state"], "in_progress", "{running:?}");
+    assert!(
+        state["status"].is_null() && state["ttl_ms"].is_null(),
+        "{state}"
+    );
+    guard.unlock().await.unwrap();
+    // It completed with 201, stored for 60 s (as the layer does, through lock-core's records).
+    let fingerprint = Fingerprint::of(&http::Method::POST, &"/pay".parse().unwrap(), b"x");
+    let record = Record::new(
+        fingerprint,
+        http::StatusCode::CREATED,
+        http::HeaderMap::new(),
+        bytes::Bytes::from_static(b"paid"),
+    );
+    c.records()
+        .put(
+            "idem::pay-1",
+            &record.to_bytes(),
+            7,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let done = status("60s").await;
+    let state = &done.json()["idempotency"];
+    assert_eq!(state["state"], "completed", "{done:?}");
+    assert_eq!(state["status"], 201);
+    let ttl = state["ttl_ms"].as_u64().unwrap();
+    let age = state["age_ms"].as_u64().unwrap();
+    assert!(ttl <= 60_000 && ttl > 30_000, "{state}");
+    assert_eq!(
+        ttl + age,
+        60_000,
+        "the age is the layer's ttl less what is left"
+    );
+    let table = lockctl(&[
+        "--url",
+        &url,
+        "status",
+        "--idempotency-key",
+        "pay-1",
+        "--idempotency-ttl",
+        "60s",
+    ])
+    .await;
+    // Beside the table of its (free) lock: on standard error.
+    assert!(
+        table.stderr.contains("request: completed (201), stored ")
+            && table.stderr.contains("s ago, kept "),
+        "{table:?}"
+    );
+    // A "completed, not replayable" marker.
+    let marker = Record::not_replayable(fingerprint, http::StatusCode::OK);
+    c.records()
+        .put(
+            "idem::pay-1",
+            &marker.to_bytes(),
+            8,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let marked = status("60s").await;
+    assert_eq!(
+        marked.json()["idempotency"]["state"],
+        "completed_not_replayable",
+        "{marked:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_rate_limit_of_a_name_and_list_leaves_it_out() {
     let server = RedisServer::start();

@@ -52,8 +52,8 @@ impl Visit for Fields {
     }
 }
 
-/// Every event of this process at `info` or above whose target starts with a prefix given to
-/// [`everything`].
+/// Every event of this process at `info` (or the level given to [`everything_at`]) or above
+/// whose target starts with a prefix given to [`everything`].
 #[derive(Debug)]
 pub struct Everything {
     targets: &'static [&'static str],
@@ -86,6 +86,12 @@ impl<S: Subscriber> Layer<S> for Collector {
 /// it. It must be the test binary's only global subscriber: the call panics if another one
 /// was installed first.
 pub fn everything(targets: &'static [&'static str]) -> &'static Everything {
+    everything_at(targets, Level::INFO)
+}
+
+/// [`everything`], keeping the events at `level` or above (`Level::DEBUG`: the `debug`
+/// events too). The first call of either in a test binary sets the targets and the level.
+pub fn everything_at(targets: &'static [&'static str], level: Level) -> &'static Everything {
     static EVERYTHING: OnceLock<&'static Everything> = OnceLock::new();
     EVERYTHING.get_or_init(|| {
         let everything: &'static Everything = Box::leak(Box::new(Everything {
@@ -94,7 +100,7 @@ pub fn everything(targets: &'static [&'static str]) -> &'static Everything {
         }));
         tracing::subscriber::set_global_default(
             tracing_subscriber::registry()
-                .with(LevelFilter::INFO)
+                .with(LevelFilter::from_level(level))
                 .with(Collector(everything)),
         )
         .expect("the only global subscriber of this test binary");

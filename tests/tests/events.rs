@@ -1,8 +1,10 @@
 //! The `tracing` events operators rely on, captured per test thread by this binary's subscriber
 //! (each test runs on a current-thread runtime, so its background work emits there too):
-//! one `info` per request the tower layer rejects (409 busy, 503 unavailable), one `warn` per
-//! lost lock, one `warn` when a held lock's renewal fails (at risk) and one `info` when a later
-//! one succeeds, nothing above `debug` for an uncontended acquisition and release.
+//! one event per request the tower layer rejects (`debug` for a 409 busy, which a service
+//! expects; `info` for a 503 unavailable), one `warn` per lost lock, one `warn` per 10 s for
+//! undos that fail (with how many were suppressed), one `warn` when a held lock's renewal
+//! fails (at risk) and one `info` when a later one succeeds, nothing above `debug` for an
+//! uncontended acquisition and release.
 
 use std::time::Duration;
 
@@ -68,7 +70,7 @@ fn request(path: &str) -> Request<Full<Bytes>> {
 }
 
 #[tokio::test]
-async fn each_rejected_request_is_one_info_event() {
+async fn each_rejected_request_is_one_event_debug_when_expected_info_otherwise() {
     let mut server = RedisServer::start();
     let client = client_with_lease(&server.url(), Duration::from_secs(30)).await;
     let svc = ServiceBuilder::new()
@@ -87,9 +89,11 @@ async fn each_rejected_request_is_one_info_event() {
     let res = svc.clone().oneshot(request("/job")).await.unwrap();
     assert_eq!(res.status(), 409);
     let busy = events.take();
-    let infos = at(&busy, Level::INFO);
-    assert_eq!(infos.len(), 1, "one info event for the 409: {busy:#?}");
-    let info = &infos[0].fields;
+    let rejected: Vec<_> = busy.iter().filter(|e| e.field("code").is_some()).collect();
+    assert_eq!(rejected.len(), 1, "one event for the 409: {busy:#?}");
+    assert_eq!(rejected[0].level, Level::DEBUG, "a busy lock is expected");
+    assert!(at(&busy, Level::INFO).is_empty(), "{busy:#?}");
+    let info = &rejected[0].fields;
     assert_eq!(info["status"], "409");
     assert_eq!(info["code"], "lock_busy");
     assert_eq!(info["lock"], "t:job");
@@ -201,6 +205,47 @@ async fn an_undo_that_fails_says_why() {
         "{undo:?}"
     );
     assert_eq!(server.cmd(&["HGET", "lock:{foreign}", "f"]), "v");
+}
+
+/// Undos that fail one after another (every request of an outage) are one `warn` per 10 s
+/// per client, not one each; the next line says how many were left out.
+#[tokio::test]
+async fn undos_that_keep_failing_are_one_warning_per_period() {
+    let server = RedisServer::start();
+    let client = client_with_lease(&server.url(), Duration::from_secs(30)).await;
+    server.cmd(&["HSET", "lock:{foreign}", "f", "v"]);
+    let events = capture();
+    // Each failed acquisition's undo runs in the background holding the name's turn, so
+    // the sixth acquisition starts after the first five undos have failed.
+    for _ in 0..6 {
+        let err = client.lock("foreign").await.unwrap_err();
+        assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    }
+    let undo_failed = |e: &&Captured| {
+        e.field("message")
+            .is_some_and(|m| m.starts_with("could not undo"))
+    };
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !seen.iter().any(|e| undo_failed(&e)) {
+            seen.extend(events.take());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the first undo's failure is logged");
+    let warnings: Vec<_> = seen.iter().filter(undo_failed).collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one line for five or six failed undos: {warnings:#?}"
+    );
+    assert_eq!(warnings[0].level, Level::WARN);
+    assert_eq!(
+        warnings[0].field("suppressed"),
+        Some("0"),
+        "the first line of the period"
+    );
 }
 
 /// A held lock whose renewal fails says so once (`warn`, while it is still held), and once

@@ -363,11 +363,25 @@ async fn bad_quotas_names_and_counts_are_refused_before_anything_is_sent() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let before = script_calls(&server);
-    let refused = |r: Result<_, LockError>| match r {
-        Err(LockError::InvalidOption { option, .. }) => option,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(refused(c.rate_limit("a").check().await), "rate");
+    fn refused<T: std::fmt::Debug>(r: Result<T, LockError>) -> &'static str {
+        match r {
+            Err(LockError::InvalidOption { option, .. }) => option,
+            other => panic!("{other:?}"),
+        }
+    }
+    // No `.per(..)`: the option to call is named, not a rate of 0 never written.
+    assert_eq!(refused(c.rate_limit("a").check().await), "per");
+    assert_eq!(refused(c.rate_limit("a").burst(3).validate()), "per");
+    // `validate` answers what the first check would, without sending anything.
+    assert_eq!(
+        refused(c.rate_limit("a").per(SECOND, 1).burst(0).validate()),
+        "burst"
+    );
+    assert!(c.rate_limit("a").per(SECOND, 1).validate().is_ok());
+    assert!(matches!(
+        c.rate_limit("").per(SECOND, 1).validate(),
+        Err(LockError::InvalidName { .. })
+    ));
     assert_eq!(
         refused(c.rate_limit("a").per(SECOND, 0).check().await),
         "rate"
@@ -413,7 +427,7 @@ async fn on_the_memory_backend_under_a_paused_clock_the_count_is_exact() {
     let a = limits[0].clone();
     let mut allowed = u64::from(take_all(&a).await);
     assert_eq!(allowed, 5, "the burst, at once");
-    // The memory server's clock moves 1 µs per call while tokio's stands still.
+    // The memory server's clock is tokio's: it stands still at a paused instant.
     let retry = limits[1].check().await.unwrap().retry_after();
     assert!(
         retry <= Duration::from_millis(100) && retry > Duration::from_micros(99_900),
@@ -427,8 +441,10 @@ async fn on_the_memory_backend_under_a_paused_clock_the_count_is_exact() {
         }
     }
     // The burst, then one permit per 100 ms, each taken by the first request at or after it
-    // is due (a late request does not lose the permit's credit): due at 100, ..., 29,900 ms.
-    assert_eq!(allowed, 5 + 299);
+    // is due (a late request does not lose the permit's credit): due at 100, ..., 30,000 ms,
+    // the last one taken by the last round, at exactly 30,000 ms (the server's clock is
+    // tokio's, not ahead of it or behind).
+    assert_eq!(allowed, 5 + 300);
     // A thousand keys on the same clock: each lets its burst in, then nothing.
     let c = server.client().await.unwrap();
     for k in 0..1_000 {

@@ -27,10 +27,10 @@ mod web;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
-/// its own by a field value unique to it.
+/// The layer's events, `debug` and above, from every test of this binary: a test picks its
+/// own by a field value unique to it.
 fn layer_logs() -> &'static lock_tests::logs::Everything {
-    lock_tests::logs::everything(&["lock_tower"])
+    lock_tests::logs::everything_at(&["lock_tower"], tracing::Level::DEBUG)
 }
 
 /// A handler that only says it ran.
@@ -84,7 +84,8 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
     .prefix("rate:users:");
     let app = App::serve(routed("/users/{user}", layer)).await;
     let http = http();
-    for (remaining, reset) in [(2, 20), (1, 40), (0, 60)] {
+    // `t`: the next permit, 20 s away after each (not the whole burst, 20, 40 then 60 s).
+    for remaining in [2, 1, 0] {
         let res = http.get(app.url("/users/u-1")).send().await.unwrap();
         assert_eq!(res.status(), 200);
         let headers = res.headers().clone();
@@ -94,7 +95,7 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
         );
         assert_eq!(
             headers["ratelimit"],
-            format!("\"default\";r={remaining};t={reset}").as_str()
+            format!("\"default\";r={remaining};t=20").as_str()
         );
         assert!(headers.get("retry-after").is_none());
         assert_eq!(res.text().await.unwrap(), "ran");
@@ -113,7 +114,10 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
     assert_eq!(body["retry_after_ms"], 20_000);
     assert!(!body.to_string().contains("u-1"), "never repeats the key");
     assert_eq!(headers["ratelimit-policy"], "\"default\";q=3;w=60");
-    assert_eq!(headers["ratelimit"], "\"default\";r=0;t=60");
+    assert_eq!(
+        headers["ratelimit"], "\"default\";r=0;t=20",
+        "t is the Retry-After"
+    );
     // A limited request took nothing.
     let state = client
         .rate_limit("rate:users:u-1")
@@ -134,6 +138,11 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
         rejected.iter().any(|e| e
             .field("message")
             .is_some_and(|m| m.contains("rate limit layer"))),
+        "{rejected:?}"
+    );
+    // A 429 is what a rate limit is for: `debug`, not one `info` line per refused request.
+    assert!(
+        rejected.iter().all(|e| e.level == tracing::Level::DEBUG),
         "{rejected:?}"
     );
 }
@@ -220,6 +229,7 @@ async fn each_extractor_gives_each_key_its_own_limit() {
         let (status, headers) = send(&router, request(a_uri, a_headers)).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{a} again");
         assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
+        assert_eq!(field(&headers, "retry-after"), Some("60"));
         let (status, headers) = send(&router, request(b_uri, b_headers)).await;
         assert_eq!(status, StatusCode::OK, "{b}: a limit of its own");
         assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
@@ -466,8 +476,8 @@ async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
         send(&router, request("/users/8", &[])).await.0,
         StatusCode::OK
     );
-    // One permit every 500 ms (and the memory server's clock moves 1 µs per call more).
-    tokio::time::sleep(Duration::from_millis(501)).await;
+    // One permit every 500 ms.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let (status, headers) = send(&router, request("/users/7", &[])).await;
     assert_eq!(status, StatusCode::OK, "{headers:?}");
     assert_eq!(
@@ -480,6 +490,236 @@ async fn on_the_memory_backend_the_limit_comes_back_with_the_clock() {
         send(&router, request("/users/9", &[])).await.0,
         StatusCode::SERVICE_UNAVAILABLE
     );
+}
+
+/// Per-client limits over real HTTP: the connection's address (`PeerIp`, served with connect
+/// info) and the address a trusted proxy recorded (`ForwardedIp`): a client that writes its
+/// own `X-Forwarded-For` entries left of the proxy's cannot choose its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_client_address_limits_with_peer_ip_and_forwarded_ip() {
+    use lock_tower::{ForwardedIp, PeerIp};
+    let server = RedisServer::start();
+    let client = client(&server.url()).await;
+    let one = Quota::per(MINUTE, 1);
+    let router = Router::new()
+        .route(
+            "/peer",
+            get(ran).route_layer(RateLimitLayer::new(client.clone(), PeerIp, one).prefix("peer:")),
+        )
+        .route(
+            "/proxied",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), ForwardedIp::x_forwarded_for(1), one)
+                    .prefix("xff:"),
+            ),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move {
+        let app = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, app).await.unwrap()
+    });
+    let http = http();
+    let get = |path: &str, xff: Option<&str>| {
+        let mut req = http.get(format!("http://{addr}{path}"));
+        if let Some(xff) = xff {
+            req = req.header("x-forwarded-for", xff);
+        }
+        req.send()
+    };
+    assert_eq!(get("/peer", None).await.unwrap().status(), 200);
+    assert_eq!(get("/peer", None).await.unwrap().status(), 429);
+    let state = client.rate_limit("peer:127.0.0.1").inspect().await.unwrap();
+    assert_eq!(
+        state.map(|s| s.remaining()),
+        Some(0),
+        "keyed by the peer's IP"
+    );
+    // The proxy appended 198.51.100.7; whatever the client wrote before it is ignored.
+    let proxied = |spoofed: &str| format!("{spoofed}198.51.100.7");
+    assert_eq!(
+        get("/proxied", Some(&proxied(""))).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        get("/proxied", Some(&proxied("10.9.9.9, ")))
+            .await
+            .unwrap()
+            .status(),
+        429,
+        "the same client, whatever it wrote"
+    );
+    assert_eq!(
+        get("/proxied", Some("198.51.100.8"))
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "another client, a limit of its own"
+    );
+    // No header: no key, 400.
+    assert_eq!(get("/proxied", None).await.unwrap().status(), 400);
+    serving.abort();
+}
+
+/// With `fail_local`, a store that cannot be reached does not mean `503` (or no limit): each
+/// instance limits on its own, with the same quota, `429`s and fields.
+#[tokio::test(start_paused = true)]
+async fn fail_local_limits_in_the_instance_while_the_store_is_down() {
+    let server = MemoryServer::new();
+    let client: LockClient = server.client().await.unwrap();
+    let quota = Quota::per_second(1).burst(2);
+    let router = Router::new()
+        .route(
+            "/local/{user}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client.clone(), PathParam::new("user"), quota)
+                    .prefix("local:")
+                    .fail_local(),
+            ),
+        )
+        .route(
+            "/closed/{user}",
+            get(ran).route_layer(
+                RateLimitLayer::new(client, PathParam::new("user"), quota).prefix("closed:"),
+            ),
+        );
+    server.set_reachable(false);
+    assert_eq!(
+        send(&router, request("/closed/7", &[])).await.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "without it: fail closed"
+    );
+    for remaining in ["1", "0"] {
+        let (status, headers) = send(&router, request("/local/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            field(&headers, "ratelimit"),
+            Some(format!("\"default\";r={remaining};t=1").as_str())
+        );
+    }
+    let (status, headers) = send(&router, request("/local/7", &[])).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the burst is spent here"
+    );
+    assert_eq!(field(&headers, "retry-after"), Some("1"));
+    assert_eq!(
+        send(&router, request("/local/8", &[])).await.0,
+        StatusCode::OK
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        send(&router, request("/local/7", &[])).await.0,
+        StatusCode::OK
+    );
+    // Back: the store decides again (it never saw the local permits).
+    server.set_reachable(true);
+    for _ in 0..2 {
+        assert_eq!(
+            send(&router, request("/local/7", &[])).await.0,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        send(&router, request("/local/7", &[])).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// `t` is when quota is available again: the next permit, so on a `429` it says what
+/// `Retry-After` says, on a quota where the whole burst comes back later (1 per 3 s, burst 2:
+/// the burst is back in 6 s, the next permit in 3 s).
+#[tokio::test(start_paused = true)]
+async fn t_agrees_with_retry_after_when_the_burst_comes_back_later() {
+    let client = LockClient::in_memory().await.unwrap();
+    let quota = Quota::per(Duration::from_secs(3), 1).burst(2);
+    let router = routed(
+        "/users/{user}",
+        RateLimitLayer::new(client, PathParam::new("user"), quota),
+    );
+    for remaining in ["1", "0"] {
+        let (status, headers) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            field(&headers, "ratelimit"),
+            Some(format!("\"default\";r={remaining};t=3").as_str())
+        );
+        // 1 per 3 s over the 6 s a burst of 2 takes to come back: 2 per 6 s, the rate.
+        assert_eq!(
+            field(&headers, "ratelimit-policy"),
+            Some("\"default\";q=2;w=6")
+        );
+    }
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(&headers, "retry-after"), Some("3"));
+    assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=3"));
+    // And a client that waits exactly `t` seconds is let in.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        send(&router, request("/users/7", &[])).await.0,
+        StatusCode::OK
+    );
+}
+
+/// The README's pattern, where the wait is exactly the `Retry-After`: 1 per second (burst 2),
+/// refused, sleep exactly 1 s, allowed. The memory server's `TIME` is exactly tokio's time (it used to
+/// run 1 µs ahead per call at a paused instant, and fall back when the clock moved: a 429).
+#[tokio::test(start_paused = true)]
+async fn sleeping_exactly_retry_after_on_the_memory_backend_gets_the_permit() {
+    let client = LockClient::in_memory().await.unwrap();
+    // A burst of 2, so the limit's key outlives the wait (its time to live is the full
+    // burst's 2 s): the permit must come from the clock, not from a key that expired.
+    let quota = Quota::per_second(1).burst(2);
+    let limited = RateLimitLayer::new(client, PathParam::new("user"), quota);
+    let router = routed("/users/{user}", limited);
+    // Other traffic at the same paused instant first: the server's clock must not run
+    // ahead of tokio's (it did, 1 µs per call, and fell back to tokio's after the sleep).
+    for other in 0..20 {
+        send(&router, request(&format!("/users/other-{other}"), &[])).await;
+    }
+    for _ in 0..2 {
+        let (status, _) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(field(&headers, "retry-after"), Some("1"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (status, headers) = send(&router, request("/users/7", &[])).await;
+    assert_eq!(status, StatusCode::OK, "{headers:?}");
+}
+
+/// `RateLimit-Policy` says the real rate over its window, and the burst as a policy of its
+/// own when it is not the window's quota: 50 per second with a burst of 10 is not 10 per
+/// second.
+#[tokio::test(start_paused = true)]
+async fn the_policy_says_the_rate_and_the_burst_apart() {
+    let client = LockClient::in_memory().await.unwrap();
+    let cases = [
+        (
+            Quota::per_second(50).burst(10),
+            "\"default\";q=50;w=1, \"burst\";q=10",
+        ),
+        (Quota::per_second(10).burst(20), "\"default\";q=20;w=2"),
+        (
+            Quota::per(Duration::from_millis(500), 3),
+            "\"default\";q=6;w=1, \"burst\";q=3",
+        ),
+        (Quota::per(MINUTE, 3), "\"default\";q=3;w=60"),
+    ];
+    for (i, (quota, policy)) in cases.into_iter().enumerate() {
+        let router = routed(
+            "/users/{user}",
+            RateLimitLayer::new(client.clone(), PathParam::new("user"), quota)
+                .prefix(format!("policy{i}:")),
+        );
+        let (status, headers) = send(&router, request("/users/7", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(field(&headers, "ratelimit-policy"), Some(policy), "{quota}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,10 +32,10 @@ use web::{App, http, problem, within};
 
 mod web;
 
-/// The layer's `info`, `warn` and `error` events, from every test of this binary: a test picks
-/// its own by a field value unique to it (a lock name, a parameter name).
+/// The layer's events, `debug` and above, from every test of this binary: a test picks its
+/// own by a field value unique to it (a lock name, a parameter name).
 fn layer_logs() -> &'static Everything {
-    lock_tests::logs::everything(&["lock_tower"])
+    lock_tests::logs::everything_at(&["lock_tower"], Level::DEBUG)
 }
 
 /// A handler that only says it ran.
@@ -1283,6 +1283,45 @@ async fn a_setting_that_cannot_work_answers_500_and_never_panics() {
         assert_eq!(body["code"], "lock_error", "{path} ({option})");
     }
     assert!(lock_keys(&server).is_empty());
+}
+
+/// Every layer's `validate` gives, before any request, the error a setting that cannot work
+/// would answer each request with, naming the option; a layer of good settings validates.
+#[tokio::test]
+async fn each_layer_validates_its_settings_at_start_up() {
+    use lock_core::{LockError, Quota};
+    use lock_tower::{IdempotencyLayer, RateLimitLayer};
+    let c = LockClient::in_memory().await.unwrap();
+    let option = |r: Result<(), LockError>| match r {
+        Err(LockError::InvalidOption { option, .. }) => option,
+        other => panic!("{other:?}"),
+    };
+    let lock = || DistributedLockLayer::new(c.clone(), PathParam::new("id"));
+    assert!(lock().validate().is_ok());
+    assert_eq!(option(lock().prefix("").validate()), "prefix");
+    assert_eq!(option(lock().prefix("a{b}:").validate()), "prefix");
+    assert_eq!(
+        option(lock().lease(Duration::from_millis(1)).validate()),
+        "lease"
+    );
+    assert_eq!(option(lock().permits(0).validate()), "permits");
+    // A later good value mends it.
+    assert!(lock().permits(0).permits(3).validate().is_ok());
+    let rate = |q| RateLimitLayer::new(c.clone(), PathParam::new("id"), q);
+    assert!(rate(Quota::per_second(5)).validate().is_ok());
+    assert_eq!(option(rate(Quota::per_second(0)).validate()), "quota");
+    assert_eq!(
+        option(rate(Quota::per_second(5)).prefix("").validate()),
+        "prefix"
+    );
+    let idem = || IdempotencyLayer::new(c.clone());
+    assert!(idem().validate().is_ok());
+    assert_eq!(option(idem().prefix("").validate()), "prefix");
+    assert_eq!(option(idem().ttl(Duration::ZERO).validate()), "ttl");
+    assert_eq!(
+        option(idem().fixed_lease(Duration::from_millis(1)).validate()),
+        "lease"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -322,6 +322,15 @@ fn result_line(options: &DemoOptions, report: &LoadReport, inv: &Invariants) -> 
     result
 }
 
+/// What part of a count the bot's attempts are, when they are any: the summary's rows count
+/// every purchase attempt, the plan's and the bot's, as the rate-limit report does.
+fn of_them_the_bots(bot: usize) -> String {
+    match bot {
+        0 => String::new(),
+        n => format!(", {n} of them the bot's"),
+    }
+}
+
 /// With the locks: what each lock or check stopped.
 fn what_the_locks_stopped(report: &LoadReport, inv: &Invariants) -> Vec<(&'static str, String)> {
     let taken = inv.initial_stock - inv.stock_left;
@@ -340,15 +349,17 @@ fn what_the_locks_stopped(report: &LoadReport, inv: &Invariants) -> Vec<(&'stati
             "buyer lock",
             format!(
                 "{} double clicks answered 409 at once (the buyer's other request held it, \
-                 on another instance)",
-                report.lock_busy
+                 on another instance){}",
+                report.lock_busy + report.bot.lock_busy,
+                of_them_the_bots(report.bot.lock_busy),
             ),
         ),
         (
             "limit check",
             format!(
-                "{} repeats found the buyer's earlier order (read under the stock lock)",
-                report.already_ordered
+                "{} repeats found the buyer's earlier order (read under the stock lock){}",
+                report.already_ordered + report.bot.already_ordered,
+                of_them_the_bots(report.bot.already_ordered),
             ),
         ),
         (
@@ -870,6 +881,56 @@ lock_acquire_duration_seconds_bucket{kind=\"mutex\",family=\"stock\",outcome=\"a
         assert!(text.contains("figures unavailable"), "{text}");
         assert!(text.contains("rejections   none"), "{text}");
         assert!(!text.contains("by lock"), "{text}");
+    }
+
+    /// The summary's rows and the rate-limit report count the same attempts: a repeat of the
+    /// bot's that found its earlier order is in both (it read "limit check 0 repeats found
+    /// the buyer's earlier order" beside "1 by the per-buyer check (409 already_ordered)").
+    #[test]
+    fn the_summary_and_the_limits_report_count_the_same_attempts() {
+        let inv = Invariants {
+            initial_stock: 100,
+            stock_left: 0,
+            sold: 100,
+            ..Invariants::default()
+        };
+        let report = LoadReport {
+            already_ordered: 0,
+            lock_busy: 2,
+            bot: crate::greedy::BotReport {
+                sent: 40,
+                rate_limited: 37,
+                accepted: 1,
+                already_ordered: 1,
+                lock_busy: 1,
+                ..Default::default()
+            },
+            ..LoadReport::default()
+        };
+        // The report wraps its lines: compare the words.
+        let flat = |lines: Vec<String>| {
+            lines
+                .join(" ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let summary = flat(who_stopped_what(true, &report, &inv));
+        assert!(
+            summary.contains(
+                "1 repeats found the buyer's earlier order (read under the stock lock), 1 of \
+                 them the bot's"
+            ),
+            "{summary}"
+        );
+        assert!(summary.contains("3 double clicks"), "{summary}");
+        let limits = flat(limits_report(
+            true,
+            &report,
+            crate::limits::Limits::default(),
+        ));
+        assert!(limits.contains("1 by the per-buyer check"), "{limits}");
+        assert!(limits.contains("3 by the buyer lock"), "{limits}");
     }
 
     #[test]

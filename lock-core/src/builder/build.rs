@@ -91,7 +91,8 @@ impl LockClientBuilder {
             waiters,
         );
         description::refresh(&engine, self.response_timeout).await;
-        tokio::spawn(watchdog::run(Arc::downgrade(&engine), self.watchdog_lease));
+        let watchdog = tokio::spawn(watchdog::run(Arc::downgrade(&engine), self.watchdog_lease));
+        engine.add_task(watchdog.abort_handle());
         Ok(LockClient::from_engine(engine))
     }
 }

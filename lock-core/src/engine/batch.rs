@@ -57,6 +57,7 @@ impl Engine {
         self: &Arc<Self>,
         command: Command,
     ) -> Result<Replied, LockError> {
+        self.not_closed()?;
         let (command, reply) = self.route(command).await?;
         let (reply, resent) = reply?;
         Ok(Replied {

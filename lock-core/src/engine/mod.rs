@@ -9,15 +9,18 @@
 //!   interrupted acquisitions, extending leases;
 //! - [`batch`]: acquisitions and releases that queue behind calls in flight go out as one
 //!   call;
-//! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`).
+//! - [`jobs`]: the background runner for work started where nothing can await it (`Drop`);
+//! - [`life`] and [`shutdown`]: the client's life, and its shutdown.
 
 mod attempt;
 mod batch;
 mod batcher;
 mod jobs;
+mod life;
 mod outcome;
 mod release;
 mod send;
+mod shutdown;
 mod speech;
 
 use std::collections::HashMap;
@@ -36,6 +39,7 @@ use crate::kind::Kind;
 use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
 use crate::scope;
+use crate::throttle::{Throttle, WARN_PERIOD};
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
 use crate::wire::answer::{GaveBack, Inspected};
@@ -79,6 +83,10 @@ pub(crate) struct Engine {
     /// Batches mutex acquisitions and releases (and rate-limit decisions), where one server
     /// holds every key and no replica must acknowledge an acquisition.
     batcher: Option<batcher::Batcher>,
+    /// Open, shutting down or shut down, and the background tasks a shutdown stops.
+    life: life::Life,
+    /// The warning of an undo that failed, at most once per period.
+    undo_warnings: Throttle,
 }
 
 /// Every hold of the client, by what it holds and who holds it: found again by re-entries
@@ -128,6 +136,8 @@ impl Engine {
                 sweep_at: 64,
             }),
             jobs: jobs::start(),
+            life: life::Life::default(),
+            undo_warnings: Throttle::new(WARN_PERIOD),
         })
     }
 
@@ -177,6 +187,7 @@ impl Engine {
 
     /// Runs one plain single-key command (no script) where its key lives; sent once more after a connection failure.
     pub(crate) async fn command(&self, cmd: &redis::Cmd) -> Result<redis::Value, LockError> {
+        self.not_closed()?;
         self.backend.command(cmd).await
     }
 
@@ -284,12 +295,15 @@ impl Engine {
         drop(hold);
     }
 
+    /// Every hold of the client that something still uses.
+    pub(crate) fn every_hold(&self) -> Vec<Arc<Hold>> {
+        let registry = lock(&self.registry);
+        registry.holds.values().filter_map(Weak::upgrade).collect()
+    }
+
     /// The holds the watchdog must renew, with their generations.
     pub(crate) fn watched(&self) -> Vec<(Arc<Hold>, u64)> {
-        let candidates: Vec<Arc<Hold>> = {
-            let registry = lock(&self.registry);
-            registry.holds.values().filter_map(Weak::upgrade).collect()
-        };
+        let candidates = self.every_hold();
         // Filtered (and the rest dropped) outside the registry lock.
         candidates
             .into_iter()
@@ -352,6 +366,7 @@ impl Engine {
         command: Wire<'_>,
         asked: Instant,
     ) -> Result<(redis::Value, bool), LockError> {
+        self.not_closed()?;
         self.check_scripting(command)?;
         let invocation = self.invocation(command, asked);
         let reply = self.backend.invoke_value(&invocation).await?;
@@ -397,6 +412,7 @@ impl Engine {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(redis::Value, u32), LockError> {
+        self.not_closed()?;
         self.check_scripting(command.wire())?;
         self.backend
             .invoke_acked(

@@ -152,8 +152,13 @@ impl Engine {
                 token,
             );
             if let Err(e) = self.give_back(&call, false, false).await {
-                tracing::warn!(lock = %hold.name(), kind = hold.kind.label(), error = %e,
-                    "could not undo an interrupted acquisition; its lease will expire it");
+                // Once per 10 s per client: an outage fails every request's undo.
+                if let Some(suppressed) = self.undo_warnings.admit() {
+                    tracing::warn!(lock = %hold.name(), kind = hold.kind.label(), error = %e,
+                        suppressed,
+                        "could not undo an interrupted acquisition; its lease will expire it \
+                         (at most one such line per 10 s; `suppressed`: how many since the last)");
+                }
             }
         }
     }

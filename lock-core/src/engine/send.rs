@@ -132,6 +132,7 @@ impl Engine {
     /// Claims the owner's turn on `hold` and reads the count an acquisition starts from.
     pub(crate) async fn claim(&self, hold: Arc<Hold>) -> Result<Claim, LockError> {
         let turn = hold.command_turn().await;
+        self.open()?;
         let expected = hold.expected_count()?;
         Ok(Claim {
             hold,

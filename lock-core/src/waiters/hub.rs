@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::AbortHandle;
 
 #[cfg(feature = "testing")]
 use super::memory;
@@ -19,10 +20,12 @@ use crate::util::lock;
 /// The waiters of one client.
 pub(crate) struct Waiters {
     shared: Arc<Shared>,
+    /// The pub/sub task.
+    task: AbortHandle,
 }
 
 impl Waiters {
-    /// Starts the pub/sub task. It ends when the `Waiters` is dropped.
+    /// Starts the pub/sub task. It ends when the `Waiters` is dropped, or is stopped.
     pub(crate) fn start(source: PubSubSource, connect_timeout: Duration) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -30,19 +33,21 @@ impl Waiters {
             commands: tx,
         });
         let task = Task::new(Arc::downgrade(&shared), rx, connect_timeout);
-        match source {
-            PubSubSource::Node(node) => {
-                tokio::spawn(pubsub::Worker::new(task, node).run());
-            }
-            PubSubSource::Cluster(seeds) => {
-                tokio::spawn(sharded::run(task, seeds.builder()));
-            }
+        let task = match source {
+            PubSubSource::Node(node) => tokio::spawn(pubsub::Worker::new(task, node).run()),
+            PubSubSource::Cluster(seeds) => tokio::spawn(sharded::run(task, seeds.builder())),
             #[cfg(feature = "testing")]
-            PubSubSource::Memory(link) => {
-                tokio::spawn(memory::run(task, link));
-            }
+            PubSubSource::Memory(link) => tokio::spawn(memory::run(task, link)),
+        };
+        Self {
+            shared,
+            task: task.abort_handle(),
         }
-        Self { shared }
+    }
+
+    /// Stops the pub/sub task (the client's shutdown): waiters then poll.
+    pub(crate) fn stop(&self) {
+        self.task.abort();
     }
 
     /// Whether any channel has a subscription or a local queue here: when none has, no local

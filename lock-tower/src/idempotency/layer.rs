@@ -12,7 +12,7 @@ use super::config::{MAX_RECORD_BODY, Settings};
 use super::service::Idempotent;
 use super::store::RecordStore;
 use crate::config::{FailMode, LeaseLost, prefix_problem};
-use crate::macros::common_impls;
+use crate::macros::{common_impls, validate_method};
 use crate::response::DefaultRejection;
 
 /// Applies [`Idempotent`] to a service: a request with an idempotency key runs once, under the
@@ -21,7 +21,8 @@ use crate::response::DefaultRejection;
 ///
 /// Settings never panic: one that cannot work (an empty prefix, a time to live or lease out of
 /// range, a record limit over 8 MiB) makes every request with a key answer `500` with a
-/// [`RejectionKind::Internal`](crate::RejectionKind::Internal) rejection, logged at `error`.
+/// [`RejectionKind::Internal`](crate::RejectionKind::Internal) rejection, logged at `error`;
+/// [`validate`](Self::validate) gives that error at start-up.
 pub struct IdempotencyLayer<Sc = Unscoped, R = DefaultRejection> {
     scope: Arc<Sc>,
     settings: Settings,
@@ -221,6 +222,13 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self.settings.lease_lost = policy;
         self
     }
+
+    validate_method!(
+        settings,
+        "Checked: [`prefix`](Self::prefix), [`ttl`](Self::ttl), \
+        [`lease`](Self::lease) / [`fixed_lease`](Self::fixed_lease) and \
+        [`max_record_body`](Self::max_record_body)."
+    );
 
     /// Answers rejections with `on_rejection` instead of [`DefaultRejection`]'s JSON problem
     /// documents (the same [`OnRejection`](crate::OnRejection) as the lock layer's).

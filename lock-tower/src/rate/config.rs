@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use lock_core::LockClient;
+use std::sync::Arc;
+
+use lock_core::{LocalRateLimits, LockClient};
 
 use crate::key_settings::KeySettings;
 
@@ -18,6 +20,8 @@ pub(crate) struct RateSettings {
     pub(crate) keys: KeySettings,
     /// The layer's own bound on a check (`None`: the client's).
     pub(crate) check_timeout: Option<Duration>,
+    /// Where a check is decided while the store is unavailable, when it is decided locally.
+    pub(crate) local: Option<Arc<LocalRateLimits>>,
 }
 
 impl RateSettings {
@@ -26,6 +30,7 @@ impl RateSettings {
             client,
             keys: KeySettings::new(DEFAULT_PREFIX),
             check_timeout: None,
+            local: None,
         }
     }
 }

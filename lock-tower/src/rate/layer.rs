@@ -8,6 +8,7 @@ use lock_core::{LockClient, Quota};
 
 use crate::config::FailMode;
 use crate::key_settings::key_setters;
+use crate::macros::validate_method;
 use crate::rate::config::RateSettings;
 use crate::rate::service::RateLimitService;
 use crate::response::DefaultRejection;
@@ -23,7 +24,8 @@ use crate::response::DefaultRejection;
 /// Settings never panic: one that cannot work (an empty prefix, a quota [`Quota::check`]
 /// refuses) makes every request answer `500` with a
 /// [`RejectionKind::Internal`](crate::RejectionKind::Internal) rejection carrying the
-/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`.
+/// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption), logged at `error`;
+/// [`validate`](Self::validate) gives that error at start-up.
 pub struct RateLimitLayer<K, Q = Quota, R = DefaultRejection> {
     extractor: Arc<K>,
     quota: Arc<Q>,
@@ -101,11 +103,33 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
         self
     }
 
+    /// While the store is unavailable (down, or slower than the client's timeouts or
+    /// [`check_timeout`](Self::check_timeout)), decides each request in this process instead
+    /// of answering `503` or letting it through: the same GCRA with the same quota, on this
+    /// instance's clock ([`LocalRateLimits`](lock_core::LocalRateLimits)),
+    /// with the same `429`s and RateLimit fields. **Approximate**: each instance keeps its
+    /// own allowance, so `N` instances admit up to `N` × the quota, and nothing taken in the
+    /// store before the outage is known here. Decisions made so are logged at `debug`
+    /// (`rate limit store unavailable; decided by this instance`). Overrides the
+    /// [`fail_mode`](Self::fail_mode) for the store's unavailability; default off.
+    pub fn fail_local(mut self) -> Self {
+        self.settings.local = Some(Arc::new(lock_core::LocalRateLimits::new()));
+        self
+    }
+
     /// Shorthand for [`fail_mode(FailMode::Open)`](Self::fail_mode): an unavailable store
     /// lets requests through.
     pub fn fail_open(self) -> Self {
         self.fail_mode(FailMode::Open)
     }
+
+    validate_method!(
+        settings.keys,
+        "Checked: [`prefix`](Self::prefix) and the [`Quota`] given to \
+        [`new`](RateLimitLayer::new) ([`Quota::check`]). Not checked: the quotas a \
+        [`quota_by`](Self::quota_by) closure gives (one per request), and whether a \
+        [`PathParam`](crate::PathParam)'s parameter is in the route."
+    );
 
     /// Answers rejections with `on_rejection` instead of [`DefaultRejection`]'s JSON problem
     /// documents. A `429`'s response gets the `RateLimit-Policy` and `RateLimit` fields

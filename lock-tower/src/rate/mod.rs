@@ -4,8 +4,10 @@
 //!
 //! The key comes from the request through the same [`KeyExtractor`](crate::KeyExtractor)s as
 //! the lock layer's ([`PathParam`](crate::PathParam), [`Header`](crate::Header),
-//! [`QueryParam`](crate::QueryParam), [`PathSegment`](crate::PathSegment), closures such as
-//! `|req| header_value(req, "x-api-key")`), checked by the same rules, under a prefix. The
+//! [`QueryParam`](crate::QueryParam), [`PathSegment`](crate::PathSegment), the client's
+//! address with [`PeerIp`](crate::PeerIp) or [`ForwardedIp`](crate::ForwardedIp), closures
+//! such as `|req| header_value(req, "x-api-key")`), checked by the same rules, under a
+//! prefix. The
 //! quota is one [`Quota`](lock_core::Quota) or, with [`RateLimitLayer::quota_by`], chosen
 //! per request ([`QuotaPolicy`]: tiers).
 //!
@@ -40,12 +42,15 @@
 //! (draft-ietf-httpapi-ratelimit-headers-10, see [`RATELIMIT_POLICY`] and [`RATELIMIT`]):
 //!
 //! ```text
-//! RateLimit-Policy: "default";q=20;w=2
-//! RateLimit: "default";r=19;t=1
+//! RateLimit-Policy: "default";q=50;w=1, "burst";q=10
+//! RateLimit: "default";r=9;t=1
 //! ```
 //!
-//! `q` is the burst, `w` the seconds a full burst takes to come back, `r` the permits left
-//! and `t` the seconds until a full burst is free again (both rounded up).
+//! `w` is the seconds a full burst takes to come back (rounded up, at least 1) and `q` the
+//! permits the rate gives over `w`, so `q / w` is the rate (50 per second above); the burst,
+//! when it is not that `q`, is a second policy `"burst"` with `q` only. `r` is the permits
+//! left and `t` the seconds until quota is available again: until the next permit comes back
+//! (rounded up; 0 when the whole burst is free), so on a `429` it is the `Retry-After`.
 //!
 //! | situation | [`RejectionKind`](crate::RejectionKind) (body's `code`) | status | `Retry-After` | RateLimit fields |
 //! |---|---|---|---|---|
@@ -56,6 +61,7 @@
 //! | key too long, control characters, not a valid name | `InvalidKey` (`invalid_lock_key`) | 400 | no | no |
 //! | the store down, slow past the client's timeouts (or [`check_timeout`](RateLimitLayer::check_timeout)), or failing ([`FailMode::Closed`](crate::FailMode::Closed)) | `Unavailable` (`lock_unavailable`) | 503 | [`unavailable_retry_after`](RateLimitLayer::unavailable_retry_after) | no |
 //! | the same, with [`fail_open`](RateLimitLayer::fail_open) | (the inner service answers, unlimited) | its own | no | no |
+//! | the same, with [`fail_local`](RateLimitLayer::fail_local) | decided in this instance (approximate: `N` instances admit up to `N` × the quota) | as above: its own, or `429` | as above | yes |
 //! | a setting that cannot work: an empty prefix, a quota [`Quota::check`](lock_core::Quota::check) refuses (at build, or from [`quota_by`](RateLimitLayer::quota_by)), a store that refuses the client (ACL, password, no scripting) | `Internal` (`lock_error`) | 500 | no | no |
 //!
 //! The `429`'s body is the crate's JSON problem document (RFC 9457,
@@ -76,7 +82,7 @@
 //! |---|---|---|
 //! | [`prefix`](RateLimitLayer::prefix) | `"rate:"` | limit name = prefix + key |
 //! | quota | none: [`RateLimitLayer::new`] takes one | or [`quota_by`](RateLimitLayer::quota_by) |
-//! | [`fail_mode`](RateLimitLayer::fail_mode) | [`FailMode::Closed`](crate::FailMode::Closed): `503` | [`fail_open`](RateLimitLayer::fail_open) lets requests through |
+//! | [`fail_mode`](RateLimitLayer::fail_mode) | [`FailMode::Closed`](crate::FailMode::Closed): `503` | [`fail_open`](RateLimitLayer::fail_open) lets requests through; [`fail_local`](RateLimitLayer::fail_local) limits in each instance |
 //! | [`check_timeout`](RateLimitLayer::check_timeout) | none of its own: the client's [`response_timeout`](lock_core::LockClientBuilder::response_timeout) (1 s) for the one call, after up to its [`connect_timeout`](lock_core::LockClientBuilder::connect_timeout) (2 s) when no pooled connection answers | one call per request, never retried |
 //! | [`missing_key`](RateLimitLayer::missing_key) | [`MissingKey::Reject`](crate::MissingKey::Reject): `400` | [`MissingKey::PassThrough`](crate::MissingKey::PassThrough) lets the request through unlimited |
 //! | [`max_key_len`](RateLimitLayer::max_key_len) | 128 bytes | |
@@ -96,8 +102,9 @@
 //! characters), `outcome` (`allowed`, `limited`, `unavailable`, `fail_open`, `missing_key`,
 //! `invalid_key`, `no_key` for a pass-through, `error`) and `remaining`: counted by `family`
 //! and `outcome` (with `tracing-opentelemetry`, or a subscriber layer of your own), they also
-//! give the requests that never reached Redis (missing or bad keys). Events: one `info` per
-//! rejected request, `request rejected by the rate limit layer`, with `status`, `code`,
+//! give the requests that never reached Redis (missing or bad keys). Events: one per
+//! rejected request, `request rejected by the rate limit layer` (`debug` for a `429` or a
+//! bad key, which a service expects; `info` for a `503` or a `500`), with `status`, `code`,
 //! `retry_after_ms`, `detail` and `error`; `warn` when a request is let through failing
 //! open; `error` for a misconfigured layer; `debug` for an allowed request.
 //!
@@ -168,7 +175,8 @@ mod service;
 
 pub use future::RateLimitFuture;
 pub use headers::{
-    POLICY_NAME, RATELIMIT, RATELIMIT_POLICY, insert_fields, policy_field, ratelimit_field,
+    BURST_POLICY_NAME, POLICY_NAME, RATELIMIT, RATELIMIT_POLICY, insert_fields, policy_field,
+    ratelimit_field,
 };
 pub use layer::RateLimitLayer;
 pub use quota::QuotaPolicy;

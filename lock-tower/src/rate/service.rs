@@ -120,12 +120,21 @@ where
         }
         let limit = settings.client.rate_limit(name).quota(quota);
         let bound = settings.check_timeout;
+        let local = settings.local.clone();
         let check = async move {
-            match bound {
+            let checked = match bound {
                 None => limit.check().await,
                 Some(bound) => tokio::time::timeout(bound, limit.check())
                     .await
                     .unwrap_or(Err(LockError::ResponseTimeout(bound))),
+            };
+            match (checked, local) {
+                (Err(error), Some(local)) if error.is_unavailable() => {
+                    tracing::debug!(%error,
+                        "rate limit store unavailable; decided by this instance");
+                    local.check(limit.name(), quota)
+                }
+                (checked, _) => checked,
             }
         };
         let check = Box::pin(check.instrument(span.clone()));

@@ -70,10 +70,7 @@ impl Server {
         Arc::new(Server {
             state: Mutex::new(State {
                 keyspace: Keyspace::new(now),
-                clock: Clock {
-                    start: now,
-                    last_us: 0,
-                },
+                clock: Clock { start: now },
                 bus: Bus::default(),
                 lua: Interpreter::new(),
             }),
@@ -132,23 +129,20 @@ impl Server {
     }
 }
 
-/// The server clock: a fixed epoch plus the time tokio's clock has moved since the server
-/// started, and at least 1 µs later on every call, as a real clock is between two calls (the
-/// scripts rely on that for fencing tokens seeded from it; a paused tokio clock stands still).
+/// The server clock: exactly a fixed epoch plus the time tokio's clock has moved since the
+/// server started. On a paused tokio clock it stands still between calls, so a test that
+/// sleeps exactly a `Retry-After` finds the permit back. (Fencing tokens stay increasing:
+/// a counter goes on from its last token, and is seeded from the clock only when it is gone.)
 #[derive(Debug)]
 struct Clock {
     start: Instant,
-    last_us: u64,
 }
 
 impl Clock {
     fn read(&mut self, now: Instant) -> u64 {
         let elapsed = u64::try_from(now.saturating_duration_since(self.start).as_micros())
             .unwrap_or(u64::MAX);
-        self.last_us = EPOCH_US
-            .saturating_add(elapsed)
-            .max(self.last_us.saturating_add(1));
-        self.last_us
+        EPOCH_US.saturating_add(elapsed)
     }
 }
 
