@@ -159,25 +159,30 @@ async fn every_public_call_gives_up_at_its_response_timeout_on_a_frozen_server()
     release_while_frozen(&c, &mut server, RESPONSE).await;
 }
 
+/// On a frozen server: a lock and a record alone, then `many` locks at once, each within
+/// `bound` (none queues behind another's heal).
+async fn lock_record_and_many(c: &LockClient, bound: Duration, name: &str, many: usize) {
+    gave_up(
+        "try_lock",
+        within("try_lock", bound, c.try_lock(name)).await,
+    );
+    let records = c.records();
+    let get = records.get(name);
+    gave_up("records get", within("records get", bound, get).await);
+    let tries = (0..many).map(|i| c.try_lock(format!("{name}:{i}")).into_future());
+    for result in within("many try_locks at once", bound, join_all(tries)).await {
+        gave_up("one of many try_locks", result);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_timeouts_bound_a_call_at_one_second() {
     let mut server = RedisServer::start();
     let c = LockClient::connect(&server.url()).await.unwrap();
     let second = Duration::from_secs(1);
-    c.records().get("frozen:record").await.unwrap();
+    c.records().get("frozen:a").await.unwrap();
     freeze(&mut server);
-    gave_up(
-        "try_lock",
-        within("try_lock", second, c.try_lock("frozen:a")).await,
-    );
-    let records = c.records();
-    let get = records.get("frozen:record");
-    gave_up("records get", within("records get", second, get).await);
-    // 8 at once, each its own bound: none queues behind another's heal.
-    let tries = (0..8).map(|i| c.try_lock(format!("frozen:{i}")).into_future());
-    for result in within("8 try_locks at once", second, join_all(tries)).await {
-        gave_up("try_lock of 8", result);
-    }
+    lock_record_and_many(&c, second, "frozen:a", 8).await;
     thaw(&mut server);
     let again = c.try_lock("frozen:a").await.unwrap();
     assert!(again.is_some());
@@ -373,17 +378,7 @@ async fn under_sentinel_a_frozen_primary_bounds_every_call() {
     c.records().get("frozen:s").await.unwrap();
     // Shorter than the sentinels' down-after (1 s), so no failover comes in between.
     tokio::task::block_in_place(|| group.primary_mut().pause());
-    gave_up(
-        "try_lock",
-        within("try_lock", RESPONSE, c.try_lock("frozen:s")).await,
-    );
-    let records = c.records();
-    let get = records.get("frozen:s");
-    gave_up("records get", within("records get", RESPONSE, get).await);
-    let tries = (0..16).map(|i| c.try_lock(format!("frozen:s{i}")).into_future());
-    for result in within("16 try_locks", RESPONSE, join_all(tries)).await {
-        gave_up("try_lock of 16", result);
-    }
+    lock_record_and_many(&c, RESPONSE, "frozen:s", 16).await;
     tokio::task::block_in_place(|| group.primary_mut().resume());
 }
 
