@@ -462,6 +462,7 @@ mod semaphore;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+pub mod update;
 mod url;
 mod util;
 mod waiters;
@@ -492,6 +493,7 @@ pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{Semaphore, SemaphoreGuard};
+pub use update::{Update, Updated};
 pub use url::validate_url;
 
 pub use bb8;

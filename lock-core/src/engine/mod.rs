@@ -19,6 +19,7 @@ mod outcome;
 mod release;
 mod send;
 mod speech;
+mod update;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
