@@ -90,13 +90,36 @@ pub const MAX_AMOUNT: u64 = 1 << 53;
 /// One operation of an update, as the script reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
-    Set { key: String, value: Vec<u8> },
-    Delete { key: String },
-    Add { key: String, n: i64 },
-    Take { key: String, n: u64, floor: i64 },
-    HSet { key: String, field: Vec<u8>, value: Vec<u8> },
-    HAdd { key: String, field: Vec<u8>, n: i64 },
-    Expire { key: String, ms: u64 },
+    Set {
+        key: String,
+        value: Vec<u8>,
+    },
+    Delete {
+        key: String,
+    },
+    Add {
+        key: String,
+        n: i64,
+    },
+    Take {
+        key: String,
+        n: u64,
+        floor: i64,
+    },
+    HSet {
+        key: String,
+        field: Vec<u8>,
+        value: Vec<u8>,
+    },
+    HAdd {
+        key: String,
+        field: Vec<u8>,
+        n: i64,
+    },
+    Expire {
+        key: String,
+        ms: u64,
+    },
 }
 
 impl Step {
@@ -337,15 +360,27 @@ mod tests {
     #[test]
     fn bad_operations_fail_at_send_before_anything_is_sent() {
         let update = Update::new(Err(LockError::NoClient)).take("k", MAX_AMOUNT + 1, 0);
-        assert!(matches!(update.invalid, Some(LockError::InvalidOption { option: "take", .. })));
+        assert!(matches!(
+            update.invalid,
+            Some(LockError::InvalidOption { option: "take", .. })
+        ));
         let mut many = Update::new(Err(LockError::NoClient));
         for _ in 0..=MAX_OPERATIONS {
             many = many.delete("k");
         }
         assert_eq!(many.len(), MAX_OPERATIONS);
-        assert!(matches!(many.invalid, Some(LockError::InvalidOption { option: "update", .. })));
+        assert!(matches!(
+            many.invalid,
+            Some(LockError::InvalidOption {
+                option: "update",
+                ..
+            })
+        ));
         let update = Update::new(Err(LockError::NoClient)).add("k", i64::MIN);
-        assert!(matches!(update.invalid, Some(LockError::InvalidOption { option: "add", .. })));
+        assert!(matches!(
+            update.invalid,
+            Some(LockError::InvalidOption { option: "add", .. })
+        ));
     }
 
     #[test]
@@ -353,7 +388,10 @@ mod tests {
         assert_eq!(key_in_slot("stock:", "item:42").unwrap(), "stock:{item:42}");
         assert!(matches!(
             key_in_slot("a{b}:", "n"),
-            Err(LockError::InvalidOption { option: "key_in_slot", .. })
+            Err(LockError::InvalidOption {
+                option: "key_in_slot",
+                ..
+            })
         ));
     }
 }

@@ -39,8 +39,18 @@ fn fields(server: &MemoryServer, key: &str) -> Vec<String> {
 /// Two instances of a service on one in-memory server, speaking `protocol`.
 async fn two_instances(protocol: MutexProtocol) -> (MemoryServer, LockClient, LockClient) {
     let server = MemoryServer::new();
-    let a = server.builder().mutex_protocol(protocol).build().await.unwrap();
-    let b = server.builder().mutex_protocol(protocol).build().await.unwrap();
+    let a = server
+        .builder()
+        .mutex_protocol(protocol)
+        .build()
+        .await
+        .unwrap();
+    let b = server
+        .builder()
+        .mutex_protocol(protocol)
+        .build()
+        .await
+        .unwrap();
     (server, a, b)
 }
 
@@ -78,7 +88,10 @@ async fn a_stalled_holders_read_modify_write_is_refused_and_the_stock_is_exact()
             .await
             .unwrap();
         assert_eq!(late, Updated::NotHeld, "{protocol:?}");
-        assert!(!guard_a.is_held(), "{protocol:?}: the guard learns it lost the lock");
+        assert!(
+            !guard_a.is_held(),
+            "{protocol:?}: the guard learns it lost the lock"
+        );
         let sold = guard_b
             .update()
             .set(stock, (read_b - 1).to_string())
@@ -86,7 +99,11 @@ async fn a_stalled_holders_read_modify_write_is_refused_and_the_stock_is_exact()
             .send()
             .await
             .unwrap();
-        assert_eq!(sold, Updated::Applied { values: vec![1, 1] }, "{protocol:?}");
+        assert_eq!(
+            sold,
+            Updated::Applied { values: vec![1, 1] },
+            "{protocol:?}"
+        );
         assert_eq!(get(&server, stock).as_deref(), Some("0"), "{protocol:?}");
         assert_eq!(fields(&server, "orders:{item:42}"), ["b"], "{protocol:?}");
         guard_b.unlock().await.unwrap();
@@ -122,7 +139,13 @@ async fn every_operation_of_a_stale_holder_is_refused() {
     // The current holder's take goes through; the same from a view of its lock too.
     let taken = guard_b.update().take(stock, 2, 0).send().await.unwrap();
     assert_eq!(taken, Updated::Applied { values: vec![3] });
-    let again = guard_b.held_lock().update().take(stock, 1, 0).send().await.unwrap();
+    let again = guard_b
+        .held_lock()
+        .update()
+        .take(stock, 1, 0)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again, Updated::Applied { values: vec![2] });
     drop(guard_a);
     guard_b.unlock().await.unwrap();
@@ -136,14 +159,23 @@ async fn counter_example_fenced_set_does_not_protect_a_read_modify_write() {
     let (server, a, b) = two_instances(MutexProtocol::Scripted).await;
     let stock = "fenced-stock:{item:42}";
     let mut conn = a.connection();
-    assert_eq!(fenced::set(&mut conn, stock, 1, 1).await.unwrap(), Fenced::Written);
+    assert_eq!(
+        fenced::set(&mut conn, stock, 1, 1).await.unwrap(),
+        Fenced::Written
+    );
     let guard_a = a.lock("item:42").lease(LEASE).await.unwrap();
-    let (read_a, _) = fenced::get::<_, i64>(&mut conn, stock).await.unwrap().unwrap();
+    let (read_a, _) = fenced::get::<_, i64>(&mut conn, stock)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(server.set_client_reachable(&a, false));
     tokio::time::sleep(LEASE * 2).await;
     let guard_b = b.lock("item:42").wait(LEASE).await.unwrap();
     let mut conn_b = b.connection();
-    let (read_b, _) = fenced::get::<_, i64>(&mut conn_b, stock).await.unwrap().unwrap();
+    let (read_b, _) = fenced::get::<_, i64>(&mut conn_b, stock)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(server.set_client_reachable(&a, true));
     let written_a = fenced::set(&mut conn, stock, read_a - 1, guard_a.fencing_token()).await;
     let written_b = fenced::set(&mut conn_b, stock, read_b - 1, guard_b.fencing_token()).await;
@@ -176,7 +208,13 @@ async fn a_take_below_its_floor_applies_nothing_of_its_update() {
     assert!(fields(&server, "sales").is_empty());
     assert_eq!(get(&server, "receipt"), None);
     // Two takes in one update are checked together: 2 - 1 - 1 < 1.
-    let two = guard.update().take(&stock, 1, 1).take(&stock, 1, 1).send().await.unwrap();
+    let two = guard
+        .update()
+        .take(&stock, 1, 1)
+        .take(&stock, 1, 1)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(two, Updated::NotEnough { op: 1, left: 1 });
     // A missing counter counts as 0; a floor below 0 lets it go negative (a backorder).
     let owed = guard.update().take("missing", 3, -5).send().await.unwrap();
@@ -203,9 +241,18 @@ async fn an_update_resent_after_its_reply_was_lost_applies_once() {
     };
     let (updated, ()) = tokio::join!(update, watch);
     assert_eq!(updated.unwrap(), Updated::Applied { values: vec![4] });
-    assert_eq!(get(&server, "stock:{item:9}").as_deref(), Some("4"), "taken once");
+    assert_eq!(
+        get(&server, "stock:{item:9}").as_deref(),
+        Some("4"),
+        "taken once"
+    );
     // The next update is a new one.
-    let next = guard.update().take("stock:{item:9}", 1, 0).send().await.unwrap();
+    let next = guard
+        .update()
+        .take("stock:{item:9}", 1, 0)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(next, Updated::Applied { values: vec![3] });
     guard.unlock().await.unwrap();
 }
@@ -220,7 +267,9 @@ async fn a_lock_deleted_under_its_holder_makes_the_guard_lost() {
     let updated = guard.update().set("k", "v").send().await.unwrap();
     assert_eq!(updated, Updated::NotHeld);
     assert!(!guard.is_held());
-    tokio::time::timeout(Duration::from_millis(1), lost).await.expect("lost() resolved");
+    tokio::time::timeout(Duration::from_millis(1), lost)
+        .await
+        .expect("lost() resolved");
     assert_eq!(get(&server, "k"), None);
 }
 
@@ -229,15 +278,35 @@ async fn kinds_without_one_owner_cannot_update_and_a_fair_or_write_lock_can() {
     let server = MemoryServer::new();
     let client = server.client().await.unwrap();
     let read = client.read_write_lock("doc").read().await.unwrap();
-    let err = read.held_lock().update().set("k", "v").send().await.unwrap_err();
-    assert!(matches!(err, LockError::Unsupported { feature: "guarded update", .. }), "{err}");
+    let err = read
+        .held_lock()
+        .update()
+        .set("k", "v")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::Unsupported {
+                feature: "guarded update",
+                ..
+            }
+        ),
+        "{err}"
+    );
     drop(read);
     let write = client.read_write_lock("doc").write().await.unwrap();
     let done = write.update().add("n", 2).send().await.unwrap();
     assert_eq!(done, Updated::Applied { values: vec![2] });
     write.unlock().await.unwrap();
     let fair = client.fair_lock("queue").lock().await.unwrap();
-    let done = fair.update().add("n", 3).expire("n", Duration::from_secs(9)).send().await;
+    let done = fair
+        .update()
+        .add("n", 3)
+        .expire("n", Duration::from_secs(9))
+        .send()
+        .await;
     assert_eq!(done.unwrap(), Updated::Applied { values: vec![5, 1] });
     fair.unlock().await.unwrap();
 }
@@ -256,7 +325,11 @@ async fn on_redis_a_holder_whose_lease_ran_out_cannot_sell_the_last_unit() {
     let guard_a = a.lock("item:42").lease(short).await.unwrap();
     let read_a: i64 = a.connection().get(stock).await.unwrap();
     // A stalls past its fixed lease: B takes the lock and reads.
-    let guard_b = b.lock("item:42").wait(Duration::from_secs(5)).await.unwrap();
+    let guard_b = b
+        .lock("item:42")
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap();
     let read_b: i64 = b.connection().get(stock).await.unwrap();
     assert_eq!((read_a, read_b), (1, 1));
     let late = guard_a

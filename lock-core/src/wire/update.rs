@@ -75,10 +75,19 @@ mod tests {
     #[test]
     fn replies_read_into_typed_answers() {
         let read = |v: Vec<i64>| read(Value::Array(v.into_iter().map(int).collect()));
-        assert_eq!(read(vec![1, 4, 1]).unwrap(), Updated::Applied { values: vec![4, 1] });
+        assert_eq!(
+            read(vec![1, 4, 1]).unwrap(),
+            Updated::Applied { values: vec![4, 1] }
+        );
         assert_eq!(read(vec![0]).unwrap(), Updated::NotHeld);
-        assert_eq!(read(vec![2, 1, 0]).unwrap(), Updated::NotEnough { op: 0, left: 0 });
-        assert!(matches!(read(vec![2, 0, 0]), Err(LockError::UnexpectedReply(_))));
+        assert_eq!(
+            read(vec![2, 1, 0]).unwrap(),
+            Updated::NotEnough { op: 0, left: 0 }
+        );
+        assert!(matches!(
+            read(vec![2, 0, 0]),
+            Err(LockError::UnexpectedReply(_))
+        ));
         assert!(matches!(read(vec![7]), Err(LockError::UnexpectedReply(_))));
         assert!(matches!(read(vec![]), Err(LockError::UnexpectedReply(_))));
     }
