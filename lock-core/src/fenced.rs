@@ -17,6 +17,12 @@
 //! are at most 2<sup>53</sup> (about 9·10<sup>15</sup>; this crate's are about 1.8·10<sup>15</sup>),
 //! which Lua numbers hold exactly; a larger one is [`LockError::InvalidOption`].
 //!
+//! `set` fits a value written whole. It does **not** protect a read-modify-write (a stale
+//! holder that read before the newer one and writes first is accepted, and so is the newer
+//! one's write after it): for that, [`claim`] and [`write_claimed`] (data anywhere), the
+//! fenced counters [`add`] and [`take`], or a guarded update ([`crate::update`]) for keys in
+//! the lock's own Redis.
+//!
 //! ```no_run
 //! # async fn f(client: lock_core::LockClient) -> Result<(), Box<dyn std::error::Error>> {
 //! use lock_core::fenced::{self, Fenced};
@@ -138,7 +144,8 @@ where
     }
 }
 
-fn check(token: u64) -> Result<(), LockError> {
+/// A token Lua compares exactly ([`MAX_TOKEN`] at most), or [`LockError::InvalidOption`].
+pub(crate) fn check(token: u64) -> Result<(), LockError> {
     if token > MAX_TOKEN {
         return Err(LockError::InvalidOption {
             option: "token",
@@ -147,3 +154,6 @@ fn check(token: u64) -> Result<(), LockError> {
     }
     Ok(())
 }
+
+// Claims, writes while a claim stands, and fenced counters: see `fenced_update.rs`.
+pub use crate::fenced_update::{Claim, Counted, add, claim, take, write_claimed};

@@ -434,6 +434,7 @@ mod error;
 mod eviction;
 mod fair;
 pub mod fenced;
+mod fenced_update;
 mod global;
 mod guard;
 mod held_lock;

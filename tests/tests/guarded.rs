@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use lock_core::fenced::{self, Fenced};
+use lock_core::fenced::{self, Claim, Counted, Fenced};
 use lock_core::testing::MemoryServer;
 use lock_core::{LockClient, LockError, LockGuard, MutexProtocol, Updated};
 use lock_tests::RedisServer;
@@ -356,4 +356,167 @@ async fn on_redis_a_holder_whose_lease_ran_out_cannot_sell_the_last_unit() {
     assert_eq!(none, Updated::NotEnough { op: 0, left: 0 });
     guard_b.unlock().await.unwrap();
     drop(guard_a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fenced updates for data anywhere (`fenced::claim`, `write_claimed`, `add`, `take`)
+
+/// The same race with a claim before the read: the stale holder's claim came first, the newer
+/// holder's claim raised the fence, so the stale write is refused; one unit sold.
+#[tokio::test(start_paused = true)]
+async fn a_stale_claim_cannot_write_after_a_newer_one() {
+    let (server, a, b) = two_instances(MutexProtocol::Scripted).await;
+    let stock = "claimed-stock";
+    let (mut conn_a, mut conn_b) = (a.connection(), b.connection());
+    assert_eq!(
+        fenced::set(&mut conn_a, stock, 1, 1).await.unwrap(),
+        Fenced::Written
+    );
+    let guard_a = a.lock("item:42").lease(LEASE).await.unwrap();
+    let token_a = guard_a.fencing_token();
+    let Claim::Claimed {
+        value: Some(read_a),
+    } = fenced::claim::<_, i64>(&mut conn_a, stock, token_a)
+        .await
+        .unwrap()
+    else {
+        panic!("A's claim")
+    };
+    assert!(server.set_client_reachable(&a, false));
+    tokio::time::sleep(LEASE * 2).await;
+    let guard_b = b.lock("item:42").wait(LEASE).await.unwrap();
+    let token_b = guard_b.fencing_token();
+    let Claim::Claimed {
+        value: Some(read_b),
+    } = fenced::claim::<_, i64>(&mut conn_b, stock, token_b)
+        .await
+        .unwrap()
+    else {
+        panic!("B's claim")
+    };
+    assert!(server.set_client_reachable(&a, true));
+    let late = fenced::write_claimed(&mut conn_a, stock, read_a - 1, token_a).await;
+    assert_eq!(late.unwrap(), Fenced::Refused { stored: token_b });
+    let sold = fenced::write_claimed(&mut conn_b, stock, read_b - 1, token_b).await;
+    assert_eq!(sold.unwrap(), Fenced::Written);
+    assert_eq!(
+        fenced::get::<_, i64>(&mut conn_b, stock).await.unwrap(),
+        Some((0, token_b))
+    );
+    // A claim with the stale token is refused too, and a write to a key never claimed.
+    let again = fenced::claim::<_, i64>(&mut conn_a, stock, token_a)
+        .await
+        .unwrap();
+    assert_eq!(again, Claim::Refused { stored: token_b });
+    let unclaimed = fenced::write_claimed(&mut conn_b, "never-claimed", 1, token_b).await;
+    assert_eq!(unclaimed.unwrap(), Fenced::Refused { stored: 0 });
+    guard_b.unlock().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn fenced_counters_refuse_a_lower_token_and_a_take_below_the_floor() {
+    let server = MemoryServer::new();
+    let client = server.client().await.unwrap();
+    let mut conn = client.connection();
+    let c = "fenced-counter";
+    assert_eq!(
+        fenced::add(&mut conn, c, 3, 10).await.unwrap(),
+        Counted::Applied { value: 3 }
+    );
+    assert_eq!(
+        fenced::take(&mut conn, c, 2, 0, 10).await.unwrap(),
+        Counted::Applied { value: 1 }
+    );
+    assert_eq!(
+        fenced::take(&mut conn, c, 2, 0, 11).await.unwrap(),
+        Counted::NotEnough { left: 1 }
+    );
+    assert_eq!(
+        fenced::take(&mut conn, c, 1, 0, 12).await.unwrap(),
+        Counted::Applied { value: 0 }
+    );
+    assert_eq!(
+        fenced::add(&mut conn, c, 5, 11).await.unwrap(),
+        Counted::Refused { stored: 12 }
+    );
+    assert_eq!(
+        fenced::get::<_, i64>(&mut conn, c).await.unwrap(),
+        Some((0, 12))
+    );
+    let err = fenced::take(&mut conn, c, 1 << 54, 0, 12)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidOption { option: "n", .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_take_resent_after_a_late_reply_applies_once() {
+    let server = MemoryServer::new();
+    let client = server.client().await.unwrap();
+    let mut conn = client.connection();
+    let c = "fenced-stock";
+    fenced::add(&mut conn, c, 5, 1).await.unwrap();
+    let mut watcher = client.connection();
+    server.delay_replies(Duration::from_secs(5));
+    let take = fenced::take(&mut conn, c, 1, 0, 1);
+    let watch = async {
+        loop {
+            let now: Option<String> =
+                redis::from_redis_value(server.command(&cmd(&["HGET", c, "value"]))).unwrap();
+            if now.as_deref() == Some("4") {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        server.delay_replies(Duration::ZERO);
+    };
+    let (taken, ()) = tokio::join!(take, watch);
+    assert_eq!(taken.unwrap(), Counted::Applied { value: 4 });
+    assert_eq!(
+        fenced::get::<_, i64>(&mut watcher, c).await.unwrap(),
+        Some((4, 1)),
+        "taken once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_fenced_claims_and_counters_follow_the_same_rules() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut conn = client.connection();
+    let first = client.lock("acct").await.unwrap();
+    let old = first.fencing_token();
+    first.unlock().await.unwrap();
+    let second = client.lock("acct").await.unwrap();
+    let new = second.fencing_token();
+    assert!(new > old);
+    let claimed = fenced::claim::<_, String>(&mut conn, "acct:data", new)
+        .await
+        .unwrap();
+    assert_eq!(claimed, Claim::Claimed { value: None });
+    let stale = fenced::write_claimed(&mut conn, "acct:data", "old", old)
+        .await
+        .unwrap();
+    assert_eq!(stale, Fenced::Refused { stored: new });
+    let written = fenced::write_claimed(&mut conn, "acct:data", "new", new)
+        .await
+        .unwrap();
+    assert_eq!(written, Fenced::Written);
+    assert_eq!(server.cmd(&["HGET", "acct:data", "value"]), "new");
+    assert_eq!(
+        fenced::add(&mut conn, "acct:n", 2, new).await.unwrap(),
+        Counted::Applied { value: 2 }
+    );
+    assert_eq!(
+        fenced::take(&mut conn, "acct:n", 1, 0, old).await.unwrap(),
+        Counted::Refused { stored: new }
+    );
+    assert_eq!(
+        fenced::take(&mut conn, "acct:n", 3, 0, new).await.unwrap(),
+        Counted::NotEnough { left: 2 }
+    );
+    second.unlock().await.unwrap();
 }
