@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_core::fenced::{self, Claim, Counted, Fenced};
 use lock_core::testing::MemoryServer;
 use lock_core::{LockClient, LockError, LockGuard, MutexProtocol, Updated};
-use lock_tests::RedisServer;
+use lock_tests::{RedisCluster, RedisServer};
 use redis::AsyncCommands;
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -519,4 +519,51 @@ async fn on_redis_fenced_claims_and_counters_follow_the_same_rules() {
         Counted::NotEnough { left: 2 }
     );
     second.unlock().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// On a Cluster
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_keys_in_the_locks_slot_work_and_a_key_elsewhere_is_a_typed_error() {
+    let cluster = RedisCluster::start();
+    let client = LockClient::builder_cluster(cluster.primary_urls())
+        .build()
+        .await
+        .unwrap();
+    let guard = client.lock("item:42").await.unwrap();
+    let stock = guard.key_in_slot("stock:").unwrap();
+    assert_eq!(
+        RedisCluster::slot_of(&stock),
+        RedisCluster::slot_of("lock:{item:42}")
+    );
+    let elsewhere = (0..)
+        .map(|i| format!("other-{i}"))
+        .find(|k| RedisCluster::slot_of(k) != RedisCluster::slot_of(&stock))
+        .unwrap();
+    let err = guard
+        .update()
+        .add(&stock, 1)
+        .set(&elsewhere, "x")
+        .send()
+        .await
+        .unwrap_err();
+    match &err {
+        LockError::InvalidOption { option, reason } => {
+            assert_eq!(*option, "update");
+            assert!(reason.contains(&elsewhere), "{reason}");
+        }
+        other => panic!("not a typed error: {other}"),
+    }
+    let node = cluster.node(cluster.node_for_key(&stock));
+    assert_eq!(node.cmd(&["EXISTS", &stock]), "0", "nothing was sent");
+    let done = guard
+        .update()
+        .add(&stock, 5)
+        .take(&stock, 2, 0)
+        .send()
+        .await;
+    assert_eq!(done.unwrap(), Updated::Applied { values: vec![5, 3] });
+    assert_eq!(node.cmd(&["GET", &stock]), "3");
+    guard.unlock().await.unwrap();
 }
