@@ -48,22 +48,8 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ToRedisArgs, Value};
 
 use crate::error::LockError;
-
-/// The largest token Lua compares exactly: 2^53.
-pub const MAX_TOKEN: u64 = 1 << 53;
-
-/// What [`set`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fenced {
-    /// The value was written with the token (the key was missing, or its fence was not
-    /// greater than the token).
-    Written,
-    /// Refused: the key holds a write of a newer holder, whose token is `stored`.
-    Refused {
-        /// The fence stored with the current value.
-        stored: u64,
-    },
-}
+use crate::fence::check;
+pub use crate::fence::{Fenced, MAX_TOKEN};
 
 /// Sends (evaluates `send`), and once more when the connection failed under it: [`set`] and
 /// [`get`] are safe to repeat (a repeated write writes the same value with the same token),
@@ -142,17 +128,6 @@ where
             "{key} is not a fenced value (a hash with `value` and `fence`)"
         ))),
     }
-}
-
-/// A token Lua compares exactly ([`MAX_TOKEN`] at most), or [`LockError::InvalidOption`].
-pub(crate) fn check(token: u64) -> Result<(), LockError> {
-    if token > MAX_TOKEN {
-        return Err(LockError::InvalidOption {
-            option: "token",
-            reason: format!("{token} is above 2^53, which Lua numbers cannot compare exactly"),
-        });
-    }
-    Ok(())
 }
 
 // Claims, writes while a claim stands, and fenced counters: see `fenced_update.rs`.

@@ -54,7 +54,7 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
 
 use crate::error::{LockError, is_connection_error};
-use crate::fenced::{Fenced, check};
+use crate::fence::{Fenced, MAX_TOKEN, check};
 
 /// What [`claim`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +167,7 @@ fn parse<T: FromRedisValue>(value: Option<&Value>) -> Result<T, LockError> {
 }
 
 fn amount(what: &'static str, n: u64) -> Result<(), LockError> {
-    if n > crate::fenced::MAX_TOKEN {
+    if n > MAX_TOKEN {
         return Err(LockError::InvalidOption {
             option: what,
             reason: format!("{n} is beyond 2^53, which Lua numbers cannot compare exactly"),

@@ -433,6 +433,7 @@ mod engine;
 mod error;
 mod eviction;
 mod fair;
+mod fence;
 pub mod fenced;
 mod fenced_update;
 mod global;
