@@ -567,3 +567,53 @@ async fn on_a_cluster_keys_in_the_locks_slot_work_and_a_key_elsewhere_is_a_typed
     assert_eq!(node.cmd(&["GET", &stock]), "3");
     guard.unlock().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The script's check itself
+
+/// `guarded_update.lua` (after the prelude, as it is sent) checks the fencing token as well
+/// as the owner id: the same owner with another token (an earlier hold of the same owner id)
+/// is refused.
+#[tokio::test(start_paused = true)]
+async fn the_script_checks_the_token_as_well_as_the_owner() {
+    const SCRIPT: &str = concat!(
+        include_str!("../../lock-core/src/wire/scripts/prelude.lua"),
+        include_str!("../../lock-core/src/wire/scripts/guarded_update.lua")
+    );
+    let server = MemoryServer::new();
+    let scripted = server.builder().mutex_protocol(MutexProtocol::Scripted);
+    let client = scripted.build().await.unwrap();
+    let guard = client.lock("item:5").await.unwrap();
+    let token = guard.fencing_token().to_string();
+    let value = get(&server, "lock:{item:5}").unwrap();
+    let owner = value.split('|').next().unwrap().to_owned();
+    assert_eq!(value, format!("{owner}|1|{token}||"));
+    let update = |token: &str, seq: &str| {
+        let mut eval = cmd(&[
+            "EVAL",
+            SCRIPT,
+            "3",
+            "lock:{item:5}",
+            "lock:{item:5}:updated",
+        ]);
+        eval.arg("n").arg(&owner).arg(token).arg(seq).arg(60_000);
+        eval.arg("add").arg(1).arg("").arg("");
+        let reply: Vec<i64> = redis::from_redis_value(server.command(&eval)).unwrap();
+        reply
+    };
+    let earlier = (guard.fencing_token() - 1).to_string();
+    assert_eq!(
+        update(&earlier, "1"),
+        [0],
+        "another token of the same owner"
+    );
+    assert_eq!(update(&format!("{token}0"), "2"), [0], "a token it starts");
+    assert_eq!(update(&token, "3"), [1, 1]);
+    assert_eq!(
+        update(&token, "3"),
+        [1, 1],
+        "a repeat answers what it applied"
+    );
+    assert_eq!(update(&token, "4"), [1, 2]);
+    guard.unlock().await.unwrap();
+}

@@ -58,7 +58,10 @@ impl Engine {
             return Ok(Updated::NotHeld);
         }
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let record_ms = u64::try_from(RECORD_TTL.as_millis()).unwrap_or(u64::MAX);
+        // Kept for the lease the client believes is left (its server copy is a little longer)
+        // and a margin.
+        let keep = hold.remaining(generation).saturating_add(RECORD_TTL);
+        let record_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
         let call = wire::update::call(&self.target(hold), now.token, seq, steps, record_ms);
         let reply = match self.invoke_script(&call).await {
             // The reply was lost: the update may or may not have been applied. Sent once

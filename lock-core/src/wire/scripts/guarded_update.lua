@@ -11,7 +11,7 @@
 -- ARGV[1]: owner id
 -- ARGV[2]: the hold's fencing token
 -- ARGV[3]: the update's sequence number (increasing over the hold's updates)
--- ARGV[4]: how long the record outlives the lock's lease, in milliseconds
+-- ARGV[4]: how long the record is kept, in milliseconds (the lease left, and a margin)
 -- ARGV[5..]: the operations, four arguments each (a code and three operands, unused ones
 --   empty); operation i works on KEYS[2 + i]:
 --   'set'  value          SET key value                 -> 1
@@ -44,10 +44,15 @@ if record then
 end
 
 local value = redis.call('GET', KEYS[1])
+-- A native mutex holds exactly its owner id; a lock string starts with `owner|count|token|`
+-- (lock_string's format): found without parsing the rest.
 local held = value == owner
-if not held then
-  local v, holder, _, current = parse_lock(value)
-  held = v and holder == owner and current == token
+if not held and value then
+  local head = owner .. '|'
+  if string.sub(value, 1, #head) == head then
+    local at = string.find(value, '|', #head + 1, true)
+    held = at ~= nil and string.sub(value, at + 1, at + #token + 1) == token .. '|'
+  end
 end
 if not held then
   return {0}
@@ -134,10 +139,6 @@ for a = 5, #ARGV, 4 do
   values[#values + 1] = string.format('%.0f', r)
 end
 
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 then
-  pttl = 0
-end
 redis.call('SET', KEYS[2], owner .. '|' .. token .. '|' .. seq .. '|' .. table.concat(values, ','),
-  'PX', pttl + tonumber(ARGV[4]))
+  'PX', ARGV[4])
 return answer
