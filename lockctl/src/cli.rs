@@ -132,8 +132,8 @@ impl ConnectionArgs {
 pub(crate) enum Command {
     /// Every kind of lock under NAME: held or free, owner, holds, remaining lease, fencing
     /// token, waiters, the owner's description; and the record kept next to it (an
-    /// idempotency layer's stored response: its size and token). Exit 0 when held, 1 when
-    /// not.
+    /// idempotency layer's stored response: its size and token), its rate limit and its last
+    /// guarded update (its token and values). Exit 0 when held, 1 when not.
     #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
     /// Held locks under the prefix, sorted by remaining lease (SCAN on every primary).
