@@ -152,7 +152,12 @@
 //! [`fenced`] writes to your resource's keys, not to lock keys: a user that calls it needs
 //! `~<resource keys>` with `+evalsha +script|load` (it is a script, loaded on first use), the
 //! commands the script calls (`+hget +hset`, already in the line above), and `+hmget` for
-//! [`fenced::get`].
+//! [`fenced::get`]; its claims and counters also `+hmget +hincrby`.
+//!
+//! A guarded update ([`update`]) runs in the lock's function library (or script) as the lock
+//! client's user, on your keys: that user needs `~<your keys>` (for example `~stock:*`)
+//! and the commands the update's operations call: `+incrby +decrby +hincrby` for counters
+//! (`set`, `del`, `hset` and `pexpire` are in the line above).
 //!
 //! A refused command, key or channel is [`LockError::NoPermission`], which names what is
 //! missing (Redis 7.0 does not name a command refused inside a script; its `ACL LOG` does).
