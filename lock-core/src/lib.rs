@@ -262,8 +262,12 @@
 //! ## Fencing at the resource
 //!
 //! A fencing token protects what checks it. The resource keeps the highest token it accepted
-//! and refuses writes that carry a lower one. In Redis, [`fenced::set`] does it in one script.
-//! In SQL, keep a `fence BIGINT NOT NULL DEFAULT 0` column (tokens are about 1.8·10^15:
+//! and refuses writes that carry a lower one. In Redis, [`fenced::set`] does it in one script
+//! for a value written whole. A read-modify-write (a stock, a counter) needs more, since the
+//! stale holder's write may land before the newer holder's: in the lock's own Redis a guarded
+//! update ([`update`]: `guard.update().take(stock, 1, 0).send()`, applied only while the lock
+//! is still this hold's), elsewhere [`fenced::claim`] then [`fenced::write_claimed`], or the
+//! fenced counters [`fenced::add`] and [`fenced::take`]. In SQL, keep a `fence BIGINT NOT NULL DEFAULT 0` column (tokens are about 1.8·10^15:
 //! they fit a signed 64-bit integer, and Lua numbers hold them exactly):
 //!
 //! ```sql
