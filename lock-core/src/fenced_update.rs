@@ -178,7 +178,10 @@ fn amount(what: &'static str, n: u64) -> Result<(), LockError> {
 
 /// Claims `key` for the holder of `token`: raises its fence to `token` and reads its value,
 /// in one step, unless a greater token is there ([`Claim::Refused`]). Then write with
-/// [`write_claimed`]. Safe to repeat.
+/// [`write_claimed`]. Safe to repeat: an equal token is accepted (the same holder again, or a
+/// resend; tokens are unique per lock name, so two holders share one only if the lock's
+/// counter was lost), where the SQL claim of the crate docs refuses it and is not safe to
+/// resend.
 ///
 /// Errors: a token above [`MAX_TOKEN`](crate::fenced::MAX_TOKEN) is
 /// [`LockError::InvalidOption`]; a key of another type, a connection failure,
