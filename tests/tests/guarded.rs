@@ -354,6 +354,25 @@ async fn on_redis_a_holder_whose_lease_ran_out_cannot_sell_the_last_unit() {
     // Takes on Redis: bounded, typed.
     let none = guard_b.update().take(stock, 1, 0).send().await.unwrap();
     assert_eq!(none, Updated::NotEnough { op: 0, left: 0 });
+    // A counter of the wrong type fails before anything is written.
+    let wrong = guard_b
+        .update()
+        .set("first", "1")
+        .take("orders:{item:42}", 1, -10)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&wrong, LockError::Redis(e) if e.to_string().contains("WRONGTYPE")),
+        "{wrong}"
+    );
+    server.cmd(&["SET", "text", "abc"]);
+    let text = guard_b.update().add("text", 1).send().await.unwrap_err();
+    assert!(
+        text.to_string().contains("does not hold an integer"),
+        "{text}"
+    );
+    assert_eq!(server.cmd(&["EXISTS", "first"]), "0");
     guard_b.unlock().await.unwrap();
     drop(guard_a);
 }

@@ -31,7 +31,21 @@
 -- earlier operation of the same update gave the key that type).
 local owner, token, seq = ARGV[1], ARGV[2], ARGV[3]
 
-local record = redis.call('GET', KEYS[2])
+-- One read for the record, the lock and every counter a take or an add changes.
+local reads = {KEYS[2], KEYS[1]}
+for a = 5, #ARGV, 4 do
+  if ARGV[a] == 'take' or ARGV[a] == 'add' then
+    reads[#reads + 1] = KEYS[2 + (a - 1) / 4]
+  end
+end
+local got = redis.call('MGET', unpack(reads))
+-- What each counter held, by key (false: missing, or not a string).
+local counters = {}
+for r = #reads, 3, -1 do
+  counters[reads[r]] = got[r]
+end
+
+local record = got[1]
 if record then
   local o, t, s, values = string.match(record, '^([^|]*)|(%d+)|(%d+)|([-%d,]*)$')
   if o == owner and t == token and tonumber(s) >= tonumber(seq) then
@@ -43,7 +57,7 @@ if record then
   end
 end
 
-local value = redis.call('GET', KEYS[1])
+local value = got[2]
 -- A native mutex holds exactly its owner id; a lock string starts with `owner|count|token|`
 -- (lock_string's format): found without parsing the rest.
 local held = value == owner
@@ -86,7 +100,11 @@ for a = 5, #ARGV, 4 do
   elseif code == 'del' then
     pending[key] = 0
   elseif code == 'add' or code == 'take' then
-    local n = now(key, function() return redis.call('GET', key) end)
+    local n = now(key, function()
+      -- Not a string, or missing: GET raises WRONGTYPE for the first, answers false for the
+      -- second.
+      return counters[key] or redis.call('GET', key)
+    end)
     if not n then
       return not_integer(key)
     end
