@@ -156,8 +156,8 @@
 //!
 //! A guarded update ([`update`]) runs in the lock's function library (or script) as the lock
 //! client's user, on your keys: that user needs `~<your keys>` (for example `~stock:*`)
-//! and the commands the update's operations call: `+incrby +decrby +hincrby` for counters
-//! (`set`, `del`, `hset` and `pexpire` are in the line above).
+//! and the commands the update calls: `+mget` (its one read) and `+incrby +decrby +hincrby`
+//! for counters (`get`, `set`, `del`, `hget`, `hset` and `pexpire` are in the line above).
 //!
 //! A refused command, key or channel is [`LockError::NoPermission`], which names what is
 //! missing (Redis 7.0 does not name a command refused inside a script; its `ACL LOG` does).
