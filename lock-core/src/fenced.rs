@@ -17,6 +17,12 @@
 //! are at most 2<sup>53</sup> (about 9·10<sup>15</sup>; this crate's are about 1.8·10<sup>15</sup>),
 //! which Lua numbers hold exactly; a larger one is [`LockError::InvalidOption`].
 //!
+//! `set` fits a value written whole. It does **not** protect a read-modify-write (a stale
+//! holder that read before the newer one and writes first is accepted, and so is the newer
+//! one's write after it): for that, [`claim`] and [`write_claimed`] (data anywhere), the
+//! fenced counters [`add`] and [`take`], or a guarded update ([`crate::update`]) for keys in
+//! the lock's own Redis.
+//!
 //! ```no_run
 //! # async fn f(client: lock_core::LockClient) -> Result<(), Box<dyn std::error::Error>> {
 //! use lock_core::fenced::{self, Fenced};
@@ -42,22 +48,8 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ToRedisArgs, Value};
 
 use crate::error::LockError;
-
-/// The largest token Lua compares exactly: 2^53.
-pub const MAX_TOKEN: u64 = 1 << 53;
-
-/// What [`set`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fenced {
-    /// The value was written with the token (the key was missing, or its fence was not
-    /// greater than the token).
-    Written,
-    /// Refused: the key holds a write of a newer holder, whose token is `stored`.
-    Refused {
-        /// The fence stored with the current value.
-        stored: u64,
-    },
-}
+use crate::fence::check;
+pub use crate::fence::{Fenced, MAX_TOKEN};
 
 /// Sends (evaluates `send`), and once more when the connection broke under it: [`set`] and
 /// [`get`] are safe to repeat (a repeated write writes the same value with the same token),
@@ -139,12 +131,5 @@ where
     }
 }
 
-fn check(token: u64) -> Result<(), LockError> {
-    if token > MAX_TOKEN {
-        return Err(LockError::InvalidOption {
-            option: "token",
-            reason: format!("{token} is above 2^53, which Lua numbers cannot compare exactly"),
-        });
-    }
-    Ok(())
-}
+// Claims, writes while a claim stands, and fenced counters: see `fenced_update.rs`.
+pub use crate::fenced_update::{Claim, Counted, add, claim, take, write_claimed};

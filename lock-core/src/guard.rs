@@ -12,6 +12,7 @@ use crate::held_lock::{AtRisk, HeldLock, LeaseWatch, Lost};
 use crate::hold::Hold;
 use crate::lease::LeaseState;
 use crate::scope;
+use crate::update::{Under, Update};
 
 /// Proof that this process holds a lock, of any kind: [`LockGuard`](crate::LockGuard),
 /// [`ReadGuard`](crate::ReadGuard), [`WriteGuard`](crate::WriteGuard),
@@ -124,7 +125,7 @@ pub(crate) struct GuardCore {
 impl GuardCore {
     pub(crate) fn new(hold: Arc<Hold>, engine: Arc<Engine>, generation: u64) -> Self {
         hold.guard_added();
-        scope::record(|| HeldLock::one(hold.clone(), generation));
+        scope::record(|| HeldLock::one(hold.clone(), generation, engine.clone()));
         Self {
             hold,
             engine,
@@ -166,7 +167,16 @@ impl GuardCore {
     }
 
     pub(crate) fn held_lock(&self) -> HeldLock {
-        HeldLock::one(self.hold.clone(), self.generation)
+        HeldLock::one(self.hold.clone(), self.generation, self.engine.clone())
+    }
+
+    /// A guarded update under this hold (`crate::update`).
+    pub(crate) fn update(&self) -> Update {
+        Update::new(Ok(Under {
+            updater: self.engine.clone(),
+            hold: self.hold.clone(),
+            generation: self.generation,
+        }))
     }
 
     /// Gives it back; returns whether it was still held until now. Dropped before it is

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::hold::Hold;
 use crate::lease::LeaseState;
+use crate::update::{Under, Update, Updater};
 
 /// `Future` and `Debug` for a signal: a boxed future of `()` in a named type.
 macro_rules! signal {
@@ -185,6 +186,8 @@ enum Inner {
     One {
         hold: Arc<Hold>,
         generation: u64,
+        /// What sends its guarded updates.
+        updater: Arc<dyn Updater>,
     },
     Many {
         name: Arc<str>,
@@ -194,9 +197,13 @@ enum Inner {
 }
 
 impl HeldLock {
-    pub(crate) fn one(hold: Arc<Hold>, generation: u64) -> Self {
+    pub(crate) fn one(hold: Arc<Hold>, generation: u64, updater: Arc<dyn Updater>) -> Self {
         Self {
-            inner: Inner::One { hold, generation },
+            inner: Inner::One {
+                hold,
+                generation,
+                updater,
+            },
         }
     }
 
@@ -234,10 +241,45 @@ impl HeldLock {
         }
     }
 
+    /// A guarded update of your keys, applied only while this lock is still this hold's: see
+    /// [`update`](crate::update). For a mutex, a fair lock and a write lock; for any other
+    /// kind (a read share, permits, a multi-lock, a RedLock) its
+    /// [`send`](Update::send) is [`LockError::Unsupported`](crate::LockError::Unsupported).
+    pub fn update(&self) -> Update {
+        let unsupported = || crate::error::LockError::Unsupported {
+            feature: "guarded update",
+            missing: "a lock with one owner and a fencing token",
+            detail: Some(format!("`{}` is a multi-lock or a RedLock", self.name())),
+        };
+        Update::new(match &self.inner {
+            Inner::One {
+                hold,
+                generation,
+                updater,
+            } => Ok(Under {
+                updater: updater.clone(),
+                hold: hold.clone(),
+                generation: *generation,
+            }),
+            Inner::Many { .. } | Inner::Other(_) => Err(unsupported()),
+        })
+    }
+
+    /// The key `base` + `{name}`, in this lock's Redis Cluster slot (its hash tag is the
+    /// lock's name), for a guarded [`update`](Self::update): e.g. `stock:{item:42}` for
+    /// `base` `"stock:"` under the lock `item:42`. A `base` with a `{` is
+    /// [`LockError::InvalidOption`](crate::LockError::InvalidOption). (A multi-lock's name is
+    /// its names joined by `+`, in no single slot.)
+    pub fn key_in_slot(&self, base: &str) -> Result<String, crate::error::LockError> {
+        crate::update::key_in_slot(base, self.name())
+    }
+
     /// True while the lock is ours: not released, not lost, and within its lease.
     pub fn is_held(&self) -> bool {
         match &self.inner {
-            Inner::One { hold, generation } => hold.is_held(*generation),
+            Inner::One {
+                hold, generation, ..
+            } => hold.is_held(*generation),
             Inner::Many { holds, .. } => holds.iter().all(|(h, g)| h.is_held(*g)),
             Inner::Other(view) => view.is_held(),
         }
@@ -246,7 +288,9 @@ impl HeldLock {
     /// Resolves when the lock is known or presumed lost, or released.
     pub fn lost(&self) -> Lost {
         match &self.inner {
-            Inner::One { hold, generation } => Lost::new(hold.clone().ended(*generation)),
+            Inner::One {
+                hold, generation, ..
+            } => Lost::new(hold.clone().ended(*generation)),
             Inner::Many { holds, .. } => Lost::any(
                 holds
                     .iter()
@@ -261,7 +305,9 @@ impl HeldLock {
     /// ended (lost or released). A multi-lock's is its worst lock's.
     pub fn lease_state(&self) -> LeaseState {
         match &self.inner {
-            Inner::One { hold, generation } => hold.lease_state(*generation),
+            Inner::One {
+                hold, generation, ..
+            } => hold.lease_state(*generation),
             Inner::Many { holds, .. } => holds
                 .iter()
                 .map(|(h, g)| h.lease_state(*g))
@@ -310,7 +356,9 @@ impl HeldLock {
     /// held.
     fn deadline(&self) -> Option<Instant> {
         match &self.inner {
-            Inner::One { hold, generation } => hold.deadline(*generation),
+            Inner::One {
+                hold, generation, ..
+            } => hold.deadline(*generation),
             Inner::Many { holds, .. } => holds.iter().filter_map(|(h, g)| h.deadline(*g)).min(),
             Inner::Other(view) => view.deadline(),
         }

@@ -172,6 +172,10 @@ pub(crate) const RECORD: &str = ":record";
 /// `<tat>|<interval>|<burst>`.
 pub(crate) const RATE: &str = ":rate";
 
+/// What follows `P{N}` in a lock's update record (`crate::update`): the last guarded update
+/// its holder applied, `<owner>|<token>|<seq>|<values>`.
+pub(crate) const UPDATED: &str = ":updated";
+
 /// What follows the prefix in a client's key (`Pclient:<client id>`).
 pub(crate) const CLIENT: &str = "client:";
 

@@ -152,7 +152,12 @@
 //! [`fenced`] writes to your resource's keys, not to lock keys: a user that calls it needs
 //! `~<resource keys>` with `+evalsha +script|load` (it is a script, loaded on first use), the
 //! commands the script calls (`+hget +hset`, already in the line above), and `+hmget` for
-//! [`fenced::get`].
+//! [`fenced::get`]; its claims and counters also `+hmget +hincrby`.
+//!
+//! A guarded update ([`update`]) runs in the lock's function library (or script) as the lock
+//! client's user, on your keys: that user needs `~<your keys>` (for example `~stock:*`)
+//! and the commands the update calls: `+mget` (its one read) and `+incrby +decrby +hincrby`
+//! for counters (`get`, `set`, `del`, `hget`, `hset` and `pexpire` are in the line above).
 //!
 //! A refused command, key or channel is [`LockError::NoPermission`], which names what is
 //! missing (Redis 7.0 does not name a command refused inside a script; its `ACL LOG` does).
@@ -257,8 +262,12 @@
 //! ## Fencing at the resource
 //!
 //! A fencing token protects what checks it. The resource keeps the highest token it accepted
-//! and refuses writes that carry a lower one. In Redis, [`fenced::set`] does it in one script.
-//! In SQL, keep a `fence BIGINT NOT NULL DEFAULT 0` column (tokens are about 1.8·10^15:
+//! and refuses writes that carry a lower one. In Redis, [`fenced::set`] does it in one script
+//! for a value written whole. A read-modify-write (a stock, a counter) needs more, since the
+//! stale holder's write may land before the newer holder's: in the lock's own Redis a guarded
+//! update ([`update`]: `guard.update().take(stock, 1, 0).send()`, applied only while the lock
+//! is still this hold's), elsewhere [`fenced::claim`] then [`fenced::write_claimed`], or the
+//! fenced counters [`fenced::add`] and [`fenced::take`]. In SQL, keep a `fence BIGINT NOT NULL DEFAULT 0` column (tokens are about 1.8·10^15:
 //! they fit a signed 64-bit integer, and Lua numbers hold them exactly):
 //!
 //! ```sql
@@ -433,13 +442,16 @@ mod engine;
 mod error;
 mod eviction;
 mod fair;
+mod fence;
 pub mod fenced;
+mod fenced_update;
 mod global;
 mod guard;
 mod held_lock;
 mod hold;
 mod info;
 mod kind;
+mod last_update;
 pub mod layout;
 mod leader;
 mod lease;
@@ -464,6 +476,7 @@ mod semaphore;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod throttle;
+pub mod update;
 mod url;
 mod util;
 mod waiters;
@@ -481,6 +494,7 @@ pub use global::{global_client, install_global};
 pub use guard::Guard;
 pub use held_lock::{AtRisk, HeldLock, LeaseWatch, Lost};
 pub use info::{FairLockInfo, LockInfo, ReadWriteLockInfo, SemaphoreInfo};
+pub use last_update::LastUpdate;
 pub use leader::{Leader, LeaderEvent, Term};
 pub use lease::LeaseState;
 pub use local_rate::LocalRateLimits;
@@ -495,6 +509,7 @@ pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{Semaphore, SemaphoreGuard};
+pub use update::{Update, Updated};
 pub use url::validate_url;
 
 pub use bb8;

@@ -97,6 +97,23 @@ macro_rules! lock_string_guard {
                 })
             }
 
+            /// A guarded update of your keys: applied in one step only while this hold is
+            /// still the lock's (its owner id and fencing token checked in Redis), or not
+            /// at all ([`Updated::NotHeld`]($crate::Updated::NotHeld), and this guard is
+            /// marked lost). See [`update`]($crate::update) for the operations, the
+            /// answers and what it promises.
+            pub fn update(&self) -> $crate::update::Update {
+                self.core.update()
+            }
+
+            /// The key `base` + `{name}`, in this lock's Redis Cluster slot (its hash tag is
+            /// the lock's name), for a guarded [`update`](Self::update): e.g.
+            /// `stock:{item:42}` for `base` `"stock:"` under the lock `item:42`. A `base`
+            /// with a `{` is [`LockError::InvalidOption`]($crate::LockError::InvalidOption).
+            pub fn key_in_slot(&self, base: &str) -> Result<String, $crate::error::LockError> {
+                $crate::update::key_in_slot(base, self.core.name())
+            }
+
             /// Sets the lease to `lease` (10 ms to 30 days) from now, if the lock is still
             /// ours. For a watchdog lease the watchdog goes on renewing it afterwards (to its
             /// own lease).

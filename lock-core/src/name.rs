@@ -12,7 +12,7 @@ use std::sync::Arc;
 use redis::{RedisWrite, ToRedisArgs};
 
 use crate::error::LockError;
-use crate::kind::{CLIENT, ChannelRole, KeyRole, Kind, RATE, RECORD};
+use crate::kind::{CLIENT, ChannelRole, KeyRole, Kind, RATE, RECORD, UPDATED};
 use crate::util::shorten;
 
 /// The longest lock name accepted, in bytes.
@@ -177,6 +177,11 @@ impl Keys {
         self.with(RECORD).to_string()
     }
 
+    /// The name's update record (`crate::update`), written straight into a command.
+    pub(crate) fn updated(&self) -> Suffixed<'_> {
+        self.with(UPDATED)
+    }
+
     /// The name's rate limit (`crate::rate_limit`).
     pub(crate) fn rate(&self) -> String {
         self.with(RATE).to_string()
@@ -252,7 +257,8 @@ mod tests {
         let roles = KeyRole::ALL.into_iter().filter(|r| *r != KeyRole::Mutex);
         let keys = roles.map(|r| k.of(r).to_string());
         let channels = ChannelRole::ALL.map(|r| k.channel(r).to_string());
-        for key in keys.chain(channels).chain([k.record(), k.rate()]) {
+        let updated = k.updated().to_string();
+        for key in keys.chain(channels).chain([k.record(), k.rate(), updated]) {
             assert!(key.starts_with("lock:{order:42}:"), "{key}");
         }
         assert_eq!(Keys::new("", "a").unwrap().name(), "a");

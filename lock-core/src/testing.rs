@@ -263,14 +263,17 @@ impl MemoryServer {
 
     /// Runs one command as the server answers a client's connection, and returns its reply
     /// (an error reply as [`redis::Value::ServerError`]); no fault applies. The server has the
-    /// commands the lock code and [`fenced`](crate::fenced) send, with Redis's semantics:
-    /// `GET`, `SET` (`NX`, `XX`, `IFEQ`, `GET`, `PX`, `EX`, `KEEPTTL`), `INCR`, `MGET`,
-    /// `MSETNX`, `DELIFEQ`, `DEL`, `EXISTS`, `PTTL`, `PEXPIRE`, `TYPE`, `HGET`, `HMGET`,
-    /// `HSET`, `HDEL`, `HGETALL`, `ZADD`, `ZCARD`, `ZSCORE`, `ZRANGE` (by index),
+    /// commands the lock code, [`fenced`](crate::fenced) and guarded updates
+    /// ([`update`](crate::update)) send, and those services commonly send beside their locks,
+    /// with Redis's semantics: `GET`, `GETDEL`, `SET` (`NX`, `XX`, `IFEQ`, `GET`, `PX`, `EX`,
+    /// `KEEPTTL`), `INCR`, `DECR`, `INCRBY`, `DECRBY`, `MGET`, `MSET`, `MSETNX`, `DELIFEQ`,
+    /// `DEL`, `EXISTS` (of one key or many), `PTTL`, `TTL`, `PEXPIRE`, `EXPIRE`, `TYPE`,
+    /// `HGET`, `HMGET`, `HSET`, `HDEL`, `HGETALL`, `HINCRBY`, `ZADD`, `ZCARD`, `ZSCORE`, `ZRANGE` (by index),
     /// `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`, `ZREM`, `PUBLISH`, `SPUBLISH`, `TIME`, `PING`,
     /// `INFO`, `COMMAND INFO`, `CONFIG GET`; and scripts: `EVAL`, `EVALSHA`,
     /// `SCRIPT LOAD | EXISTS | FLUSH`, run in Lua 5.1 with `redis.call`, `redis.pcall`,
-    /// `redis.error_reply` and `redis.status_reply`. Anything else is an unknown command.
+    /// `redis.error_reply` and `redis.status_reply`. Anything else is an unknown command,
+    /// whose error names it and says it is the in-memory backend.
     ///
     /// ```
     /// use redis::Value;

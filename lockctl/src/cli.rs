@@ -134,7 +134,8 @@ pub(crate) enum Command {
     /// token, waiters, the owner's description; and the record kept next to it (an
     /// idempotency layer's stored response: its size and token; with --idempotency-key, the
     /// request's state, in progress or completed, the stored status code, the record's age
-    /// and time to live). Exit 0 when held, 1 when not.
+    /// and time to live), its rate limit and its last guarded update (its token and values).
+    /// Exit 0 when held, 1 when not.
     #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
     /// Held locks under the prefix, sorted by remaining lease (SCAN on every primary).

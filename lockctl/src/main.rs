@@ -48,6 +48,11 @@
 //! full burst is free): `status` shows none. `list` and `watch` show locks only: a rate
 //! limit is not held by anyone, and its key is rewritten on every permit taken.
 //!
+//! `status` also shows the last guarded update applied under the name (lock-core's
+//! `update`, key `P{NAME}:updated`, read with `LockClient::last_update`) while its record is
+//! kept (its holder's lease and a minute): its sequence number, the fencing token of the hold
+//! that applied it (the fence its writes carried) and each operation's value.
+//!
 //! `list` finds locks with `SCAN` (never `KEYS`) on every primary, stops once it has found
 //! more than `--limit` held locks (default 1000), shows the first `--limit` found sorted by
 //! remaining lease, and says when it left some out (`"truncated": true` in JSON).
@@ -102,8 +107,8 @@
 //!
 //! A table by default; `--json` prints one JSON document (`status`: `{name, prefix, found,
 //! held, locks, server: {address, version, mutex_protocol, native_compare, scripting},
-//! record, rate_limit}`, `rate_limit` being `null` or `{burst, interval_us, remaining,
-//! retry_after_ms, full_after_ms}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
+//! record, rate_limit, last_update}`, `rate_limit` being `null` or `{burst, interval_us,
+//! remaining, retry_after_ms, full_after_ms}`, `last_update` `null` or `{token, seq, values}`; `list`: `{prefix, pattern, limit, truncated, locks}`; `force-unlock`:
 //! `{name, prefix, aborted, locks: [{kind, owners, fencing_token, hold_count, freed}]}`;
 //! `watch`: one object per line, `{at_ms, event, kind, name, owner, hold_count,
 //! fencing_token, remaining_ms, …, source}`). A lock in `locks` is `{name, kind, held, mode,

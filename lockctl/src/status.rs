@@ -1,7 +1,8 @@
 //! `lockctl status NAME` (or `--idempotency-key KEY`, the name an idempotency layer gives
 //! it): every kind of lock that exists under NAME, held or free, the record kept next to it
-//! (lock-core's `record`), if any, and its rate limit's state (lock-core's `rate_limit`), if
-//! any.
+//! (lock-core's `record`), if any, its rate limit's state (lock-core's `rate_limit`), if
+//! any, and the last guarded update applied under it (lock-core's `update`), while its record
+//! is kept.
 
 use futures_util::future::try_join_all;
 use lock_core::LockError;
@@ -40,6 +41,43 @@ struct Status<'a> {
     /// time to live and age.
     #[serde(skip_serializing_if = "Option::is_none")]
     idempotency: Option<KeyState>,
+    /// The last guarded update applied under the name (lock-core's `update`, recorded in
+    /// `P{name}:updated` for its holder's lease and a minute), if its record is kept.
+    last_update: Option<LastUpdate>,
+}
+
+/// The last guarded update under a name, as `status` reports it.
+#[derive(Debug, Serialize)]
+struct LastUpdate {
+    /// The fencing token of the hold that applied it: its fence.
+    token: u64,
+    /// Its sequence number.
+    seq: u64,
+    /// Each operation's value (a counter's new value, 1 for a set, …).
+    values: Vec<i64>,
+}
+
+impl LastUpdate {
+    fn describe(&self) -> String {
+        format!(
+            "update {} with fencing token {}, values {:?}",
+            self.seq, self.token, self.values
+        )
+    }
+}
+
+/// The last guarded update under `name`, if its record is kept (a value lock-core did not
+/// write counts as none).
+async fn last_update(target: &Target, name: &str) -> Result<Option<LastUpdate>, Failure> {
+    match target.client.last_update(name).await {
+        Ok(update) => Ok(update.map(|u| LastUpdate {
+            token: u.token(),
+            seq: u.seq(),
+            values: u.values().to_vec(),
+        })),
+        Err(LockError::UnexpectedReply(_)) => Ok(None),
+        Err(e) => Err(Failure::from_lock(e, &target.label)),
+    }
 }
 
 /// A record next to the name, as `status` reports it.
@@ -133,10 +171,15 @@ pub(crate) async fn read(
 
 /// What is kept next to the name besides its locks, for the table: `("record", "6 bytes,
 /// ...")`.
-fn extras(record: Option<&Record>, rate_limit: Option<&RateState>) -> Vec<(&'static str, String)> {
+fn extras(
+    record: Option<&Record>,
+    rate_limit: Option<&RateState>,
+    last_update: Option<&LastUpdate>,
+) -> Vec<(&'static str, String)> {
     let record = record.map(|r| ("record", r.describe()));
     let rate = rate_limit.map(|r| ("rate limit", r.describe()));
-    record.into_iter().chain(rate).collect()
+    let update = last_update.map(|u| ("last guarded update", u.describe()));
+    record.into_iter().chain(rate).chain(update).collect()
 }
 
 /// Writes `status` for people: the locks as a table (what is kept next to them on standard
@@ -191,6 +234,7 @@ pub(crate) async fn run(
     };
     let record = stored.map(|(record, _)| record);
     let rate_limit = rate::read(target, &name).await?;
+    let last_update = last_update(target, &name).await?;
     let caps = target.client.server_capabilities();
     let written = if out.is_json() {
         out.json_line(&Status {
@@ -209,11 +253,12 @@ pub(crate) async fn run(
             record,
             rate_limit,
             idempotency,
+            last_update,
         })
     } else {
         // Which server answered, whatever it says: a wrong URL is seen at once.
         crate::output::notice(&format!("server {}: {caps}", target.label));
-        let mut extras = extras(record.as_ref(), rate_limit.as_ref());
+        let mut extras = extras(record.as_ref(), rate_limit.as_ref(), last_update.as_ref());
         extras.extend(idempotency.map(|k| ("request", k.describe())));
         write_table(out, &name, target, args, &states, &extras)
     };

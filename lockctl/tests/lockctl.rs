@@ -1161,3 +1161,40 @@ async fn status_shows_the_rate_limit_of_a_name_and_list_leaves_it_out() {
         "{table:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_last_guarded_update_and_its_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    let none = lockctl(&["--url", &url, "--json", "status", "item:1"]).await;
+    assert!(none.json()["last_update"].is_null(), "{none:?}");
+    let guard = c.lock("item:1").lease(LONG).await.unwrap();
+    server.cmd(&["SET", "stock:{item:1}", "3"]);
+    let stock = guard.key_in_slot("stock:").unwrap();
+    let sold = guard
+        .update()
+        .take(&stock, 1, 0)
+        .set("note:{item:1}", "x")
+        .send()
+        .await;
+    assert_eq!(
+        sold.unwrap(),
+        lock_core::Updated::Applied { values: vec![2, 1] }
+    );
+    let run = lockctl(&["--url", &url, "--json", "status", "item:1"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let update = &run.json()["last_update"];
+    assert_eq!(update["token"], guard.fencing_token(), "{run:?}");
+    assert_eq!(update["values"], serde_json::json!([2, 1]), "{run:?}");
+    let table = lockctl(&["--url", &url, "status", "item:1"]).await;
+    assert!(
+        table.stderr.contains(&format!(
+            "last guarded update: update {} with fencing token {}, values [2, 1]",
+            update["seq"],
+            guard.fencing_token()
+        )),
+        "{table:?}"
+    );
+    guard.unlock().await.unwrap();
+}

@@ -289,3 +289,48 @@ async fn restricted_users_on_a_cluster_connect_and_lock() {
         assert_eq!(caps.native_compare, native, "{caps}");
     }
 }
+
+/// A guarded update runs as the lock client's user on the application's keys: with the
+/// documented line, `~<your keys>` and the commands the docs add for it, a one-unit take
+/// works; without the key pattern it is a typed `NoPermission` and nothing is written.
+#[tokio::test]
+async fn a_guarded_update_needs_the_documented_additions_and_access_to_the_keys() {
+    let additions = ["+mget", "+incrby", "+decrby", "+hincrby"];
+    assert!(
+        DOCS.contains("`+mget` (its one read) and `+incrby +decrby +hincrby`"),
+        "the docs name a guarded update's ACL rules"
+    );
+    let server = RedisServer::start();
+    server.cmd(&["SET", "stock:{item:1}", "2"]);
+    let mut line = documented();
+    line.extend(additions.iter().map(|a| a.to_string()));
+    let without_keys = create_user(&server, &line, "nokeys");
+    line.push("~stock:*".to_owned());
+    let with_keys = create_user(&server, &line, "withkeys");
+
+    let client = build(&with_keys).await;
+    let guard = client.lock("item:1").await.unwrap();
+    let sold = guard
+        .update()
+        .take("stock:{item:1}", 1, 0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sold, lock_core::Updated::Applied { values: vec![1] });
+    guard.unlock().await.unwrap();
+
+    let client = build(&without_keys).await;
+    let guard = client.lock("item:1").await.unwrap();
+    let refused = guard
+        .update()
+        .take("stock:{item:1}", 1, 0)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, lock_core::LockError::NoPermission { .. }),
+        "{refused:?}"
+    );
+    guard.unlock().await.unwrap();
+    assert_eq!(server.cmd(&["GET", "stock:{item:1}"]), "1");
+}

@@ -143,6 +143,10 @@ const OPERATIONS: &[(&str, &str)] = &[
         "sem_renew",
         include_str!("../../lock-core/src/wire/scripts/sem_renew.lua"),
     ),
+    (
+        "guarded_update",
+        include_str!("../../lock-core/src/wire/scripts/guarded_update.lua"),
+    ),
 ];
 
 /// The script of `op` as lock-core sends it to a standalone server: the prelude in front.
@@ -321,7 +325,8 @@ impl Draw {
             31 if self.rng.random_bool(0.5) => self.record_put(),
             31 => self.rate_limit(),
             32..=61 => self.fair_or_rw(owner),
-            62..=93 => self.semaphore_or_rw(owner),
+            62..=89 => self.semaphore_or_rw(owner),
+            90..=93 => self.guarded_update(owner),
             94 => {
                 let k = self.name();
                 let key = [
@@ -395,6 +400,44 @@ impl Draw {
                     args,
                 }
             }
+        }
+    }
+
+    /// A guarded update (`guarded_update.lua`) under a lock string, by its holder or not, with
+    /// a current or stale token, a new or repeated sequence number, of one to three operations
+    /// on a counter, a hash and a plain key (a take sometimes beyond its floor, an operation
+    /// sometimes on a key of the wrong type).
+    fn guarded_update(&mut self, owner: &str) -> Step {
+        let (key, _) = self.lock_string();
+        let token = self.token(&key, owner);
+        let record = format!("{}:updated", keys("a").mutex);
+        let seq = lit(self.rng.random_range(1..4u32));
+        let mut keys = vec![key, record];
+        let mut args = vec![lit(owner), token, seq, lit(60_000)];
+        for _ in 0..self.rng.random_range(1..4) {
+            let n = self.rng.random_range(1..3u32);
+            let (key, op): (&str, [Arg; 4]) = match self.rng.random_range(0..9) {
+                0..=2 => ("stock:{a}", [lit("take"), lit(n), lit(0), lit("")]),
+                3 => ("stock:{a}", [lit("add"), lit(n), lit(""), lit("")]),
+                4 => ("stock:{a}", [lit("set"), lit(3), lit(""), lit("")]),
+                5 => ("h:{a}", [lit("hset"), lit("f"), lit("v"), lit("")]),
+                6 => ("h:{a}", [lit("hadd"), lit("n"), lit(n), lit("")]),
+                7 => (
+                    ["stock:{a}", "h:{a}"][self.rng.random_range(0..2)],
+                    [lit("pexpire"), lit(60_000), lit(""), lit("")],
+                ),
+                _ => (
+                    ["stock:{a}", "h:{a}"][self.rng.random_range(0..2)],
+                    [lit("del"), lit(""), lit(""), lit("")],
+                ),
+            };
+            keys.push(key.to_owned());
+            args.extend(op);
+        }
+        Step::Script {
+            op: "guarded_update",
+            keys,
+            args,
         }
     }
 

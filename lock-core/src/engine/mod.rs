@@ -22,6 +22,7 @@ mod release;
 mod send;
 mod shutdown;
 mod speech;
+mod update;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;

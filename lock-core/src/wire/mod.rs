@@ -32,6 +32,7 @@ pub(crate) mod record;
 pub(crate) mod rwlock;
 pub(crate) mod script;
 pub(crate) mod semaphore;
+pub(crate) mod update;
 
 #[cfg(test)]
 pub(crate) use command::script_gave_back;

@@ -60,6 +60,8 @@ macro_rules! ops {
                     "records"
                 } else if name.starts_with("rate") {
                     "rate limit"
+                } else if name.starts_with("guarded") {
+                    "guarded update"
                 } else {
                     "mutex"
                 }
@@ -112,6 +114,7 @@ ops!(
     RecordPut => "record_put",
     RateLimit => "rate_limit",
     RateInspect => "rate_inspect",
+    GuardedUpdate => "guarded_update",
 );
 
 impl Op {

@@ -1,8 +1,8 @@
 //! S1: what each of lock-core's server calls costs the server, one call at a time.
 //!
 //! Every operation a primitive sends (an acquisition, a release, a renewal, an inspection, a
-//! rate decision) runs `n` times in a row from one task on fresh names, in the measuring
-//! frame, so nothing batches: the server µs per call is that operation's own script (or, on
+//! rate decision, a guarded take of one unit) runs `n` times in a row from one task on fresh
+//! names, in the measuring frame, so nothing batches: the server µs per call is that operation's own script (or, on
 //! the native protocol, its commands), and the floor's two calls (`SET NX PX`, the
 //! compare-and-delete script) run the same way beside them for scale.
 
@@ -224,6 +224,81 @@ impl Run<'_> {
         self.time("rate_decision", decide).await
     }
 
+    /// A guarded take of one unit (`guard.update().take(stock, 1, 0)`, issue 45) on a counter
+    /// in each lock's slot, beside a plain `DECR` and a Lua decrement-if-positive of the same
+    /// counters, for scale. The counters are set before and deleted after, untimed.
+    async fn guarded(&mut self) -> Result<(), String> {
+        let (client, names) = (self.client, self.names.clone());
+        let take = |name: String| client.try_lock(name).into_future();
+        let guards = take_all(&names, take).await?;
+        let stocks: Vec<String> = guards
+            .iter()
+            .map(|g| g.key_in_slot("bench-stock:"))
+            .collect::<Result<_, _>>()
+            .map_err(err("key_in_slot"))?;
+        let mut conn = client.connection();
+        let redis_err = |what: &'static str| move |e: redis::RedisError| format!("{what}: {e}");
+        for stock in &stocks {
+            redis::cmd("SET")
+                .arg(stock)
+                .arg(1_000)
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(redis_err("set stock"))?;
+        }
+        let sell = async {
+            for (guard, stock) in guards.iter().zip(&stocks) {
+                match guard.update().take(stock, 1, 0).send().await {
+                    Ok(lock_core::Updated::Applied { .. }) => {}
+                    other => return Err(format!("guarded take: {other:?}")),
+                }
+            }
+            Ok(())
+        };
+        self.time("guarded_take", sell).await?;
+        let mut decr_conn = client.connection();
+        let decr = async {
+            for stock in &stocks {
+                redis::cmd("DECR")
+                    .arg(stock)
+                    .query_async::<i64>(&mut decr_conn)
+                    .await
+                    .map_err(redis_err("DECR"))?;
+            }
+            Ok(())
+        };
+        self.time("plain_decr", decr).await?;
+        let script = redis::Script::new(
+            "local v = tonumber(redis.call('GET', KEYS[1]) or '0') \
+             if v > 0 then return redis.call('DECR', KEYS[1]) end return -1",
+        );
+        // Loaded before the frame, so the timed calls are EVALSHA only.
+        script
+            .key(&stocks[0])
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map_err(redis_err("Lua decrement"))?;
+        let lua = async {
+            for stock in &stocks {
+                script
+                    .key(stock)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map_err(redis_err("Lua decrement"))?;
+            }
+            Ok(())
+        };
+        self.time("lua_decrement_if_positive", lua).await?;
+        for stock in &stocks {
+            redis::cmd("DEL")
+                .arg(stock)
+                .query_async::<()>(&mut decr_conn)
+                .await
+                .map_err(redis_err("DEL"))?;
+        }
+        give_all(guards, LockGuard::unlock).await
+    }
+
     /// The floor's `SET NX PX` and compare-and-delete script, for scale.
     async fn floor(&mut self, floor: &Locker) -> Result<(), String> {
         let names = self.names.clone();
@@ -266,6 +341,7 @@ pub(crate) async fn calls(
     run.mutex().await?;
     run.others().await?;
     run.rate().await?;
+    run.guarded().await?;
     run.floor(&ctx.lockers[1]).await?;
     let ops = run.out;
 

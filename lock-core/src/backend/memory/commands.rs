@@ -2,7 +2,8 @@
 //! mutex protocol, an owner description, an application's [`Connection`](crate::Connection),
 //! what is asked at connect) and for a script's `redis.call` alike.
 //!
-//! - keys: `DEL`, `EXISTS`, `PTTL`, `PEXPIRE`, `TYPE`; strings (`strings`), hashes
+//! - keys: `DEL`, `EXISTS` (of one key or many), `PTTL`, `TTL`, `PEXPIRE`, `EXPIRE`, `TYPE`;
+//!   strings (`strings`), hashes
 //!   (`hashes`), sorted sets (`zsets`); `PUBLISH`/`SPUBLISH`; `TIME`, `PING`, `INFO server`,
 //!   `COMMAND INFO`, `CONFIG GET maxmemory-policy`;
 //! - scripts (not from a script): `EVAL`, `EVALSHA`, `SCRIPT LOAD | EXISTS | FLUSH`, run by
@@ -25,19 +26,26 @@ const KNOWN: &[&str] = &[
     "COMMAND",
     "CONFIG",
     "DEL",
+    "DECR",
+    "DECRBY",
     "DELIFEQ",
     "EVAL",
     "EVALSHA",
     "EXISTS",
+    "EXPIRE",
     "GET",
+    "GETDEL",
     "HDEL",
     "HGET",
     "HGETALL",
+    "HINCRBY",
     "HMGET",
     "HSET",
     "INCR",
+    "INCRBY",
     "INFO",
     "MGET",
+    "MSET",
     "MSETNX",
     "PEXPIRE",
     "PING",
@@ -49,6 +57,7 @@ const KNOWN: &[&str] = &[
     "SSUBSCRIBE",
     "SUBSCRIBE",
     "TIME",
+    "TTL",
     "TYPE",
     "ZADD",
     "ZCARD",
@@ -221,11 +230,23 @@ fn keys(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Res<Value> {
             count(n)
         }
         ("PTTL", [key]) => int(ctx.ks.pttl(&text(key))),
-        ("PEXPIRE", [key, ms]) => {
-            let ms = integer(ms)?;
+        // Whole seconds, rounded as Redis rounds them (to the nearest).
+        ("TTL", [key]) => match ctx.ks.pttl(&text(key)) {
+            ms if ms < 0 => int(ms),
+            ms => int((ms + 500) / 1000),
+        },
+        ("PEXPIRE" | "EXPIRE", [key, time]) => {
+            let scale = if name == "EXPIRE" { 1000 } else { 1 };
+            let ms = integer(time)?
+                .checked_mul(scale)
+                .ok_or_else(|| Fail(format!("ERR invalid expire time in '{name}' command")))?;
             int(i64::from(ctx.ks.pexpire(&text(key), ms)))
         }
-        ("PEXPIRE", [_, _, ..]) => return Err(Fail::new("ERR Unsupported option")),
+        ("PEXPIRE" | "EXPIRE", [_, _, ..]) => {
+            return Err(Fail(format!(
+                "ERR {name}'s options (NX, XX, GT, LT) are not supported by lock-core's in-memory backend"
+            )));
+        }
         ("TYPE", [key]) => Value::SimpleString(ctx.ks.kind(&text(key)).to_owned()),
         ("PUBLISH" | "SPUBLISH", [channel, _]) => count(ctx.publish(channel)),
         _ => return about(ctx, name, args),
@@ -266,6 +287,10 @@ fn about(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Res<Value> {
             _ => Value::Array(vec![]),
         },
         _ if KNOWN.contains(&name) => return Err(wrong_arity(name)),
-        _ => return Err(Fail(format!("ERR unknown command '{name}'"))),
+        _ => {
+            return Err(Fail(format!(
+                "ERR unknown command '{name}': lock-core's in-memory backend (the `testing` feature) runs only the commands listed in its docs (guide: Testing)"
+            )));
+        }
     })
 }

@@ -1,9 +1,10 @@
-//! The hash commands, as Redis answers them: `HGET`, `HMGET`, `HSET`, `HDEL`, `HGETALL`.
+//! The hash commands, as Redis answers them: `HGET`, `HMGET`, `HSET`, `HDEL`, `HGETALL`,
+//! `HINCRBY`.
 //! Fields and values are kept as text (bytes that are not UTF-8 are read lossily).
 
 use redis::Value;
 
-use super::reply::{Res, bulk, bulk_or_nil, count, text, wrong_arity};
+use super::reply::{Fail, Res, bulk, bulk_or_nil, count, int, integer, text, wrong_arity};
 use super::server::Ctx;
 
 /// Runs the hash command `name` (upper case) with `args`; None when it is not one.
@@ -14,6 +15,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Option<Res<V
         "HSET" => hset(ctx, args),
         "HDEL" => hdel(ctx, args),
         "HGETALL" => hgetall(ctx, args),
+        "HINCRBY" => hincrby(ctx, args),
         _ => return None,
     })
 }
@@ -86,4 +88,24 @@ fn hgetall(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
             .flat_map(|(f, v)| [bulk(f), bulk(v)])
             .collect(),
     ))
+}
+
+/// `HINCRBY key field n`: the field's counter after adding `n` (a missing field counts from
+/// 0).
+fn hincrby(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
+    let [key, field, n] = args else {
+        return Err(wrong_arity("HINCRBY"));
+    };
+    let (key, field, n) = (text(key), text(field), integer(n)?);
+    let current = match ctx.ks.hget(&key, &field)? {
+        None => 0,
+        Some(value) => value
+            .parse::<i64>()
+            .map_err(|_| Fail::new("ERR hash value is not an integer"))?,
+    };
+    let next = current
+        .checked_add(n)
+        .ok_or_else(|| Fail::new("ERR increment or decrement would overflow"))?;
+    ctx.ks.hset(&key, &field, next.to_string())?;
+    Ok(int(next))
 }

@@ -31,6 +31,8 @@ mod lua;
 mod reply;
 mod server;
 mod strings;
+#[cfg(test)]
+mod tests;
 mod zsets;
 
 use redis::Value;

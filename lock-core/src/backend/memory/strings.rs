@@ -1,10 +1,13 @@
-//! The string commands, as Redis answers them: `GET`, `SET` (`NX`/`XX`/`IFEQ`, `GET`,
-//! `PX`/`EX`/`KEEPTTL`), `INCR`, `MGET`, `MSETNX` and Valkey 9's `DELIFEQ`.
+//! The string commands, as Redis answers them: `GET`, `GETDEL`, `SET` (`NX`/`XX`/`IFEQ`,
+//! `GET`, `PX`/`EX`/`KEEPTTL`), the counters `INCR`, `DECR`, `INCRBY`, `DECRBY`, `MGET`,
+//! `MSET`, `MSETNX` and Valkey 9's `DELIFEQ`.
 
 use redis::Value;
 
 use super::keyspace::Ttl;
-use super::reply::{Fail, Res, bulk_or_nil, count, int, not_integer, syntax, text, wrong_arity};
+use super::reply::{
+    Fail, Res, bulk_or_nil, count, int, integer, not_integer, syntax, text, wrong_arity,
+};
 use super::server::Ctx;
 
 /// Runs the string command `name` (upper case) with `args`; None when it is not one.
@@ -12,8 +15,10 @@ pub(super) fn run(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Option<Res<V
     Some(match name {
         "GET" => get(ctx, args),
         "SET" => set(ctx, args),
-        "INCR" => incr(ctx, args),
+        "GETDEL" => getdel(ctx, args),
+        "INCR" | "DECR" | "INCRBY" | "DECRBY" => incr(ctx, name, args),
         "MGET" => mget(ctx, args),
+        "MSET" => mset(ctx, args),
         "MSETNX" => msetnx(ctx, args),
         "DELIFEQ" => delifeq(ctx, args),
         _ => return None,
@@ -112,11 +117,33 @@ fn set(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
     })
 }
 
-/// `INCR`: the counter after the step; a missing key counts from 0 and the key keeps its
-/// time to live.
-fn incr(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
+/// `GETDEL key`: the string, and the key deleted (nil for a missing key).
+fn getdel(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
     let [key] = args else {
-        return Err(wrong_arity("INCR"));
+        return Err(wrong_arity("GETDEL"));
+    };
+    let key = text(key);
+    let value = ctx.ks.get(&key)?;
+    if value.is_some() {
+        ctx.ks.del(&key);
+    }
+    Ok(bulk_or_nil(value))
+}
+
+/// `INCR key`, `DECR key`, `INCRBY key n`, `DECRBY key n`: the counter after the step; a
+/// missing key counts from 0 and the key keeps its time to live.
+fn incr(ctx: &mut Ctx<'_>, name: &str, args: &[&[u8]]) -> Res<Value> {
+    let (key, step) = match (name, args) {
+        ("INCR", [key]) => (key, 1),
+        ("DECR", [key]) => (key, -1),
+        ("INCRBY", [key, n]) => (key, integer(n)?),
+        ("DECRBY", [key, n]) => (
+            key,
+            integer(n)?
+                .checked_neg()
+                .ok_or_else(|| Fail::new("ERR decrement would overflow"))?,
+        ),
+        _ => return Err(wrong_arity(name)),
     };
     let key = text(key);
     let current = match ctx.ks.get(&key)? {
@@ -127,7 +154,7 @@ fn incr(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
             .ok_or_else(not_integer)?,
     };
     let next = current
-        .checked_add(1)
+        .checked_add(step)
         .ok_or_else(|| Fail::new("ERR increment or decrement would overflow"))?;
     ctx.ks.set(&key, next.to_string().into_bytes(), Ttl::Keep);
     Ok(int(next))
@@ -143,6 +170,17 @@ fn mget(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
         .map(|k| bulk_or_nil(ctx.ks.get(&text(k)).unwrap_or(None)))
         .collect();
     Ok(Value::Array(values))
+}
+
+/// `MSET key value …`: every pair written, each key without a time to live.
+fn mset(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> Res<Value> {
+    if args.is_empty() || !args.len().is_multiple_of(2) {
+        return Err(wrong_arity("MSET"));
+    }
+    for pair in args.chunks(2) {
+        ctx.ks.set(&text(pair[0]), pair[1].to_vec(), Ttl::Forever);
+    }
+    Ok(Value::Okay)
 }
 
 /// `MSETNX key value …`: all written (1) when no key exists, else none (0).
