@@ -122,7 +122,8 @@ fn run(server: &Server, request: Request<'_>) -> Value {
 
 impl Topology for Memory {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        let deadline = self.deadline(invocation.asked);
+        let response = invocation.response(self.response_timeout);
+        let deadline = Deadline::new(invocation.asked, response, self.connect_timeout);
         let run = |server: &Server| {
             // Counted once it reaches the server, as a connection's send is.
             invocation.sends.fetch_add(1, Ordering::Relaxed);

@@ -19,9 +19,19 @@ pub(crate) struct Invocation<'a> {
     /// When its caller asked: its [`Deadline`](super::deadline::Deadline) counts from here
     /// (a batch's, from the earliest of its requests).
     pub(crate) asked: Instant,
+    /// How long it may wait for its answer when that is longer than the response timeout:
+    /// zero for a caller's call; an undo's patience, which keeps its hold's turn until the
+    /// server has answered it (see `Engine::undo`).
+    pub(crate) patience: std::time::Duration,
 }
 
 impl Invocation<'_> {
+    /// The response allowance of its deadline: the response timeout, or its patience when
+    /// that is longer.
+    pub(crate) fn response(&self, timeout: std::time::Duration) -> std::time::Duration {
+        timeout.max(self.patience)
+    }
+
     /// Whether it may be sent again after its connection broke under it: a repeat of an
     /// applied one is recognised or changes nothing (every call but a rate decision's, see
     /// [`Call::repeat_safe`]).

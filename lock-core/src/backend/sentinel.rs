@@ -347,7 +347,7 @@ impl Sentinel {
     /// deadline has passed, the sentinels are asked in the background and the error returned.
     async fn on_primary<T, F, Fut>(
         &self,
-        asked: Instant,
+        (asked, patience): (Instant, Duration),
         repeat_safe: bool,
         f: F,
     ) -> Result<T, LockError>
@@ -357,7 +357,7 @@ impl Sentinel {
         T: Send,
     {
         let (generation, node) = self.discovery.current().await?;
-        let deadline = Arc::new(node.deadline(asked));
+        let deadline = Arc::new(node.patient_deadline(asked, patience));
         let result = match f(node, deadline.clone()).await {
             Err(e) if primary_may_have_moved(&e) => {
                 // A timeout may have been applied, and a call whose time is spent cannot use
@@ -417,7 +417,8 @@ fn may_be_applied(e: &LockError) -> bool {
 impl Topology for Sentinel {
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
         let safe = invocation.repeat_safe();
-        self.on_primary(invocation.asked, safe, |node, deadline| async move {
+        let when = (invocation.asked, invocation.patience);
+        self.on_primary(when, safe, |node, deadline| async move {
             node.invoke_within(invocation, &deadline).await
         })
         .await
@@ -432,7 +433,8 @@ impl Topology for Sentinel {
     ) -> Result<(Value, u32), LockError> {
         let _ = key;
         let safe = invocation.repeat_safe();
-        self.on_primary(invocation.asked, safe, |node, _| async move {
+        let when = (invocation.asked, Duration::ZERO);
+        self.on_primary(when, safe, |node, _| async move {
             let deadline = node.acked_deadline(invocation.asked, timeout);
             node.acked_within(invocation, replicas, timeout, &deadline)
                 .await
@@ -441,9 +443,11 @@ impl Topology for Sentinel {
     }
 
     async fn load_scripts(&self, scripts: &'static Scripts) -> Result<Mode, LockError> {
-        self.on_primary(Instant::now(), true, |node, _| async move {
-            node.load_scripts(scripts).await
-        })
+        self.on_primary(
+            (Instant::now(), Duration::ZERO),
+            true,
+            |node, _| async move { node.load_scripts(scripts).await },
+        )
         .await
     }
 
@@ -452,9 +456,11 @@ impl Topology for Sentinel {
     }
 
     async fn command(&self, cmd: &redis::Cmd) -> Result<Value, LockError> {
-        self.on_primary(Instant::now(), true, |node, deadline| async move {
-            node.command_within(cmd, &deadline).await
-        })
+        self.on_primary(
+            (Instant::now(), Duration::ZERO),
+            true,
+            |node, deadline| async move { node.command_within(cmd, &deadline).await },
+        )
         .await
     }
 

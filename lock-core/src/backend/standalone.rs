@@ -144,6 +144,19 @@ impl Standalone {
         Deadline::new(asked, self.response_timeout, self.connect_timeout)
     }
 
+    /// The bound of `invocation` on this node (its patience, if longer than the response
+    /// timeout).
+    pub(crate) fn invocation_deadline(&self, invocation: &Invocation<'_>) -> Deadline {
+        self.patient_deadline(invocation.asked, invocation.patience)
+    }
+
+    /// The bound of a call asked at `asked` that may wait `patience` for its answer when that
+    /// is longer than the response timeout.
+    pub(crate) fn patient_deadline(&self, asked: Instant, patience: Duration) -> Deadline {
+        let response = self.response_timeout.max(patience);
+        Deadline::new(asked, response, self.connect_timeout)
+    }
+
     /// A handle on a pooled multiplexed connection. The pool slot is given back at once: the
     /// handle shares the connection, so concurrent commands from many tasks are pipelined on
     /// the pool's connections instead of each holding one exclusively for a round trip.
@@ -347,7 +360,7 @@ impl Topology for Standalone {
     /// sent once more, if it is safe to repeat (every call of this crate but a rate decision:
     /// a repeat of an applied one is recognised and not applied twice).
     async fn invoke_value(&self, invocation: &Invocation<'_>) -> Result<Value, LockError> {
-        self.invoke_within(invocation, &self.deadline(invocation.asked))
+        self.invoke_within(invocation, &self.invocation_deadline(invocation))
             .await
     }
 

@@ -329,6 +329,7 @@ impl Engine {
             mode: self.mode,
             sends: Default::default(),
             asked,
+            patience: Duration::ZERO,
         }
     }
 
@@ -386,6 +387,23 @@ impl Engine {
     ) -> Result<GaveBack, LockError> {
         let (reply, resent) = self.invoke_wire(command.wire()).await?;
         command.gave_back(reply, ours && (again || resent))
+    }
+
+    /// [`Engine::give_back`] for an undo: it waits for its answer up to the watchdog lease
+    /// rather than the response timeout (it runs in the background, on no caller's clock),
+    /// so its hold's next command is not sent while the undo may still be applied later by
+    /// a server that was paused or frozen (which would give back that next command's grant).
+    pub(crate) async fn give_back_patiently(
+        &self,
+        command: &Command,
+    ) -> Result<GaveBack, LockError> {
+        let wire = command.wire();
+        self.check_scripting(wire)?;
+        self.not_closed()?;
+        let mut invocation = self.invocation(wire, Instant::now());
+        invocation.patience = self.config.watchdog_lease;
+        let reply = self.backend.invoke_value(&invocation).await?;
+        command.gave_back(reply, false)
     }
 
     /// Runs a renewal and reads, per hold, whether it was still its owner's.

@@ -151,7 +151,7 @@ impl Engine {
                 claim.expected + 1,
                 token,
             );
-            if let Err(e) = self.give_back(&call, false, false).await {
+            if let Err(e) = self.give_back_patiently(&call).await {
                 // Once per 10 s per client: an outage fails every request's undo.
                 if let Some(suppressed) = self.undo_warnings.admit() {
                     tracing::warn!(lock = %hold.name(), kind = hold.kind.label(), error = %e,
