@@ -147,7 +147,8 @@ impl Standalone {
     /// The bound of `invocation` on this node (its patience, if longer than the response
     /// timeout).
     pub(crate) fn invocation_deadline(&self, invocation: &Invocation<'_>) -> Deadline {
-        self.patient_deadline(invocation.asked, invocation.patience)
+        let response = invocation.response(self.response_timeout);
+        Deadline::new(invocation.asked, response, self.connect_timeout)
     }
 
     /// The bound of a call asked at `asked` that may wait `patience` for its answer when that
