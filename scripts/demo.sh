@@ -2,7 +2,8 @@
 # The main job: installs redis-server if missing, builds the flash-sale app (release), then runs
 # its demo, which starts its own private redis-server (unless REDIS_URL is set), a temporary
 # SQLite database and 3 instances of the app, and stops them all at the end. Arguments go to
-# the demo (`scripts/demo.sh --no-lock`, `scripts/demo.sh --stall-holder`).
+# the demo (`scripts/demo.sh --no-lock`, `scripts/demo.sh --stall-holder`,
+# `scripts/demo.sh --stall-holder --stock-in redis`: the stock kept in Redis, sold by a guarded take).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then

@@ -345,10 +345,17 @@ impl Update {
     }
 }
 
-/// The key `base` + `{name}`: a key whose hash tag is the lock's name, so it lives in the
-/// lock's Cluster slot (the lock's own keys are `<prefix>{name}…`). `base` must have no
-/// `{` (it would make another hash tag): [`LockError::InvalidOption`].
-pub(crate) fn key_in_slot(base: &str, name: &str) -> Result<String, LockError> {
+/// The key `base` + `{name}`: a key whose hash tag is the lock `name`, so it lives in the
+/// lock's Cluster slot (the lock's own keys are `<prefix>{name}…`), for a guarded update
+/// under that lock: `key_in_slot("stock:", "item:42")` is `stock:{item:42}`. The same as a
+/// guard's [`key_in_slot`](crate::LockGuard::key_in_slot), for code that has no guard yet
+/// (creating the key, reading it outside the lock). `base` must have no `{` (it would make
+/// another hash tag): [`LockError::InvalidOption`].
+///
+/// ```
+/// assert_eq!(lock_core::update::key_in_slot("stock:", "item:42").unwrap(), "stock:{item:42}");
+/// ```
+pub fn key_in_slot(base: &str, name: &str) -> Result<String, LockError> {
     if base.contains('{') {
         return Err(invalid(
             "key_in_slot",

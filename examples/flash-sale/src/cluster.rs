@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::stock::StockStore;
+
 /// How to start one instance.
 #[derive(Debug, Clone)]
 pub struct InstanceOptions {
@@ -43,6 +45,8 @@ pub struct InstanceOptions {
     /// Let the instance create the demo sale on an empty database (`serve` does by default;
     /// `false` passes `--no-demo-sale`).
     pub demo_sale: bool,
+    /// Where the sales' stock is kept (`serve --stock-in`).
+    pub stock_in: StockStore,
 }
 
 /// A running `flash-sale serve` child process.
@@ -80,6 +84,8 @@ impl Instance {
         .arg(options.lease.as_millis().to_string())
         .arg("--work-ms")
         .arg(options.work.as_millis().to_string())
+        .arg("--stock-in")
+        .arg(options.stock_in.as_str())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log.try_clone()?));

@@ -60,6 +60,18 @@ pub struct Db {
     backend: Backend,
 }
 
+/// How [`Db::write_purchase`] writes the sale's new stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockWrite {
+    /// Only while the sale's fence is this fencing token (the stock is kept here).
+    Fenced(i64),
+    /// Whatever is there (locks disabled: the control that oversells).
+    Unconditional,
+    /// Only downwards: the stock is kept in Redis, and this is its copy (a late copy never
+    /// raises it). Never refused.
+    Copy,
+}
+
 /// What [`Db::write_purchase`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteOutcome {
@@ -243,39 +255,35 @@ impl Db {
             .try_get(0)
     }
 
-    /// Writes a purchase in one transaction: the sale's new stock, the order and, for a
-    /// request with an idempotency key, its `record` — or nothing.
+    /// Writes a purchase in one transaction: the sale's new stock (as `stock` says), the
+    /// order and, for a request with an idempotency key, its `record` — or nothing.
     ///
-    /// With a fencing token the stock is written only while the sale's fence is still that
+    /// [`StockWrite::Fenced`]: the stock is written only while the sale's fence is still that
     /// token (`fence = token`, claimed before the stock was read); otherwise
-    /// [`WriteOutcome::Fenced`] and nothing is written. Without one (locks disabled) it is
-    /// written unconditionally. A refused record is [`WriteOutcome::RecordFenced`].
+    /// [`WriteOutcome::Fenced`] and nothing is written. [`StockWrite::Unconditional`] (locks
+    /// disabled) writes it whatever is there; [`StockWrite::Copy`] only lowers it (the stock
+    /// lives in Redis). A refused record is [`WriteOutcome::RecordFenced`].
     pub async fn write_purchase(
         &self,
         order: &NewOrder,
         new_stock: i64,
-        token: Option<i64>,
+        stock: StockWrite,
         record: Option<&InTransaction<'_>>,
     ) -> Result<WriteOutcome, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let updated = match token {
-            Some(token) => {
-                sqlx::query("UPDATE sales SET stock = $1 WHERE id = $2 AND fence = $3")
-                    .bind(new_stock)
-                    .bind(order.sale_id.as_str())
-                    .bind(token)
-                    .execute(&mut *tx)
-                    .await?
-            }
-            None => {
-                sqlx::query("UPDATE sales SET stock = $1 WHERE id = $2")
-                    .bind(new_stock)
-                    .bind(order.sale_id.as_str())
-                    .execute(&mut *tx)
-                    .await?
-            }
+        let sql = match stock {
+            StockWrite::Fenced(_) => "UPDATE sales SET stock = $1 WHERE id = $2 AND fence = $3",
+            StockWrite::Unconditional => "UPDATE sales SET stock = $1 WHERE id = $2",
+            StockWrite::Copy => "UPDATE sales SET stock = $1 WHERE id = $2 AND stock > $1",
         };
-        if updated.rows_affected() != 1 {
+        let mut update = sqlx::query(sql)
+            .bind(new_stock)
+            .bind(order.sale_id.as_str());
+        if let StockWrite::Fenced(token) = stock {
+            update = update.bind(token);
+        }
+        let updated = update.execute(&mut *tx).await?;
+        if updated.rows_affected() != 1 && stock != StockWrite::Copy {
             tx.rollback().await?;
             return Ok(WriteOutcome::Fenced);
         }

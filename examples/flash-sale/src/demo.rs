@@ -22,6 +22,7 @@ use crate::limits::Limits;
 use crate::load::{self, LoadOptions, LoadReport};
 use crate::model::SaleId;
 use crate::serve::BoxError;
+use crate::stock::StockStore;
 use crate::telemetry::{self, Scrape};
 
 /// How to run the demo.
@@ -57,6 +58,8 @@ pub struct DemoOptions {
     pub database_url: Option<String>,
     /// Seed of the load plan.
     pub seed: u64,
+    /// Where the sale's stock is kept (`--stock-in`; see [`crate::stock`]).
+    pub stock_in: StockStore,
 }
 
 /// Runs the demo; `Ok(true)` when it showed what it should.
@@ -69,8 +72,12 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
         (true, true, _) => "locks on, one holder stalls past its lease (--stall-holder)",
     };
     println!(
-        "flash-sale demo: {} instances, one Redis, one database; {mode}",
-        options.instances
+        "flash-sale demo: {} instances, one Redis, one database; {mode}; stock kept in {}",
+        options.instances,
+        match options.stock_in {
+            StockStore::Sql => "the database",
+            StockStore::Redis => "Redis (--stock-in redis)",
+        }
     );
     let (_redis, redis_url) = redis()?;
     // The database: a SQLite file in a temporary directory (removed when `dir` drops).
@@ -107,12 +114,13 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
     let sale = SaleId::parse(&sale_id).map_err(|e| e.detail)?;
     let inv = Invariants::check(&db, &sale).await?;
     print_report(&options, &report, &inv, &stall_notes);
+    let redis_stock_ok = check_redis_stock(&options, &redis_url, &sale, &inv).await?;
     // The instances' own figures, before they stop: each is a process with its recorder.
     let scrape = scrape_all(&http, &targets).await;
     for line in metrics_report(&scrape.0, scrape.1, targets.len()) {
         println!("{line}");
     }
-    let ok = verdict(&options, &report, &inv);
+    let ok = verdict(&options, &report, &inv) && redis_stock_ok;
     if !ok {
         for instance in &instances {
             eprintln!(
@@ -131,6 +139,35 @@ pub async fn run(options: DemoOptions) -> Result<bool, BoxError> {
 
     println!("{}", result_line(&options, &report, &inv));
     Ok(ok)
+}
+
+/// With the stock in Redis (`--stock-in redis`): whether the counter there agrees with the
+/// database's copy of it (both are what the orders left), saying so. `Ok(true)` without it.
+async fn check_redis_stock(
+    options: &DemoOptions,
+    redis_url: &str,
+    sale: &SaleId,
+    inv: &Invariants,
+) -> Result<bool, BoxError> {
+    if options.stock_in != StockStore::Redis {
+        return Ok(true);
+    }
+    let client = lock_core::LockClient::connect(redis_url).await?;
+    let left = crate::stock::read(&client, sale)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ok = left == Some(inv.stock_left);
+    println!(
+        "  {}  stock in Redis: {} left, the database's copy {}",
+        if ok || !options.locking {
+            "ok  "
+        } else {
+            "FAIL"
+        },
+        left.map_or_else(|| "no counter".to_owned(), |n| n.to_string()),
+        inv.stock_left
+    );
+    Ok(ok || !options.locking)
 }
 
 /// The load's report, the invariants, and what stopped what.
@@ -152,8 +189,12 @@ fn print_report(
         println!("  {}  {line}", if ok { "ok  " } else { "FAIL" });
     }
     println!(
-        "  fencing: {} stale write(s) refused by the database",
-        inv.stale_writes_rejected
+        "  fencing: {} stale write(s) refused {}",
+        inv.stale_writes_rejected,
+        match options.stock_in {
+            StockStore::Sql => "by the database",
+            StockStore::Redis => "by the guarded take in Redis",
+        }
     );
     for line in who_stopped_what(options.locking, report, inv) {
         println!("{line}");
@@ -230,6 +271,7 @@ async fn start_instances(
             log: dir.join(format!("instance-{}.log", i + 1)),
             name: Some(format!("instance-{}", i + 1)),
             demo_sale: false,
+            stock_in: options.stock_in,
         })
         .await?;
         println!(
@@ -452,8 +494,9 @@ fn who_stopped_what(locking: bool, report: &LoadReport, inv: &Invariants) -> Vec
         rows.push((
             "fencing",
             format!(
-                "{} stale stock writes refused: a holder that outlived its lease wrote after \
-                 the next holder had claimed the sale",
+                "{} stale stock writes refused: a holder that outlived its lease tried to take \
+                 stock after the next holder had taken the lock (the fence in the database, \
+                 or the guarded take in Redis)",
                 inv.stale_writes_rejected
             ),
         ));

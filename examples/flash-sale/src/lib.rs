@@ -7,7 +7,8 @@
 //! * the purchase — a multi-step business transaction — runs under
 //!   `#[distributed_lock(key = "sale:{sale_id}:stock")]`, and its stock write carries the
 //!   lock's fencing token so a holder that stalled past its lease cannot write stale stock
-//!   ([`shop`]);
+//!   ([`shop`]); with `--stock-in redis` the stock is a Redis counter instead, taken by a
+//!   guarded update that checks the lock in the same step ([`stock`]);
 //! * a `lock-tower` layer keyed on the buyer per sale turns double clicks away with `409`,
 //!   and one keyed on the order id makes payment callbacks idempotent ([`api`]);
 //! * lock-core's rate limits keep one buyer's purchase attempts and one client's API requests
@@ -42,4 +43,5 @@ pub mod outcome;
 pub mod panel;
 pub mod serve;
 pub mod shop;
+pub mod stock;
 pub mod telemetry;

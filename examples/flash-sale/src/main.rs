@@ -24,6 +24,7 @@ use flash_sale::limits::{BUYER_QUOTA, CLIENT_QUOTA, Limits};
 use flash_sale::load::{self, LoadOptions};
 use flash_sale::model::SaleId;
 use flash_sale::serve::{self, BoxError, ServeOptions};
+use flash_sale::stock::StockStore;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -108,6 +109,10 @@ struct ServeArgs {
     /// database has no sale.
     #[arg(long)]
     no_demo_sale: bool,
+    /// Where the sales' stock is kept: `sql` (the database, written with the fencing token)
+    /// or `redis` (a counter beside the lock, taken with a guarded update).
+    #[arg(long, value_enum, default_value_t = StockStore::Sql)]
+    stock_in: StockStore,
     /// Test only: stop the first purchase at its stall point until a `resume` line on stdin.
     #[arg(long, hide = true)]
     stall_once: bool,
@@ -224,6 +229,10 @@ struct DemoArgs {
     /// The sale's stock.
     #[arg(long, default_value_t = 100)]
     stock: i64,
+    /// Where the sale's stock is kept: `sql` (the database, written with the fencing token) or
+    /// `redis` (a counter beside the lock, taken with a guarded update).
+    #[arg(long, value_enum, default_value_t = StockStore::Sql)]
+    stock_in: StockStore,
     /// Purchase requests (duplicates included).
     #[arg(long, default_value_t = 5000)]
     buyers: usize,
@@ -309,6 +318,7 @@ async fn run_serve(args: ServeArgs) -> Result<ExitCode, BoxError> {
         db_connections: args.db_connections.max(1),
         name: args.name,
         demo_sale: !args.no_demo_sale,
+        stock_in: args.stock_in,
     };
     // `serve` handles its own signals (graceful shutdown); the outer select only backs it up.
     serve::serve(options).await?;
@@ -414,6 +424,7 @@ async fn run_demo(args: DemoArgs) -> Result<ExitCode, BoxError> {
         work: Duration::from_millis(args.work_ms),
         database_url: args.database_url,
         seed: args.seed,
+        stock_in: args.stock_in,
     })
     .await?;
     Ok(if ok {

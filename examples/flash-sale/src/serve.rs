@@ -14,6 +14,7 @@ use crate::limits::Limits;
 use crate::model::{NewSale, now_ms};
 use crate::panel::{Me, Panel};
 use crate::shop::{CrashHook, Shop, ShopOptions, StallHook};
+use crate::stock::StockStore;
 
 /// Any error of the commands, for `main` to print.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -51,6 +52,8 @@ pub struct ServeOptions {
     /// something to buy and a lock to show (`serve --no-demo-sale` turns it off; the demo's
     /// and the tests' instances create their own sales).
     pub demo_sale: bool,
+    /// Where the sales' stock is kept (`--stock-in`; see [`crate::stock`]).
+    pub stock_in: StockStore,
 }
 
 /// The sale a `serve` instance opens with on an empty database: 100 items, one per buyer,
@@ -69,28 +72,32 @@ pub fn demo_sale() -> NewSale {
 
 /// Creates [`demo_sale`] if the database has no sale. Run under the migration lock, so that
 /// instances starting together create one between them.
-async fn seed_demo_sale(db: &Db) -> Result<(), BoxError> {
-    if !db.list_sales().await?.is_empty() {
+async fn seed_demo_sale(shop: &Shop) -> Result<(), BoxError> {
+    if !shop.db().list_sales().await?.is_empty() {
         return Ok(());
     }
-    let sale = demo_sale().validate(now_ms())?;
-    db.insert_sale(&sale).await?;
+    let sale = shop
+        .create_sale(demo_sale())
+        .await
+        .map_err(|e| e.to_string())?;
     tracing::info!(sale = %sale.id, "the database had no sale: created the demo sale");
     Ok(())
 }
 
 /// Migrates the database under a Redis lock, so that instances starting together take turns,
 /// and (`demo_sale`) creates the demo sale on an empty database under the same lock.
-async fn migrate(locks: &LockClient, db: &Db, demo_sale: bool) -> Result<(), BoxError> {
-    let guard = locks
+async fn migrate(shop: &Shop, demo_sale: bool) -> Result<(), BoxError> {
+    let guard = shop
+        .locks()
         .lock("flash-sale:migrate")
         .wait(Duration::from_secs(60))
         .await?;
-    db.migrate()
+    shop.db()
+        .migrate()
         .await
         .map_err(|e| format!("cannot migrate the database: {e}"))?;
     if demo_sale {
-        seed_demo_sale(db)
+        seed_demo_sale(shop)
             .await
             .map_err(|e| format!("cannot create the demo sale: {e}"))?;
     }
@@ -116,7 +123,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
         .build()
         .await
         .map_err(|e| format!("cannot use Redis at the given URL (--redis-url / REDIS_URL): {e}"))?;
-    migrate(&locks, &db, options.demo_sale).await?;
     let stall = options.stall_once.then(|| Arc::new(StallHook::new()));
     let shop = Arc::new(Shop::new(
         db.clone(),
@@ -125,12 +131,14 @@ pub async fn serve(options: ServeOptions) -> Result<(), BoxError> {
             locking: options.locking,
             limits: options.limits,
             work: options.work,
+            stock_in: options.stock_in,
             stall: stall.clone(),
             crash: options
                 .crash_after_commit
                 .then(|| Arc::new(CrashHook::new())),
         },
     ));
+    migrate(&shop, options.demo_sale).await?;
     purge_idempotency_records(&db);
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(options.host, options.port))
         .await

@@ -45,7 +45,7 @@ use http::StatusCode;
 use lock_core::{HeldLock, LockClient, distributed_lock};
 use tokio::sync::Notify;
 
-use crate::db::{Db, PaymentWrite, WriteOutcome};
+use crate::db::{Db, PaymentWrite, StockWrite, WriteOutcome};
 use crate::error::ApiError;
 use crate::idempotency::{Recorded, Recorder, ToRecord, record_fenced};
 use crate::limits::Limits;
@@ -53,6 +53,7 @@ use crate::model::{
     NewOrder, NewSale, Order, OrderId, OrderStatus, PaymentCallback, PaymentResult, ReplayCheck,
     SaleId, SaleStats, SaleView, UserId, format_ms, now_ms,
 };
+use crate::stock::{self, StockStore, Taken};
 
 /// How a [`Shop`] runs.
 #[derive(Debug, Clone)]
@@ -64,6 +65,9 @@ pub struct ShopOptions {
     /// How long the reservation step inside the critical section takes (a call to a
     /// warehouse or payment service in a real shop).
     pub work: Duration,
+    /// Where the sales' stock is kept ([`crate::stock`]; `--stock-in`, the database by
+    /// default).
+    pub stock_in: StockStore,
     /// The test-only stall point, if armed: see [`StallHook`].
     pub stall: Option<Arc<StallHook>>,
     /// The test-only stop after a recorded commit, if armed: see [`CrashHook`].
@@ -76,6 +80,7 @@ impl Default for ShopOptions {
             locking: true,
             limits: Some(Limits::default()),
             work: Duration::from_millis(2),
+            stock_in: StockStore::Sql,
             stall: None,
             crash: None,
         }
@@ -279,7 +284,7 @@ impl Shop {
 
     /// The name of sale `id`'s stock lock, the one its purchases take.
     pub fn stock_lock_name(id: &SaleId) -> String {
-        format!("sale:{id}:stock")
+        stock::lock_name(id)
     }
 
     /// The purchases of sale `id` on this shop waiting for its stock lock or holding it, now.
@@ -311,6 +316,9 @@ impl Shop {
     pub async fn create_sale(&self, new: NewSale) -> Result<SaleView, ApiError> {
         let now = now_ms();
         let sale = new.validate(now)?;
+        if self.options.stock_in == StockStore::Redis {
+            stock::put(&self.locks, &sale.id, sale.stock).await?;
+        }
         self.db.insert_sale(&sale).await?;
         Ok(sale.view(now))
     }
@@ -410,8 +418,11 @@ impl Shop {
                 i64::try_from(token).map_err(|e| ApiError::internal(&e))
             })
             .transpose()?;
-        // 1. Claim the sale's stock for this token: refused if a newer holder has.
+        let in_redis = self.options.stock_in == StockStore::Redis;
+        // 1. Claim the sale's stock for this token: refused if a newer holder has. (Stock in
+        //    Redis needs no claim: the guarded take in step 5 checks the lock itself.)
         if let Some(token) = token
+            && !in_redis
             && !self.db.claim_fence(sale_id, token).await?
         {
             return Err(self.stale(sale_id, token).await);
@@ -434,19 +445,43 @@ impl Shop {
                 ),
             ));
         }
+        // Without the lock, the Redis counter is read here and written back in step 5: the
+        // hand-written read-modify-write that oversells.
+        let unguarded_read = match (in_redis, lock) {
+            (true, None) => Some(self.redis_stock(sale_id).await?),
+            _ => None,
+        };
         // 3. Reserve the item elsewhere: the read-then-write window.
         if !self.options.work.is_zero() {
             tokio::time::sleep(self.options.work).await;
         }
-        // 4. Still ours? A pause can come after this check all the same: the fence catches it.
+        // 4. Still ours? A pause can come after this check all the same: the fence (or the
+        //    guarded take) catches it.
         if lock.is_some_and(|l| !l.is_held()) {
             return Err(lost_before_writing());
         }
         if let Some(hook) = &self.options.stall {
             hook.reached(sale_id, token).await;
         }
-        // 5. Write the order and the new stock together (with the request's idempotency
-        //    record, if it has a key), if the sale is still ours.
+        // 5. Take the unit: in Redis, one guarded step (or, without the lock, the write-back
+        //    of what step 2 read); in the database, with the order below.
+        let (new_stock, write) = match (in_redis, lock, unguarded_read) {
+            (true, Some(held), _) => match stock::take(held, sale_id).await? {
+                Taken::Sold { left } => (left, StockWrite::Copy),
+                Taken::SoldOut => return Err(ApiError::sold_out()),
+                Taken::NotHeld => return Err(self.stale(sale_id, token.unwrap_or(0)).await),
+            },
+            (true, None, Some(read)) => {
+                stock::put(&self.locks, sale_id, read - 1).await?;
+                (read - 1, StockWrite::Copy)
+            }
+            (_, _, _) => match token {
+                Some(token) => (sale.stock - 1, StockWrite::Fenced(token)),
+                None => (sale.stock - 1, StockWrite::Unconditional),
+            },
+        };
+        // Write the order (and the new stock, or its copy) together, with the request's
+        // idempotency record if it has a key — if the sale is still ours.
         let order = NewOrder {
             id: OrderId::generate(),
             sale_id: sale_id.clone(),
@@ -456,10 +491,19 @@ impl Shop {
         };
         let view = order.view();
         let record = ToRecord::new(recorder, &view)?;
-        let write = self
+        let written = self
             .db
-            .write_purchase(&order, sale.stock - 1, token, record.in_transaction());
-        match write.await? {
+            .write_purchase(&order, new_stock, write, record.in_transaction())
+            .await;
+        // A unit taken in Redis for an order that was not written goes back while the lock
+        // is still held.
+        if in_redis
+            && let Some(held) = lock
+            && !matches!(written, Ok(WriteOutcome::Written))
+        {
+            stock::give_back(held, sale_id).await;
+        }
+        match written? {
             WriteOutcome::Written => {
                 crate::telemetry::order_created(1);
                 self.committed(&record).await;
@@ -467,6 +511,18 @@ impl Shop {
             }
             WriteOutcome::Fenced => Err(self.stale(sale_id, token.unwrap_or(0)).await),
             WriteOutcome::RecordFenced => Err(record_fenced()),
+        }
+    }
+
+    /// The sale's counter in Redis, without the lock (`--no-lock`): sold out when it has
+    /// none left.
+    async fn redis_stock(&self, sale_id: &SaleId) -> Result<i64, ApiError> {
+        match stock::read(&self.locks, sale_id).await? {
+            Some(left) if left > 0 => Ok(left),
+            Some(_) => Err(ApiError::sold_out()),
+            None => Err(ApiError::internal(&format!(
+                "sale {sale_id} has no stock counter in Redis"
+            ))),
         }
     }
 

@@ -12,7 +12,7 @@ use std::io::{ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use flash_sale::db::{Backend, Db, WriteOutcome, sqlite_url};
+use flash_sale::db::{Backend, Db, StockWrite, WriteOutcome, sqlite_url};
 use flash_sale::invariants::Invariants;
 use flash_sale::model::{NewOrder, NewSale, OrderId, Sale, SaleId, UserId, now_ms};
 
@@ -62,16 +62,26 @@ async fn stale_write_between_a_newer_read_and_write(db: &Db) {
     let seen_by_b = db.sale(&id).await.unwrap().unwrap().stock;
     // A wakes up and writes between B's read and B's write: refused, nothing written.
     assert_eq!(
-        db.write_purchase(&order(&id, "a", a), seen_by_a - 1, Some(a), None)
-            .await
-            .unwrap(),
+        db.write_purchase(
+            &order(&id, "a", a),
+            seen_by_a - 1,
+            StockWrite::Fenced(a),
+            None
+        )
+        .await
+        .unwrap(),
         WriteOutcome::Fenced
     );
     // B's write goes through, on the stock it read.
     assert_eq!(
-        db.write_purchase(&order(&id, "b", b), seen_by_b - 1, Some(b), None)
-            .await
-            .unwrap(),
+        db.write_purchase(
+            &order(&id, "b", b),
+            seen_by_b - 1,
+            StockWrite::Fenced(b),
+            None
+        )
+        .await
+        .unwrap(),
         WriteOutcome::Written
     );
     // A stale holder cannot claim back, and a claim with the current token is refused too
@@ -115,7 +125,7 @@ async fn concurrent_claims_end_with_the_greatest_token(db: &Db) {
         db.write_purchase(
             &order(&id, "late", greatest - 1),
             2,
-            Some(greatest - 1),
+            StockWrite::Fenced(greatest - 1),
             None
         )
         .await
@@ -123,9 +133,14 @@ async fn concurrent_claims_end_with_the_greatest_token(db: &Db) {
         WriteOutcome::Fenced
     );
     assert_eq!(
-        db.write_purchase(&order(&id, "holder", greatest), 2, Some(greatest), None)
-            .await
-            .unwrap(),
+        db.write_purchase(
+            &order(&id, "holder", greatest),
+            2,
+            StockWrite::Fenced(greatest),
+            None
+        )
+        .await
+        .unwrap(),
         WriteOutcome::Written
     );
 }

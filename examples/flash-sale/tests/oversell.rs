@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Database, Env, Setup, bin, buy, create_sale, postgres_url};
+use common::{Database, Env, Setup, StockStore, bin, buy, create_sale, postgres_url};
 use flash_sale::invariants::Invariants;
 use flash_sale::model::SaleId;
 
@@ -38,10 +38,11 @@ fn run_load(env: &Env, buyers: usize, stock: i64) -> (bool, String, SaleId) {
     (out.status.success(), format!("{stdout}\n{stderr}"), sale)
 }
 
-async fn three_instances_never_oversell(database: Database) {
+async fn three_instances_never_oversell(database: Database, stock_in: StockStore) {
     let env = Env::start(Setup {
         instances: 3,
         database,
+        stock_in,
         ..Setup::default()
     })
     .await;
@@ -67,12 +68,29 @@ async fn three_instances_never_oversell(database: Database) {
     );
     assert_eq!((inv.paid_twice, inv.payment_mismatches), (0, 0), "{inv:?}");
     assert!(inv.violations().is_empty(), "{inv:?}");
+    if stock_in == StockStore::Redis {
+        assert_eq!(redis_stock(&env, &sale).await, Some(0));
+    }
     env.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_three_instances_never_oversell() {
-    three_instances_never_oversell(Database::Sqlite).await;
+    three_instances_never_oversell(Database::Sqlite, StockStore::Sql).await;
+}
+
+/// The same load with the stock kept in Redis and taken by a guarded update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_never_oversell_with_the_stock_in_redis() {
+    three_instances_never_oversell(Database::Sqlite, StockStore::Redis).await;
+}
+
+/// The sale's stock counter in the test's Redis.
+async fn redis_stock(env: &Env, sale: &SaleId) -> Option<i64> {
+    let client = lock_core::LockClient::connect(&env.redis.url())
+        .await
+        .unwrap();
+    flash_sale::stock::read(&client, sale).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,17 +98,17 @@ async fn postgres_three_instances_never_oversell() {
     if postgres_url("postgres_three_instances_never_oversell").is_none() {
         return;
     }
-    three_instances_never_oversell(Database::Postgres).await;
+    three_instances_never_oversell(Database::Postgres, StockStore::Sql).await;
 }
 
 /// The control: the same load without locks (and a wider read-then-write window) oversells
 /// or duplicates, and the load tool exits non-zero. Shows the check can fail.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_locks_the_invariants_break_and_load_says_so() {
+async fn without_locks_the_invariants_break(stock_in: StockStore) {
     let env = Env::start(Setup {
         instances: 3,
         locking: false,
         work: Duration::from_millis(20),
+        stock_in,
         ..Setup::default()
     })
     .await;
@@ -104,21 +122,33 @@ async fn without_locks_the_invariants_break_and_load_says_so() {
     env.finish().await;
 }
 
-/// A holder frozen (SIGSTOP) inside the stock critical section past its lease: another
-/// instance takes the lock and sells; when the frozen one wakes up, its write is refused by
-/// the fence and nothing of it is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_holder_cannot_write_stale_stock() {
+async fn without_locks_the_invariants_break_and_load_says_so() {
+    without_locks_the_invariants_break(StockStore::Sql).await;
+}
+
+/// The control with the stock in Redis: a hand-written read-modify-write of the counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_locks_a_redis_counter_oversells() {
+    without_locks_the_invariants_break(StockStore::Redis).await;
+}
+
+/// A holder frozen (SIGSTOP) inside the stock critical section past its lease: another
+/// instance takes the lock and sells; when the frozen one wakes up, its write is refused (by
+/// the fence in the database, or by the guarded take in Redis) and nothing of it is written.
+/// With the stock in Redis the sale has one unit: the last unit is sold once.
+async fn a_stalled_holder_cannot_write_stale_stock(stock_in: StockStore, stock: i64) {
     let lease = Duration::from_millis(1500);
     let mut env = Env::start(Setup {
         instances: 2,
         lease,
         stall_first: true,
+        stock_in,
         ..Setup::default()
     })
     .await;
     let (a, b) = (env.url(0), env.url(1));
-    let sale = create_sale(&a, 5).await;
+    let sale = create_sale(&a, stock).await;
 
     // Instance A's purchase stops at the stall point, holding the stock lock.
     let stalled = tokio::spawn({
@@ -151,12 +181,25 @@ async fn a_stalled_holder_cannot_write_stale_stock() {
     let inv = Invariants::check(&env.db, &id).await.unwrap();
     assert_eq!(
         (inv.sold, inv.stock_left, inv.stale_writes_rejected),
-        (1, 4, 1),
+        (1, stock - 1, 1),
         "{inv:?}"
     );
     assert!(inv.violations().is_empty(), "{inv:?}");
-    // The frozen buyer can simply retry.
+    if stock_in == StockStore::Redis {
+        assert_eq!(redis_stock(&env, &id).await, Some(stock - 1));
+    }
+    // The frozen buyer can simply retry: it gets a unit if one is left.
     let (status, _) = buy(&a, &sale, "frozen").await;
-    assert_eq!(status, 201);
+    assert_eq!(status, if stock > 1 { 201 } else { 410 });
     env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_holder_cannot_write_stale_stock_in_the_database() {
+    a_stalled_holder_cannot_write_stale_stock(StockStore::Sql, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_holder_cannot_sell_the_last_unit_in_redis_twice() {
+    a_stalled_holder_cannot_write_stale_stock(StockStore::Redis, 1).await;
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use flash_sale::cluster::{Instance, InstanceOptions};
 use flash_sale::db::{Db, sqlite_url};
+pub use flash_sale::stock::StockStore;
 use lock_tests::RedisServer;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -64,6 +65,8 @@ pub struct Setup {
     pub crash_first: bool,
     /// Let the instances create the demo sale on the empty database.
     pub demo_sale: bool,
+    /// Where the sales' stock is kept (`serve --stock-in`).
+    pub stock_in: StockStore,
 }
 
 impl Default for Setup {
@@ -78,6 +81,7 @@ impl Default for Setup {
             stall_first: false,
             crash_first: false,
             demo_sale: false,
+            stock_in: StockStore::Sql,
         }
     }
 }
@@ -129,6 +133,7 @@ impl Env {
                     log: dir.path().join(format!("instance-{i}.log")),
                     name: Some(format!("instance-{i}")),
                     demo_sale: setup.demo_sale,
+                    stock_in: setup.stock_in,
                 })
                 .await
                 .expect("start instance"),
