@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::history::{History, Sec};
+use super::names::STOCK_INITIAL;
 use super::nemesis::FaultKind;
 use super::store::{ClientStore, Write};
 use super::worker::UNLOCK_BOUND;
@@ -61,6 +62,12 @@ pub(crate) struct Findings {
     /// held: must be zero).
     pub(crate) writes_accepted: usize,
     pub(crate) writes_refused: usize,
+    /// Guarded takes from the locks' counters: applied, refused because the hold was not the
+    /// lock's any more, refused at the floor, and of unknown outcome.
+    pub(crate) takes_applied: usize,
+    pub(crate) takes_not_held: usize,
+    pub(crate) takes_not_enough: usize,
+    pub(crate) takes_unknown: usize,
     /// The slowest acquisition relative to its bound (0.5 = half of it).
     pub(crate) worst_liveness: f64,
     pub(crate) worst_liveness_what: String,
@@ -198,6 +205,7 @@ pub(crate) fn check(h: &History, ctx: &Ctx) -> Findings {
         }
         check_writes(h, ctx, &name, &ivs, &mut f);
     }
+    check_counters(h, ctx, &mut f);
     check_liveness(h, ctx, &mut f);
     check_kills(h, ctx, &mut f);
     check_restarts(h, ctx, &mut f);
@@ -431,6 +439,95 @@ fn check_writes(h: &History, ctx: &Ctx, name: &str, ivs: &[Iv], f: &mut Findings
                     to.max(w.t1),
                 );
             }
+        }
+    }
+}
+
+/// The counters under the locks (a standalone run): each lock's counter ends at its initial
+/// units less its applied takes (less up to its takes of unknown outcome), never below zero,
+/// and every applied take was sent before any holder with a greater token had the lock (a
+/// take applied after a newer holder's acquisition returned would be a stale holder's).
+fn check_counters(h: &History, ctx: &Ctx, f: &mut Findings) {
+    for take in &h.takes {
+        match take.out.as_deref() {
+            Some("applied") => f.takes_applied += 1,
+            Some("not_held") => f.takes_not_held += 1,
+            Some("not_enough") => f.takes_not_enough += 1,
+            _ => f.takes_unknown += 1,
+        }
+    }
+    let counter = |summary: String, name: &str, secs: Vec<usize>, from: i64, to: i64| Violation {
+        kind: "counter",
+        name: Some(name.to_owned()),
+        summary,
+        excerpt: excerpt(h, ctx, &secs, from, to),
+    };
+    for (name, left) in &h.stock_left {
+        let takes: Vec<_> = h.takes.iter().filter(|t| &t.name == name).collect();
+        let applied = takes
+            .iter()
+            .filter(|t| t.out.as_deref() == Some("applied"))
+            .count() as i64;
+        let unknown = takes.iter().filter(|t| t.unknown()).count() as i64;
+        let most = STOCK_INITIAL - applied;
+        let least = most - unknown;
+        let summary = match left {
+            Err(e) => Some(format!(
+                "the counter of {name} could not be read after the run: {e}"
+            )),
+            Ok(left) if *left < 0 || *left > most || *left < least => Some(format!(
+                "the counter of {name} ends at {left}: {STOCK_INITIAL} less {applied} applied \
+                 takes and up to {unknown} of unknown outcome allows {}..={most}",
+                least.max(0)
+            )),
+            Ok(_) => None,
+        };
+        if let Some(summary) = summary {
+            f.violations
+                .push(counter(summary, name, Vec::new(), ctx.t0, ctx.run_end));
+        }
+    }
+    for take in h
+        .takes
+        .iter()
+        .filter(|t| t.out.as_deref() == Some("applied"))
+    {
+        if take.left.is_some_and(|left| left < 0) {
+            let summary = format!("take {} of {} left {:?}", take.id, take.name, take.left);
+            f.violations
+                .push(counter(summary, &take.name, Vec::new(), take.t0, take.t0));
+        }
+        let Some(token) = take.token else { continue };
+        let newer = h.secs.iter().enumerate().find(|(_, sec)| {
+            sec.start < take.t0
+                && sec
+                    .parts
+                    .iter()
+                    .any(|p| p.name == take.name && p.token.is_some_and(|t| t > token))
+        });
+        if let Some((k, sec)) = newer {
+            let mut secs = vec![k];
+            if let Some(&own) = h.index.get(&take.sec) {
+                secs.push(own);
+            }
+            let summary = format!(
+                "take {} of {} by {} (token {token}) was applied, but was sent at {} after {} \
+                 with a greater token had the lock (at {})",
+                take.id,
+                take.name,
+                take.sec,
+                ctx.rel(take.t0),
+                sec.id,
+                ctx.rel(sec.start)
+            );
+            let v = counter(
+                summary,
+                &take.name,
+                secs,
+                sec.start - 2_000_000,
+                take.t0 + 500_000,
+            );
+            push(f, ctx, v, sec.start, take.t0);
         }
     }
 }

@@ -21,7 +21,7 @@ use super::cli::{Deploy, RunConfig, TopologyKind, WorkerArgs};
 use super::event::{self, now_us};
 use super::history::{Fault, History, Life, PostKill};
 use super::judge;
-use super::names::SEM_SIZE;
+use super::names::{SEM_SIZE, STOCK_INITIAL, STOCK_NAMES, stock_key};
 use super::nemesis::{self, FaultKind, Planned};
 use super::report::Report;
 use super::topology::{self, Topo};
@@ -245,6 +245,10 @@ async fn run(cfg: RunConfig, launcher: Launcher) -> Result<Report, String> {
         .tempdir()
         .map_err(|e| format!("temporary directory: {e}"))?
         .keep();
+    if kind == TopologyKind::Standalone {
+        let addrs = topo.primaries();
+        blocking(move || set_stock(&addrs)).await??;
+    }
     let slots = slots(&topo, cfg.workers).await?;
     let coord = Arc::new(Coord {
         cfg: cfg.clone(),
@@ -1030,7 +1034,21 @@ impl Coord {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
+        let stock_left = if self.cfg.topology == TopologyKind::Standalone {
+            let addrs = self.topo.primaries();
+            blocking(move || read_stock(&addrs))
+                .await
+                .unwrap_or_else(|e| {
+                    STOCK_NAMES
+                        .iter()
+                        .map(|n| (n.to_string(), Err(e.clone())))
+                        .collect()
+                })
+        } else {
+            Vec::new()
+        };
         let mut h = lock(&self.hist);
+        h.stock_left = stock_left;
         let scan = match last {
             Err(e) => {
                 h.problems.push((
@@ -1066,6 +1084,42 @@ impl Coord {
             ));
         }
     }
+}
+
+/// Sets every lock's counter to [`STOCK_INITIAL`] on the standalone server, before the
+/// workers start.
+fn set_stock(addrs: &[SocketAddr]) -> Result<(), String> {
+    let addr = addrs.first().ok_or("no lock server")?;
+    for name in STOCK_NAMES {
+        let key = stock_key(name).ok_or_else(|| format!("no counter key for {name}"))?;
+        let initial = STOCK_INITIAL.to_string();
+        let reply = topology::query(*addr, &["SET", &key, &initial], Duration::from_secs(3))
+            .map_err(|e| format!("setting {key}: {e}"))?;
+        if reply.is_error() {
+            return Err(format!("setting {key}: {reply}"));
+        }
+    }
+    Ok(())
+}
+
+/// What every lock's counter holds after the run.
+fn read_stock(addrs: &[SocketAddr]) -> Vec<(String, Result<i64, String>)> {
+    STOCK_NAMES
+        .iter()
+        .map(|&name| {
+            let left = (|| {
+                let addr = addrs.first().ok_or("no lock server")?;
+                let key = stock_key(name).ok_or("no counter key")?;
+                let reply = topology::query(*addr, &["GET", &key], Duration::from_secs(3))
+                    .map_err(|e| e.to_string())?;
+                reply
+                    .to_string()
+                    .parse::<i64>()
+                    .map_err(|_| format!("{key} holds {reply}"))
+            })();
+            (name.to_owned(), left)
+        })
+        .collect()
 }
 
 /// A fault on a worker's proxy: a delay, a black hole, cut connections or a lost reply.

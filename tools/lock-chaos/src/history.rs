@@ -83,6 +83,31 @@ pub(crate) struct HttpOp {
     pub(crate) bound_ms: u64,
 }
 
+/// A guarded take of one unit from a lock's counter, by a section holding that lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Take {
+    pub(crate) id: String,
+    pub(crate) sec: String,
+    pub(crate) name: String,
+    pub(crate) token: Option<u64>,
+    /// Sent.
+    pub(crate) t0: i64,
+    /// Answered (none: the worker died first).
+    pub(crate) t1: Option<i64>,
+    /// `applied`, `not_enough`, `not_held`, or `unknown` (an error or no answer: it may have
+    /// been applied); none when no answer was reported.
+    pub(crate) out: Option<String>,
+    /// What an applied take left.
+    pub(crate) left: Option<i64>,
+}
+
+impl Take {
+    /// Whether the take may have been applied without the history knowing.
+    pub(crate) fn unknown(&self) -> bool {
+        matches!(self.out.as_deref(), None | Some("unknown"))
+    }
+}
+
 /// A fault the nemesis injected.
 #[derive(Debug, Clone)]
 pub(crate) struct Fault {
@@ -136,6 +161,11 @@ pub(crate) struct History {
     pub(crate) faults: Vec<Fault>,
     pub(crate) lives: Vec<Life>,
     pub(crate) post_kills: Vec<PostKill>,
+    /// Guarded takes from the locks' counters, in the order they were sent.
+    pub(crate) takes: Vec<Take>,
+    /// Each counter's units left after the run, read by the coordinator (a standalone run):
+    /// (lock name, what it held, or why it could not be read).
+    pub(crate) stock_left: Vec<(String, Result<i64, String>)>,
     /// Problems the coordinator itself saw (a worker that did not stop, a crash, locks left
     /// after the run): the kind of check, and what.
     pub(crate) problems: Vec<(&'static str, String)>,
@@ -185,6 +215,24 @@ impl History {
             "rel" => {
                 if let Some(&k) = self.index.get(s(v, "sec")) {
                     self.secs[k].rel = Some((i(v, "t0"), i(v, "t1"), s(v, "res").to_owned()));
+                }
+            }
+            "take" => self.takes.push(Take {
+                id: s(v, "take").to_owned(),
+                sec: s(v, "sec").to_owned(),
+                name: s(v, "name").to_owned(),
+                token: ou(v, "token"),
+                t0: i(v, "t0"),
+                t1: None,
+                out: None,
+                left: None,
+            }),
+            "took" => {
+                let id = s(v, "take");
+                if let Some(take) = self.takes.iter_mut().rev().find(|t| t.id == id) {
+                    take.t1 = oi(v, "t1");
+                    take.out = Some(s(v, "out").to_owned());
+                    take.left = oi(v, "left");
                 }
             }
             "op" => self.ops.push(op(worker, inc, v)),

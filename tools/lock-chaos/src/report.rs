@@ -114,6 +114,12 @@ impl Report {
             .count()
     }
 
+    /// Guarded takes from the locks' counters: (applied, refused because the hold was not
+    /// the lock's any more).
+    pub fn takes(&self) -> (usize, usize) {
+        (self.findings.takes_applied, self.findings.takes_not_held)
+    }
+
     /// Whether the outside judge found every history linearizable and agreed with the
     /// checkers on every name.
     pub fn judge_agrees(&self) -> bool {
@@ -250,6 +256,12 @@ impl Report {
             f.writes_accepted,
             f.writes_refused
         );
+        let _ = writeln!(
+            out,
+            "  guarded takes from the counters: applied {}, not held {}, not enough {}, \
+             unknown {}",
+            f.takes_applied, f.takes_not_held, f.takes_not_enough, f.takes_unknown
+        );
     }
 
     /// Every checker's verdict.
@@ -277,6 +289,11 @@ impl Report {
             out,
             "  semaphore never above its size ........................... {}",
             ok(self.count("semaphore"))
+        );
+        let _ = writeln!(
+            out,
+            "  counters: exact, never below 0, taken by current holders . {}",
+            ok(self.count("counter"))
         );
         let _ = writeln!(
             out,

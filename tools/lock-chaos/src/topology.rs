@@ -296,10 +296,13 @@ pub(crate) fn scan(addrs: &[SocketAddr], timeout: Duration) -> io::Result<Scan> 
         scan.keys += keys.len();
         for key in keys {
             // The native protocol's fencing counters (one per slot) never expire, by design;
-            // a lock's record (`{P}{name}:record`, written by the sections) is no lock.
+            // a lock's record (`{P}{name}:record`, written by the sections) and the record of
+            // its last guarded update (`{P}{name}:updated`, kept a minute past the lease) are
+            // no locks.
             if key == format!("{KEY_PREFIX}fence")
                 || key.starts_with(&format!("{KEY_PREFIX}fence:{{"))
                 || key.ends_with(":record")
+                || key.ends_with(":updated")
             {
                 continue;
             }

@@ -22,7 +22,7 @@ use axum::extract::Query;
 use axum::http::Method;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use lock_core::{Guard, HeldLock, LockClient, LockError, Lost, MultiLockGuard};
+use lock_core::{Guard, HeldLock, LockClient, LockError, Lost, MultiLockGuard, Update, Updated};
 use lock_tower::{DistributedLockLayer, PathParam};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use super::cli::{Deploy, WorkerArgs};
 use super::event::{emit, now_us};
-use super::names::{FAIR_NAMES, MUTEX_NAMES, RW_NAMES, SEM_NAMES, SEM_SIZE};
+use super::names::{FAIR_NAMES, MUTEX_NAMES, RW_NAMES, SEM_NAMES, SEM_SIZE, stock_key};
 use super::rng::Rng;
 use super::store::{ClientStore, Fence, Write};
 
@@ -599,7 +599,10 @@ where
     };
     let mut sec = Section::begin(ctx, a.via, a.kind, a.permits, parts, &req, &remaining);
     sec.write_all().await;
+    sec.take_unit(&guard).await;
     sec.hold_for(hold, &remaining, guard.lost()).await;
+    // After the hold: where a holder stopped past its lease takes late (refused).
+    sec.take_unit(&guard).await;
     sec.write_all().await;
     sec.sample(&remaining);
     let id = sec.id.clone();
@@ -625,6 +628,11 @@ trait Recorded: Guard {
             token: self.fencing_token(),
         }]
     }
+
+    /// A guarded take of one unit from `key` (floor 0), for a guard with one owner.
+    fn take(&self, _key: &str) -> Option<Update> {
+        None
+    }
 }
 
 impl Recorded for MultiLockGuard {
@@ -639,9 +647,17 @@ impl Recorded for MultiLockGuard {
             .collect()
     }
 }
-impl Recorded for lock_core::LockGuard {}
+impl Recorded for lock_core::LockGuard {
+    fn take(&self, key: &str) -> Option<Update> {
+        Some(self.update().take(key, 1, 0))
+    }
+}
 impl Recorded for lock_core::ReadGuard {}
-impl Recorded for lock_core::WriteGuard {}
+impl Recorded for lock_core::WriteGuard {
+    fn take(&self, key: &str) -> Option<Update> {
+        Some(self.update().take(key, 1, 0))
+    }
+}
 impl Recorded for lock_core::SemaphoreGuard {}
 
 /// How long a section holds: mostly a few ms, sometimes across a renewal or two; with a fixed
@@ -770,6 +786,35 @@ impl Section {
                 }
             }
         }
+    }
+
+    /// Takes one unit of the section's lock's counter with a guarded update (on a standalone
+    /// run, for a guard with one owner), reporting the take before it is sent (a worker
+    /// killed meanwhile leaves a take of unknown outcome) and its answer after.
+    async fn take_unit<G: Recorded>(&mut self, guard: &G) {
+        let Some(part) = self.parts.first() else {
+            return;
+        };
+        let (Some(key), true) = (stock_key(&part.name), self.ctx.client_stores) else {
+            return;
+        };
+        let Some(update) = guard.take(&key) else {
+            return;
+        };
+        let id = self.ctx.next_id("k");
+        emit(&json!({
+            "ev": "take", "take": id, "sec": self.id, "name": part.name, "token": part.token,
+            "t0": now_us(),
+        }));
+        let answer = tokio::time::timeout(Duration::from_secs(5), update.send()).await;
+        let (out, left) = match answer {
+            Ok(Ok(Updated::Applied { values })) => ("applied", values.first().copied()),
+            Ok(Ok(Updated::NotEnough { .. })) => ("not_enough", None),
+            Ok(Ok(Updated::NotHeld)) => ("not_held", None),
+            // An error or no answer: the take may have been applied.
+            _ => ("unknown", None),
+        };
+        emit(&json!({"ev": "took", "take": id, "t1": now_us(), "out": out, "left": left}));
     }
 
     /// Holds for `hold`, sampling the belief every 10 ms and noting when `lost` fires.

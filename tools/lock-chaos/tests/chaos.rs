@@ -96,6 +96,9 @@ fn a_randomized_fault_soak_finds_no_violation() {
             "{model}: {keys} keys, {ops} ops judged:\n{text}"
         );
     }
+    // The counters under the locks were taken from (their check is among the violations).
+    let (applied, _) = report.takes();
+    assert!(applied >= 20, "{applied} guarded takes applied:\n{text}");
     // The run did something: faults of most kinds, and locks of every kind taken.
     assert!(report.faults_injected() >= 40, "too few faults:\n{text}");
     assert!(report.fault_kinds() >= 8, "too few kinds of fault:\n{text}");
