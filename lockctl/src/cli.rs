@@ -149,6 +149,19 @@ pub(crate) enum Command {
     /// the server sends them, else through the release channels.
     #[command(after_help = EXIT_CODES)]
     Watch(WatchArgs),
+    /// Values written with lock-core's fenced writes (fenced::set, claim / write_claimed,
+    /// the fenced counters), each with its fence: the token of the holder that wrote or
+    /// claimed it last. Exit 0 when every KEY holds one, 1 when some does not.
+    #[command(after_help = EXIT_CODES)]
+    Fenced(FencedArgs),
+}
+
+/// `fenced KEY...`.
+#[derive(Debug, Args)]
+pub(crate) struct FencedArgs {
+    /// The application's keys, whole (no prefix is added).
+    #[arg(required = true)]
+    pub(crate) keys: Vec<String>,
 }
 
 /// `status NAME`, or `status --idempotency-key KEY`.

@@ -12,6 +12,7 @@
 //!                                       free NAME whoever holds it
 //!   watch [PATTERN] [--count N] [--for DURATION] [--source auto|keyspace|channels]
 //!                                       acquisitions and releases as they happen
+//!   fenced KEY...                       fenced values, each with its fence (token)
 //! ```
 //!
 //! Kinds (`--kind`): `mutex`, `fair`, `rw`, `semaphore`. PATTERN is a Redis glob over lock
@@ -52,6 +53,11 @@
 //! `update`, key `P{NAME}:updated`, read with `LockClient::last_update`) while its record is
 //! kept (its holder's lease and a minute): its sequence number, the fencing token of the hold
 //! that applied it (the fence its writes carried) and each operation's value.
+//!
+//! `fenced KEY...` shows values written with lock-core's fenced writes (`fenced::set`, a
+//! `claim` and `write_claimed`, the fenced counters `add` and `take`), each with its fence:
+//! the token of the holder that wrote or claimed it last (read with `fenced::get`). JSON
+//! `{keys: [{key, value, fence}]}`, `value` and `fence` `null` for a key without one.
 //!
 //! `list` finds locks with `SCAN` (never `KEYS`) on every primary, stops once it has found
 //! more than `--limit` held locks (default 1000), shows the first `--limit` found sorted by
@@ -138,6 +144,7 @@
 mod cli;
 mod connect;
 mod exit;
+mod fenced;
 mod force;
 mod glob;
 mod idempotency;
@@ -170,6 +177,7 @@ fn check(command: &Command) -> Result<(), Failure> {
         Command::ForceUnlock(cli::ForceUnlockArgs { name, .. }) => {
             lock_core::validate_name(name).map_err(|e| Failure::Usage(e.to_string()))
         }
+        Command::Fenced(_) => Ok(()),
         Command::List(cli::ListArgs { pattern, .. })
         | Command::Watch(cli::WatchArgs { pattern, .. }) => {
             glob::check_pattern(pattern).map_err(Failure::Usage)
@@ -191,6 +199,7 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
         Command::List(args) => list::run(&target, args, &mut out).await,
         Command::ForceUnlock(args) => force::run(&target, args, &mut out).await,
         Command::Watch(args) => watch::run(&target, args, &mut out).await,
+        Command::Fenced(args) => fenced::run(&target, args, &mut out).await,
     }
 }
 

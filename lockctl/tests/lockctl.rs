@@ -1198,3 +1198,39 @@ async fn status_shows_the_last_guarded_update_and_its_fence() {
     );
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_shows_each_value_with_its_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    let guard = c.lock("report:1").lease(LONG).await.unwrap();
+    let token = guard.fencing_token();
+    let mut conn = c.connection();
+    let written = lock_core::fenced::set(&mut conn, "result:{report:1}", "42 rows", token).await;
+    assert_eq!(written.unwrap(), lock_core::fenced::Fenced::Written);
+    server.cmd(&["SET", "plain", "x"]);
+    let run = lockctl(&[
+        "--url",
+        &url,
+        "--json",
+        "fenced",
+        "result:{report:1}",
+        "missing",
+    ])
+    .await;
+    assert_eq!(run.code, 1, "a key without a fenced value: {run:?}");
+    let keys = &run.json()["keys"];
+    assert_eq!(keys[0]["value"], "42 rows", "{run:?}");
+    assert_eq!(keys[0]["fence"], token, "{run:?}");
+    assert!(keys[1]["fence"].is_null(), "{run:?}");
+    let table = lockctl(&["--url", &url, "fenced", "result:{report:1}"]).await;
+    assert_eq!(table.code, 0, "{table:?}");
+    assert!(
+        table.stdout.contains(&format!("{token}  42 rows")),
+        "{table:?}"
+    );
+    let wrong = lockctl(&["--url", &url, "fenced", "plain"]).await;
+    assert_eq!(wrong.code, 4, "a key of another kind is refused: {wrong:?}");
+    guard.unlock().await.unwrap();
+}
