@@ -11,8 +11,10 @@ use lock_core::LockClient;
 use super::config::{MAX_RECORD_BODY, Settings};
 use super::service::Idempotent;
 use super::store::RecordStore;
-use crate::config::{FailMode, LeaseLost, prefix_problem};
-use crate::macros::{common_impls, validate_method};
+use crate::config::{FailMode, LeaseLost};
+use crate::keyed::validate::validate_method;
+use crate::keyed::validate::{fixed_lease_problem, prefix_problem};
+use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 
 /// Applies [`Idempotent`] to a service: a request with an idempotency key runs once, under the
@@ -36,7 +38,7 @@ pub struct IdempotencyLayer<Sc = Unscoped, R = DefaultRejection> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unscoped;
 
-impl<B> crate::extract::KeyExtractor<B> for Unscoped {
+impl<B> crate::keyed::extract::KeyExtractor<B> for Unscoped {
     fn extract(&self, _: &http::Request<B>) -> Option<String> {
         None
     }
@@ -137,10 +139,9 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
     /// key's retries get `409` until it runs out, then run on another instance. Shorten it on
     /// the client for a faster takeover (see the [module docs](crate::idempotency)' example).
     pub fn fixed_lease(mut self, lease: Duration) -> Self {
-        let valid = (LockClient::MIN_LEASE..=LockClient::MAX_LEASE).contains(&lease);
-        let problem = (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days"));
+        let problem = fixed_lease_problem(lease);
         self.settings.invalid.check("lease", problem);
-        self.settings.lease = Some(lease);
+        self.settings.fixed_lease = Some(lease);
         self
     }
 
@@ -214,6 +215,12 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
+    /// Shorthand for [`fail_mode(FailMode::Open)`](Self::fail_mode): an unavailable store
+    /// or Redis lets requests through without the lock and without storing their responses.
+    pub fn fail_open(self) -> Self {
+        self.fail_mode(FailMode::Open)
+    }
+
     /// What to do when the key's lock is lost while the handler runs. Either way nothing is
     /// stored. Default [`LeaseLost::Abort`]: the handler is cancelled (or its response
     /// dropped) and the request answered `503`; [`LeaseLost::Continue`] lets it finish and
@@ -226,7 +233,7 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
     validate_method!(
         settings,
         "Checked: [`prefix`](Self::prefix), [`ttl`](Self::ttl), \
-        [`lease`](Self::lease) / [`fixed_lease`](Self::fixed_lease) and \
+        [`fixed_lease`](Self::fixed_lease) (10 ms to 30 days) and \
         [`max_record_body`](Self::max_record_body)."
     );
 

@@ -9,17 +9,15 @@ use http_body::Body;
 use tower::Service;
 use tracing::field::Empty;
 
-use crate::acquire::Acquire;
+use super::acquire::Acquire;
+use super::future::ResponseFuture;
+use super::settings::{Settings, WORDS};
 use crate::body::ResponseBody;
-use crate::config::MissingKey;
 use crate::deferred::Deferred;
-use crate::extract::{KeyExtractor, shorten};
-use crate::future::ResponseFuture;
-use crate::key::lock_name;
+use crate::keyed::extract::KeyExtractor;
+use crate::keyed::request::{Named, name_request};
 use crate::macros::{common_impls, inner_service_accessors};
-use crate::rejection::Rejection;
 use crate::response::{DefaultRejection, OnRejection};
-use crate::settings::Settings;
 
 /// Middleware that holds a Redis lock, named after a key from each request, while the inner
 /// service handles the request and its response body is sent.
@@ -87,39 +85,20 @@ where
             span.record("outcome", outcome);
             ResponseFuture::rejected(rejection, kept())
         };
-        if let Some(error) = settings.keys.invalid() {
-            tracing::error!(parent: &span, %error, "the lock layer is misconfigured");
-            return reject(Rejection::misconfigured(error), "error");
-        }
-        let Some(key) = self.extractor.extract_mut(&mut request) else {
-            if settings.keys.missing_key == MissingKey::PassThrough {
-                span.record("outcome", "no_key");
+        let name = match name_request(
+            &settings.keys,
+            &*self.extractor,
+            &mut request,
+            &span,
+            &WORDS,
+        ) {
+            Named::Name(name) => name,
+            Named::Reject(rejection, outcome) => return reject(rejection, outcome),
+            Named::PassThrough => {
                 let future = span.in_scope(|| self.inner.call(request));
                 return ResponseFuture::unlocked(future, kept());
             }
-            if let Some(mismatch) = self.extractor.route_mismatch(&request) {
-                if settings.keys.mismatched_routes.first(mismatch.route()) {
-                    tracing::error!(
-                        parent: &span,
-                        parameter = mismatch.parameter(),
-                        route = mismatch.route(),
-                        "the lock layer's key is not in this route: {mismatch}; every request \
-                         of the route is answered 500 (logged once per route)"
-                    );
-                }
-                return reject(Rejection::key_not_in_route(), "error");
-            }
-            return reject(Rejection::missing_key(), "missing_key");
         };
-        let name = match lock_name(&settings.keys.rules, &key) {
-            Ok(name) => name,
-            Err(reason) => {
-                span.record("key", tracing::field::display(shorten(&key)));
-                tracing::debug!(parent: &span, reason, "invalid lock key");
-                return reject(Rejection::invalid_key(&reason), "invalid_key");
-            }
-        };
-        span.record("key", tracing::field::display(shorten(&name)));
 
         // The ready service goes into the future; this one keeps a clone that has not been
         // polled (tower-service: "Be careful when cloning inner services").

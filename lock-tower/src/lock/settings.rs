@@ -9,7 +9,17 @@ use http::{Method, StatusCode};
 use lock_core::LockClient;
 
 use crate::config::{HoldTimes, LeaseLost, REDIS_ALLOWANCE, Release, Side};
-use crate::key_settings::KeySettings;
+use crate::keyed::settings::KeySettings;
+use crate::keyed::words::Words;
+
+/// How the lock layer names itself in the steps every keyed layer shares.
+pub(crate) const WORDS: Words = Words {
+    layer: "lock",
+    label: "lock",
+    missing_key: "the request does not say which resource to lock",
+    fail_open: "lock service unavailable; running the request without the lock (fail open)",
+    failed: "could not take the lock",
+};
 
 /// The kind of lock each request takes.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +39,7 @@ pub(crate) struct Settings {
     /// Key rules, missing keys, fail mode, the settings that cannot work.
     pub(crate) keys: KeySettings,
     pub(crate) wait: Duration,
-    pub(crate) lease: Option<Duration>,
+    pub(crate) fixed_lease: Option<Duration>,
     pub(crate) acquire_timeout: Option<Duration>,
     pub(crate) lease_lost: LeaseLost,
     pub(crate) release: Release,
@@ -49,7 +59,7 @@ impl Settings {
             kind: Kind::Mutex,
             keys: KeySettings::new(DEFAULT_PREFIX),
             wait: Duration::ZERO,
-            lease: None,
+            fixed_lease: None,
             acquire_timeout: None,
             lease_lost: LeaseLost::Abort,
             release: Release::AfterBody,
