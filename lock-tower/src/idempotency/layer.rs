@@ -12,8 +12,7 @@ use super::config::{MAX_RECORD_BODY, Settings};
 use super::service::Idempotent;
 use super::store::RecordStore;
 use crate::config::{FailMode, LeaseLost};
-use crate::keyed::validate::validate_method;
-use crate::keyed::validate::{fixed_lease_problem, prefix_problem};
+use crate::keyed::validate::{fixed_lease_setters, prefix_problem, validate_method};
 use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 
@@ -128,32 +127,20 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
-    /// Holds each key's lock for a **fixed lease that is never renewed** (10 ms to 30 days): a
-    /// handler that runs longer loses the lock (see [`on_lease_lost`](Self::on_lease_lost)),
-    /// and its response is not stored.
-    ///
-    /// Without it (the default) the lock has the client's **watchdog lease**, renewed while
-    /// the request runs, so a slow handler keeps it: that lease
-    /// ([`LockClientBuilder::watchdog_lease`](lock_core::LockClientBuilder::watchdog_lease),
-    /// default 30 s) is the crash-takeover setting: when an instance dies mid-request, the
-    /// key's retries get `409` until it runs out, then run on another instance. Shorten it on
-    /// the client for a faster takeover (see the [module docs](crate::idempotency)' example).
-    pub fn fixed_lease(mut self, lease: Duration) -> Self {
-        let problem = fixed_lease_problem(lease);
-        self.settings.invalid.check("lease", problem);
-        self.settings.fixed_lease = Some(lease);
-        self
-    }
-
-    /// The former name of [`fixed_lease`](Self::fixed_lease): a fixed lease, never renewed
-    /// (not the watchdog lease a crash takeover is about).
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed `fixed_lease`: this lease is never renewed"
-    )]
-    pub fn lease(self, lease: Duration) -> Self {
-        self.fixed_lease(lease)
-    }
+    fixed_lease_setters!(
+        settings.invalid,
+        settings.fixed_lease,
+        "Holds each key's lock for a **fixed lease that is never renewed** (10 ms to 30 \
+        days): a handler that runs longer loses the lock (see \
+        [`on_lease_lost`](Self::on_lease_lost)), and its response is not stored.\n\n\
+        Without it (the default) the lock has the client's **watchdog lease**, renewed while \
+        the request runs, so a slow handler keeps it: that lease \
+        ([`LockClientBuilder::watchdog_lease`](lock_core::LockClientBuilder::watchdog_lease), \
+        default 30 s) is the crash-takeover setting: when an instance dies mid-request, the \
+        key's retries get `409` until it runs out, then run on another instance. Shorten it \
+        on the client for a faster takeover (see the [module docs](crate::idempotency)' \
+        example)."
+    );
 
     /// The `Retry-After` of a `409` (the key's first request still runs) when the holder's
     /// remaining lease is not known; when it is (lock-core reads it with the busy answer),

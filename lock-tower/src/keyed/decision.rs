@@ -2,7 +2,7 @@
 //! runs without the layer (the layer fails open and the store is unavailable) or is
 //! rejected, with its outcome on the request's span and a misconfiguration logged.
 
-use super::words::Words;
+use super::settings::Keyed;
 use crate::config::FailMode;
 use crate::rejection::Rejection;
 use crate::rejection_kind::RejectionKind;
@@ -13,17 +13,18 @@ const TARGET: &str = "lock_tower::response";
 
 /// What a request that the store's failure would answer with `rejection` gets: `None` to run
 /// without the layer (Redis unavailable and the layer fails open: the outcome `fail_open` is
-/// recorded and the layer's `fail_open` words logged at `warn`, with the error and the
+/// recorded and the layer's fail-open words logged at `warn`, with the error and the
 /// rejection's detail), or the rejection, with the outcome recorded (`busy`, `unavailable`,
 /// `invalid_key`, or `error`, logged at `error` as a misconfiguration). A rejection's own
 /// `info` event is [`Rejection::log`]'s, when it becomes the response.
-pub(crate) fn refuse(
+pub(crate) fn refuse<C: Keyed>(
     rejection: Rejection,
-    fail_mode: FailMode,
+    settings: &C,
     span: &tracing::Span,
-    words: &Words,
 ) -> Option<Rejection> {
-    if rejection.kind() == RejectionKind::Unavailable && fail_mode == FailMode::Open {
+    let words = &C::WORDS;
+    if rejection.kind() == RejectionKind::Unavailable && settings.keys().fail_mode == FailMode::Open
+    {
         span.record("outcome", "fail_open");
         tracing::warn!(
             target: TARGET,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use lock_core::LockError;
 
 use super::validate::{Problems, prefix_problem};
+use super::words::Words;
 use crate::config::{FailMode, KeyRules, LoggedRoutes, MissingKey};
 
 /// The settings a keyed layer shares with the others, embedded in its own settings as
@@ -60,6 +61,15 @@ impl KeySettings {
     pub(crate) fn invalid(&self) -> Option<LockError> {
         self.invalid.error()
     }
+}
+
+/// A keyed layer's settings, as the steps every keyed layer shares read them.
+pub(crate) trait Keyed {
+    /// How the layer names itself in those steps.
+    const WORDS: Words;
+
+    /// The layer's key settings.
+    fn keys(&self) -> &KeySettings;
 }
 
 /// The builder setters of [`KeySettings`] (`max_key_len`, `hash_keys`, `missing_key`,

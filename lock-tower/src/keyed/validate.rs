@@ -51,6 +51,34 @@ pub(crate) fn fixed_lease_problem(lease: Duration) -> Option<String> {
     (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days"))
 }
 
+/// A layer's `fixed_lease` (with `$doc`, which says what losing the lock does on that
+/// layer) and its deprecated former name `lease`: the lease is checked by
+/// [`fixed_lease_problem`], recorded in `$problems` (a path under `self` to something with
+/// `check(option, problem)`) and kept in `$lease` (an `Option<Duration>` under `self`).
+macro_rules! fixed_lease_setters {
+    ($($problems:ident).+, $($lease:ident).+, $doc:literal) => {
+        #[doc = $doc]
+        pub fn fixed_lease(mut self, lease: std::time::Duration) -> Self {
+            let problem = $crate::keyed::validate::fixed_lease_problem(lease);
+            self.$($problems).+.check("lease", problem);
+            self.$($lease).+ = Some(lease);
+            self
+        }
+
+        /// The former name of [`fixed_lease`](Self::fixed_lease), the name every layer gives
+        /// it: a fixed lease, never renewed (not the watchdog lease).
+        #[deprecated(
+            since = "0.1.0",
+            note = "renamed `fixed_lease`: this lease is never renewed"
+        )]
+        pub fn lease(self, lease: std::time::Duration) -> Self {
+            self.fixed_lease(lease)
+        }
+    };
+}
+
+pub(crate) use fixed_lease_setters;
+
 /// A layer's `validate`: the first setting recorded as one that cannot work (`$settings`, a
 /// path under `self` to something with `invalid() -> Option<LockError>`), as an error.
 macro_rules! validate_method {

@@ -6,7 +6,7 @@ use lock_core::LockError;
 
 use super::guard::AnyGuard;
 use super::rejection;
-use super::settings::{Settings, WORDS};
+use super::settings::Settings;
 use crate::keyed::decision::refuse;
 use crate::rejection::Rejection;
 
@@ -44,7 +44,7 @@ pub(crate) fn decide(
         Some(Err(error)) => rejection::for_lock_error(error, settings),
         None => rejection::acquire_timed_out(settings),
     };
-    match refuse(rejection, settings.keys.fail_mode, span, &WORDS) {
+    match refuse(rejection, settings, span) {
         None => Decision::Run(None),
         Some(rejection) => Decision::Reject(rejection),
     }

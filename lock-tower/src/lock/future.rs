@@ -31,6 +31,7 @@ use super::settings::Settings;
 use crate::body::{BodyHold, ResponseBody};
 use crate::config::Release;
 use crate::deferred::Deferred;
+use crate::keyed::request::KeyedFuture;
 use crate::rejection::Rejection;
 use crate::response::{OnRejection, answer};
 
@@ -98,17 +99,6 @@ where
     S: Service<Request<ReqBody>>,
     ResBody: Body,
 {
-    pub(crate) fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
-        let state = State::Rejected {
-            rejection: Some(rejection),
-        };
-        Self::with(state, kept)
-    }
-
-    pub(crate) fn unlocked(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
-        Self::with(State::Running { future, hold: None }, kept)
-    }
-
     pub(crate) fn acquiring(
         acquire: Acquire,
         service: S,
@@ -125,6 +115,24 @@ where
             kept,
             scope: ReentrantScope::current_or_new(),
         }
+    }
+}
+
+impl<S, ReqBody, ResBody, R> KeyedFuture<S, ReqBody, Settings, R>
+    for ResponseFuture<S, ReqBody, ResBody, R>
+where
+    S: Service<Request<ReqBody>>,
+    ResBody: Body,
+{
+    fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
+        let state = State::Rejected {
+            rejection: Some(rejection),
+        };
+        Self::with(state, kept)
+    }
+
+    fn passed(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
+        Self::with(State::Running { future, hold: None }, kept)
     }
 }
 

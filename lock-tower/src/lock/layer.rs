@@ -10,7 +10,7 @@ use super::service::DistributedLock;
 use super::settings::{Kind, Settings};
 use crate::config::{LeaseLost, Release, Side};
 use crate::keyed::settings::key_setters;
-use crate::keyed::validate::{fixed_lease_problem, validate_method};
+use crate::keyed::validate::{fixed_lease_setters, validate_method};
 use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 
@@ -100,27 +100,14 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// Holds each lock for a fixed lease that is never renewed (10 ms to 30 days, as for
-    /// [`LockRequest::lease`](lock_core::LockRequest::lease)): a request that runs longer
-    /// loses its lock (see [`on_lease_lost`](Self::on_lease_lost)). Default: the client's
-    /// watchdog lease, renewed for as long as the request runs.
-    pub fn fixed_lease(mut self, lease: Duration) -> Self {
-        self.settings
-            .keys
-            .check("lease", fixed_lease_problem(lease));
-        self.settings.fixed_lease = Some(lease);
-        self
-    }
-
-    /// The former name of [`fixed_lease`](Self::fixed_lease), the name every layer gives
-    /// it: a fixed lease, never renewed.
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed `fixed_lease`: this lease is never renewed"
-    )]
-    pub fn lease(self, lease: Duration) -> Self {
-        self.fixed_lease(lease)
-    }
+    fixed_lease_setters!(
+        settings.keys,
+        settings.fixed_lease,
+        "Holds each lock for a fixed lease that is never renewed (10 ms to 30 days, as for \
+        [`LockRequest::lease`](lock_core::LockRequest::lease)): a request that runs longer \
+        loses its lock (see [`on_lease_lost`](Self::on_lease_lost)). Default: the client's \
+        watchdog lease, renewed for as long as the request runs."
+    );
 
     /// The bound on a whole acquisition, waiting and Redis round trips included: past it the
     /// request is answered as if Redis were unavailable (`503`), so a slow or hung Redis never

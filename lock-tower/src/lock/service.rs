@@ -11,11 +11,11 @@ use tracing::field::Empty;
 
 use super::acquire::Acquire;
 use super::future::ResponseFuture;
-use super::settings::{Settings, WORDS};
+use super::settings::Settings;
 use crate::body::ResponseBody;
 use crate::deferred::Deferred;
 use crate::keyed::extract::KeyExtractor;
-use crate::keyed::request::{Named, name_request};
+use crate::keyed::request::name_request;
 use crate::macros::{common_impls, inner_service_accessors};
 use crate::response::{DefaultRejection, OnRejection};
 
@@ -70,8 +70,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let span = tracing::info_span!(
             "distributed_lock",
             key = Empty,
@@ -80,32 +79,22 @@ where
             held_ms = Empty,
             lost = Empty,
         );
-        let kept = || Deferred::new(settings.clone(), on_rejection.clone(), span.clone());
-        let reject = |rejection, outcome| {
-            span.record("outcome", outcome);
-            ResponseFuture::rejected(rejection, kept())
-        };
-        let name = match name_request(
-            &settings.keys,
-            &*self.extractor,
-            &mut request,
-            &span,
-            &WORDS,
-        ) {
-            Named::Name(name) => name,
-            Named::Reject(rejection, outcome) => return reject(rejection, outcome),
-            Named::PassThrough => {
-                let future = span.in_scope(|| self.inner.call(request));
-                return ResponseFuture::unlocked(future, kept());
-            }
-        };
-
-        // The ready service goes into the future; this one keeps a clone that has not been
-        // polled (tower-service: "Be careful when cloning inner services").
-        let clone = self.inner.clone();
-        let inner = mem::replace(&mut self.inner, clone);
-        let acquire = Acquire::start(&settings, name, request.method(), &span);
-        ResponseFuture::acquiring(acquire, inner, request, kept())
+        let kept = Deferred::new(self.settings.clone(), self.on_rejection.clone(), span);
+        let extractor = &*self.extractor;
+        name_request(
+            extractor,
+            &mut self.inner,
+            request,
+            kept,
+            |inner, name, request, kept| {
+                // The ready service goes into the future; this one keeps a clone that has not
+                // been polled (tower-service: "Be careful when cloning inner services").
+                let clone = inner.clone();
+                let ready = mem::replace(inner, clone);
+                let acquire = Acquire::start(kept.settings(), name, request.method(), kept.span());
+                ResponseFuture::acquiring(acquire, ready, request, kept)
+            },
+        )
     }
 }
 

@@ -9,17 +9,8 @@ use http::{Method, StatusCode};
 use lock_core::LockClient;
 
 use crate::config::{HoldTimes, LeaseLost, REDIS_ALLOWANCE, Release, Side};
-use crate::keyed::settings::KeySettings;
+use crate::keyed::settings::{KeySettings, Keyed};
 use crate::keyed::words::Words;
-
-/// How the lock layer names itself in the steps every keyed layer shares.
-pub(crate) const WORDS: Words = Words {
-    layer: "lock",
-    label: "lock",
-    missing_key: "the request does not say which resource to lock",
-    fail_open: "lock service unavailable; running the request without the lock (fail open)",
-    failed: "could not take the lock",
-};
 
 /// The kind of lock each request takes.
 #[derive(Debug, Clone, Copy)]
@@ -73,5 +64,19 @@ impl Settings {
     pub(crate) fn acquire_timeout(&self) -> Duration {
         self.acquire_timeout
             .unwrap_or_else(|| self.wait.saturating_add(REDIS_ALLOWANCE))
+    }
+}
+
+impl Keyed for Settings {
+    const WORDS: Words = Words {
+        layer: "lock",
+        label: "lock",
+        missing_key: "the request does not say which resource to lock",
+        fail_open: "lock service unavailable; running the request without the lock (fail open)",
+        failed: "could not take the lock",
+    };
+
+    fn keys(&self) -> &KeySettings {
+        &self.keys
     }
 }

@@ -22,7 +22,8 @@ use tracing::Span;
 use crate::body::ResponseBody;
 use crate::deferred::Deferred;
 use crate::keyed::decision::refuse;
-use crate::rate::config::{RateSettings, WORDS};
+use crate::keyed::request::KeyedFuture;
+use crate::rate::config::RateSettings;
 use crate::rate::headers::insert_fields;
 use crate::rejection::Rejection;
 use crate::response::{OnRejection, answer};
@@ -69,22 +70,6 @@ impl<S, ReqBody, ResBody, R> ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
-        let state = State::Rejected {
-            rejection: Some(rejection),
-            decision: None,
-        };
-        Self::with(state, kept)
-    }
-
-    pub(crate) fn unlimited(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
-        let state = State::Running {
-            future,
-            decision: None,
-        };
-        Self::with(state, kept)
-    }
-
     pub(crate) fn checking(
         check: Check,
         (service, request): (S, Request<ReqBody>),
@@ -100,6 +85,28 @@ where
             kept,
             body: PhantomData,
         }
+    }
+}
+
+impl<S, ReqBody, ResBody, R> KeyedFuture<S, ReqBody, RateSettings, R>
+    for ResponseFuture<S, ReqBody, ResBody, R>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
+        let state = State::Rejected {
+            rejection: Some(rejection),
+            decision: None,
+        };
+        Self::with(state, kept)
+    }
+
+    fn passed(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
+        let state = State::Running {
+            future,
+            decision: None,
+        };
+        Self::with(state, kept)
     }
 }
 
@@ -187,7 +194,7 @@ where
         Err(error) => error,
     };
     let rejection = Rejection::for_rate_limit_error(error, settings.keys.unavailable_retry_after);
-    match refuse(rejection, settings.keys.fail_mode, span, &WORDS) {
+    match refuse(rejection, settings, span) {
         None => State::Running {
             future: service.call(request),
             decision: None,

@@ -8,18 +8,18 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use http_body::Body;
-use lock_core::LockError;
+use lock_core::{LockError, Quota};
 use tower::Service;
-use tracing::Instrument;
 use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::body::ResponseBody;
 use crate::deferred::Deferred;
 use crate::keyed::extract::KeyExtractor;
-use crate::keyed::request::{Named, name_request};
+use crate::keyed::request::{KeyedFuture, name_request};
 use crate::macros::inner_service_accessors;
-use crate::rate::config::{RateSettings, WORDS};
-use crate::rate::future::ResponseFuture;
+use crate::rate::config::RateSettings;
+use crate::rate::future::{Check, ResponseFuture};
 use crate::rate::quota::QuotaPolicy;
 use crate::rejection::Rejection;
 use crate::response::{DefaultRejection, OnRejection};
@@ -77,68 +77,65 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let (settings, on_rejection) = (self.settings.clone(), self.on_rejection.clone());
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let span = tracing::info_span!(
             "rate_limit",
-            family = %settings.keys.rules.prefix,
+            family = %self.settings.keys.rules.prefix,
             key = Empty,
             outcome = Empty,
             remaining = Empty,
         );
-        let kept = || Deferred::new(settings.clone(), on_rejection.clone(), span.clone());
-        let reject = |rejection, outcome| {
-            span.record("outcome", outcome);
-            ResponseFuture::rejected(rejection, kept())
-        };
-        let name = match name_request(
-            &settings.keys,
-            &*self.extractor,
-            &mut request,
-            &span,
-            &WORDS,
-        ) {
-            Named::Name(name) => name,
-            Named::Reject(rejection, outcome) => return reject(rejection, outcome),
-            Named::PassThrough => {
-                let future = span.in_scope(|| self.inner.call(request));
-                return ResponseFuture::unlimited(future, kept());
-            }
-        };
-        let quota = self.quota.quota(&request);
-        if let Err(error) = quota.check() {
-            tracing::error!(parent: &span, %error, %quota, "the rate limit's quota cannot work");
-            return reject(
-                Rejection::misconfigured(error).by_rate_limit_layer(),
-                "error",
-            );
-        }
-        let limit = settings.client.rate_limit(name).quota(quota);
-        let bound = settings.check_timeout;
-        let local = settings.local.clone();
-        let check = async move {
-            let checked = match bound {
-                None => limit.check().await,
-                Some(bound) => tokio::time::timeout(bound, limit.check())
-                    .await
-                    .unwrap_or(Err(LockError::ResponseTimeout(bound))),
-            };
-            match (checked, local) {
-                (Err(error), Some(local)) if error.is_unavailable() => {
-                    tracing::debug!(%error,
-                        "rate limit store unavailable; decided by this instance");
-                    local.check(limit.name(), quota)
+        let kept = Deferred::new(self.settings.clone(), self.on_rejection.clone(), span);
+        let (extractor, quota) = (&*self.extractor, &self.quota);
+        name_request(
+            extractor,
+            &mut self.inner,
+            request,
+            kept,
+            |inner, name, request, kept| {
+                let quota = quota.quota(&request);
+                let span = kept.span();
+                if let Err(error) = quota.check() {
+                    tracing::error!(parent: span, %error, %quota, "the rate limit's quota cannot work");
+                    span.record("outcome", "error");
+                    let rejection = Rejection::misconfigured(error).by_rate_limit_layer();
+                    return ResponseFuture::rejected(rejection, kept);
                 }
-                (checked, _) => checked,
-            }
-        };
-        let check = Box::pin(check.instrument(span.clone()));
-        // The ready service goes into the future; this one keeps a clone that has not been
-        // polled (tower-service: "Be careful when cloning inner services").
-        let clone = self.inner.clone();
-        let inner = mem::replace(&mut self.inner, clone);
-        ResponseFuture::checking(check, (inner, request), kept())
+                let check = check(kept.settings(), name, quota, span);
+                // The ready service goes into the future; this one keeps a clone that has not
+                // been polled (tower-service: "Be careful when cloning inner services").
+                let clone = inner.clone();
+                let ready = mem::replace(inner, clone);
+                ResponseFuture::checking(check, (ready, request), kept)
+            },
+        )
     }
+}
+
+/// The check of the limit `name` with `quota`: one call to the store, bounded by the layer's
+/// `check_timeout` when it has one, and decided by this instance while the store is
+/// unavailable when the layer fails locally.
+fn check(settings: &RateSettings, name: String, quota: Quota, span: &Span) -> Check {
+    let limit = settings.client.rate_limit(name).quota(quota);
+    let bound = settings.check_timeout;
+    let local = settings.local.clone();
+    let check = async move {
+        let checked = match bound {
+            None => limit.check().await,
+            Some(bound) => tokio::time::timeout(bound, limit.check())
+                .await
+                .unwrap_or(Err(LockError::ResponseTimeout(bound))),
+        };
+        match (checked, local) {
+            (Err(error), Some(local)) if error.is_unavailable() => {
+                tracing::debug!(%error,
+                    "rate limit store unavailable; decided by this instance");
+                local.check(limit.name(), quota)
+            }
+            (checked, _) => checked,
+        }
+    };
+    Box::pin(check.instrument(span.clone()))
 }
 
 impl<S: Clone, K, Q, R> Clone for RateLimit<S, K, Q, R> {
