@@ -50,17 +50,27 @@ where
         &span,
         &C::WORDS,
     ) {
-        Ok(name) => then(inner, name, request, kept),
-        Err(Some((rejection, outcome))) => {
+        Named::Name(name) => then(inner, name, request, kept),
+        Named::Reject(rejection, outcome) => {
             span.record("outcome", outcome);
             F::rejected(rejection.by_layer(C::WORDS.label), kept)
         }
-        Err(None) => {
+        Named::PassThrough => {
             span.record("outcome", "no_key");
             let future = span.in_scope(|| inner.call(request));
             F::passed(future, kept)
         }
     }
+}
+
+/// What became of a request before its layer's call to the store.
+enum Named {
+    /// The name of the request's object.
+    Name(String),
+    /// The layer's answer, with the outcome for the request's span.
+    Reject(Rejection, &'static str),
+    /// No key, and the layer lets such requests through without it.
+    PassThrough,
 }
 
 /// Names `request`'s object: the layer's prefix and the key `extractor` finds, by the
@@ -74,17 +84,17 @@ fn name<K, B>(
     request: &mut Request<B>,
     span: &Span,
     words: &Words,
-) -> Result<String, Option<(Rejection, &'static str)>>
+) -> Named
 where
     K: KeyExtractor<B> + ?Sized,
 {
     if let Some(error) = keys.invalid() {
         tracing::error!(parent: span, %error, "the {} layer is misconfigured", words.layer);
-        return Err(Some((Rejection::misconfigured(error), "error")));
+        return Named::Reject(Rejection::misconfigured(error), "error");
     }
     let Some(key) = extractor.extract_mut(request) else {
         if keys.missing_key == MissingKey::PassThrough {
-            return Err(None);
+            return Named::PassThrough;
         }
         if let Some(mismatch) = extractor.route_mismatch(request) {
             if keys.mismatched_routes.first(mismatch.route()) {
@@ -97,22 +107,19 @@ where
                     words.layer,
                 );
             }
-            return Err(Some((Rejection::key_not_in_route(), "error")));
+            return Named::Reject(Rejection::key_not_in_route(), "error");
         }
-        return Err(Some((
-            Rejection::missing_key(words.missing_key),
-            "missing_key",
-        )));
+        return Named::Reject(Rejection::missing_key(words.missing_key), "missing_key");
     };
     match lock_name(&keys.rules, &key) {
         Ok(name) => {
             span.record("key", tracing::field::display(shorten(&name)));
-            Ok(name)
+            Named::Name(name)
         }
         Err(reason) => {
             span.record("key", tracing::field::display(shorten(&key)));
             tracing::debug!(parent: span, reason, "invalid {} key", words.layer);
-            Err(Some((Rejection::invalid_key(&reason), "invalid_key")))
+            Named::Reject(Rejection::invalid_key(&reason), "invalid_key")
         }
     }
 }
