@@ -11,7 +11,25 @@ use http_body::{Body, Frame, SizeHint};
 use lock_core::LockError;
 use pin_project_lite::pin_project;
 
-use crate::request_lock::RequestLock;
+/// What a [`ResponseBody`] holds while it streams: a layer's hold on a Redis object (the lock
+/// layer's lock), watched for its loss and given back once the body has ended. The layers
+/// that keep something until their body ends implement it; the body knows no layer.
+pub(crate) trait BodyHold: Send + Sync {
+    /// The held object's name (for the error that cuts the body off).
+    fn name(&self) -> &str;
+
+    /// Whether losing the hold cuts the body off ([`LeaseLost::Abort`](crate::LeaseLost::Abort)).
+    fn aborts_on_loss(&self) -> bool;
+
+    /// True (once) if the hold is found lost now, without waiting.
+    fn check_lost(&mut self) -> bool;
+
+    /// Ready once the hold is lost; pending forever when its loss is not watched.
+    fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// Gives the hold back: ready with `Err(name)` when the store said it was already gone.
+    fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>>;
+}
 
 /// The error type of [`ResponseBody`]: the inner body's error, or the lock's loss when
 /// [`LeaseLost::Abort`](crate::LeaseLost::Abort) cut the body short.
@@ -22,7 +40,7 @@ pin_project! {
     ///
     /// For a request that holds the lock with a streaming body (the default
     /// [`Release::AfterBody`](crate::Release::AfterBody) and a body larger than
-    /// [`BUFFER_LIMIT`](crate::future::BUFFER_LIMIT)) it keeps the lock until the inner body
+    /// [`BUFFER_LIMIT`](crate::lock::BUFFER_LIMIT)) it keeps the lock until the inner body
     /// has ended, and gives it back *before* handing out the body's last frame, so a client
     /// that has read the whole response can take the lock again at once. Dropped early (the
     /// client went away), it releases the lock in the background. A small body has been read
@@ -39,7 +57,7 @@ pin_project! {
     {
         #[pin]
         kind: Kind<B>,
-        hold: Option<RequestLock>,
+        hold: Option<Box<dyn BodyHold>>,
         // The inner body's last frame, kept back while the lock is released.
         last: Option<Frame<B::Data>>,
         // The inner body has ended (its end, or its last frame, has been seen).
@@ -118,10 +136,10 @@ impl<B: Body> ResponseBody<B> {
     }
 
     /// Wraps a body that keeps `hold` until it ends.
-    pub(crate) fn locked(body: B, hold: RequestLock) -> Self {
+    pub(crate) fn locked(body: B, hold: impl BodyHold + 'static) -> Self {
         Self {
             kind: Kind::Inner { body },
-            hold: Some(hold),
+            hold: Some(Box::new(hold)),
             last: None,
             ended: false,
         }
@@ -176,7 +194,7 @@ where
             return body.poll_frame(cx).map_err(Into::into);
         };
         // The lock is gone: the body ends with an error; dropping the hold just tidies up.
-        let lost = |hold: &mut Option<RequestLock>, ended: &mut bool, name: String| {
+        let lost = |hold: &mut Option<Box<dyn BodyHold>>, ended: &mut bool, name: String| {
             *hold = None;
             *ended = true;
             Poll::Ready(Some(Err(LockError::Lost { name }.into())))

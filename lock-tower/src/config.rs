@@ -8,7 +8,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use http::Method;
-use lock_core::LockError;
 
 /// What to do with a request whose extractor finds no key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,7 +65,7 @@ pub enum LeaseLost {
 pub enum Release {
     /// When the response body is complete (or dropped, if the client goes away): the lock
     /// covers everything the body still produces, e.g. a stream read from the database. A
-    /// small body (size hint at most [`BUFFER_LIMIT`](crate::future::BUFFER_LIMIT), 64 KiB) is
+    /// small body (size hint at most [`BUFFER_LIMIT`](crate::lock::BUFFER_LIMIT), 64 KiB) is
     /// read in full under the lock, which is given back before the response is handed on; a
     /// larger one streams, and the release completes before its last frame is handed out. The
     /// default.
@@ -112,42 +111,6 @@ pub(crate) struct KeyRules {
 
 /// How much longer than `wait` an acquisition may take before the layer gives up on Redis.
 pub(crate) const REDIS_ALLOWANCE: Duration = Duration::from_secs(2);
-
-/// The settings of a layer that cannot work: (option, reason), the latest word on each.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Problems(Vec<(&'static str, String)>);
-
-impl Problems {
-    /// Records whether `option` can work: `Some(reason)` if not.
-    pub(crate) fn check(&mut self, option: &'static str, problem: Option<String>) {
-        self.0.retain(|(o, _)| *o != option);
-        if let Some(reason) = problem {
-            self.0.push((option, reason));
-        }
-    }
-
-    /// The error of the first setting that cannot work, if there is one.
-    pub(crate) fn error(&self) -> Option<LockError> {
-        self.0
-            .first()
-            .map(|(option, reason)| LockError::InvalidOption {
-                option,
-                reason: reason.clone(),
-            })
-    }
-}
-
-/// Why `prefix` cannot be a layer's prefix, if it cannot: it must not be empty, and follows
-/// lock-core's rule for prefixes.
-pub(crate) fn prefix_problem(prefix: &str) -> Option<String> {
-    let valid = !prefix.is_empty() && lock_core::validate_prefix(prefix).is_ok();
-    (!valid).then(|| {
-        format!(
-            "the prefix {prefix:?} must be 1 to 128 bytes without braces, whitespace or control \
-             characters"
-        )
-    })
-}
 
 /// A moving average of how long requests held their locks, for `Retry-After`.
 #[derive(Debug, Default)]

@@ -34,6 +34,16 @@ impl<S, Q, C, R> Deferred<S, Q, C, R> {
         }
     }
 
+    /// The layer's settings.
+    pub(crate) fn settings(&self) -> &C {
+        &self.settings
+    }
+
+    /// The request's span.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
     /// Each part, borrowed apart: the call (to take), the settings, the rejection handler
     /// and the span.
     pub(crate) fn parts(&mut self) -> (&mut Option<(S, Q)>, &C, &R, &Span) {

@@ -131,7 +131,7 @@
 //! | [`unavailable_retry_after`](DistributedLockLayer::unavailable_retry_after) | 1 s | `Retry-After` of a `503` |
 //! | [`on_lease_lost`](DistributedLockLayer::on_lease_lost) | [`LeaseLost::Abort`]: cancel the handler, `503` | [`LeaseLost::Continue`] lets it finish |
 //! | [`release`](DistributedLockLayer::release) | [`Release::AfterBody`]: after the last body frame | [`Release::AfterHandler`]: when the handler returns |
-//! | [`lease`](DistributedLockLayer::lease) | the client's watchdog lease, renewed while the request runs | a fixed lease, never renewed |
+//! | [`fixed_lease`](DistributedLockLayer::fixed_lease) | the client's watchdog lease, renewed while the request runs | a fixed lease, never renewed |
 //! | [`on_rejection`](DistributedLockLayer::on_rejection) | [`DefaultRejection`]: JSON problem document | any `Fn(Rejection) -> Response<B>` |
 //!
 //! Every situation and its response:
@@ -170,7 +170,7 @@
 //! # The lock's lifetime
 //!
 //! * It is taken before the inner service is called, and given back once the response body
-//!   is complete: a small body (a size hint of at most [`future::BUFFER_LIMIT`], 64 KiB, as
+//!   is complete: a small body (a size hint of at most [`lock::BUFFER_LIMIT`], 64 KiB, as
 //!   for any `Full`, JSON or string body) is read in full under the lock, the lock is given
 //!   back, and the response goes out in one piece; a larger or open-ended body streams under
 //!   the lock, and the release completes *before* its last frame goes out. Either way a client
@@ -199,7 +199,7 @@
 //!
 //! # Streaming bodies: serve with `TCP_NODELAY`
 //!
-//! For a streaming body (above [`future::BUFFER_LIMIT`] or of unknown size) the last frame
+//! For a streaming body (above [`lock::BUFFER_LIMIT`] or of unknown size) the last frame
 //! goes out only once the lock is released, so the response leaves in at least two writes.
 //! With Nagle's algorithm on (the default for `axum::serve`), the last write can wait for the
 //! client's delayed ACK, about 40 ms on Linux. Small bodies are not affected (they are read
@@ -258,49 +258,50 @@
 // A lock guard kept alive by a `match` that then locks the same mutex deadlocks: it happened.
 #![warn(clippy::significant_drop_in_scrutinee)]
 
-mod acquire;
 pub mod body;
-mod client_ip;
 mod config;
-mod decision;
 mod deferred;
-mod extract;
-mod fail_open;
-pub mod future;
-mod guard;
 pub mod idempotency;
-mod key;
-mod key_settings;
-mod layer;
+mod keyed;
+pub mod lock;
 mod macros;
 pub mod rate;
 mod rejection;
 mod rejection_kind;
-mod request_lock;
 mod response;
 mod retry_after;
-mod service;
-mod settings;
 
-pub use client_ip::ForwardedIp;
-#[cfg(feature = "axum")]
-pub use client_ip::PeerIp;
 pub use config::{FailMode, LeaseLost, MissingKey, Release, Side};
-#[cfg(feature = "axum")]
-pub use extract::PathParam;
-pub use extract::{Header, KeyExtractor, PathSegment, QueryParam, RouteMismatch, header_value};
 #[allow(deprecated)]
 pub use idempotency::RedisStore;
 pub use idempotency::{
     Fingerprint, Idempotency, IdempotencyLayer, Idempotent, LockClientStore, Record, RecordStore,
     StoreError, StoreErrorKind, Unscoped,
 };
-pub use layer::DistributedLockLayer;
-pub use rate::{QuotaPolicy, RateLimitLayer, RateLimitService};
+pub use keyed::client_ip::ForwardedIp;
+#[cfg(feature = "axum")]
+pub use keyed::client_ip::PeerIp;
+#[cfg(feature = "axum")]
+pub use keyed::extract::PathParam;
+pub use keyed::extract::{
+    Header, KeyExtractor, PathSegment, QueryParam, RouteMismatch, header_value,
+};
+pub use lock::{DistributedLock, DistributedLockLayer};
+pub use rate::{QuotaPolicy, RateLimitLayer};
 pub use rejection::Rejection;
 pub use rejection_kind::RejectionKind;
 pub use response::{DefaultRejection, OnRejection};
-pub use service::DistributedLock;
+
+/// The former name of [`rate::RateLimit`], the rate-limit service.
+#[deprecated(since = "0.1.0", note = "renamed `lock_tower::rate::RateLimit`")]
+pub type RateLimitService<S, K, Q, R = DefaultRejection> = rate::RateLimit<S, K, Q, R>;
+
+/// The lock layer's response future and its buffering limit at their former path: they are
+/// [`lock::ResponseFuture`] and [`lock::BUFFER_LIMIT`] (each layer's module has its own
+/// `ResponseFuture`, as in tower-http).
+pub mod future {
+    pub use crate::lock::{BUFFER_LIMIT, ResponseFuture};
+}
 
 /// The crate README's example, compiled as a doc test.
 #[cfg(doctest)]

@@ -90,26 +90,3 @@ macro_rules! common_impls {
 }
 
 pub(crate) use common_impls;
-
-/// A layer's `validate`: the first setting recorded as one that cannot work (`$settings`, a
-/// path under `self` to something with `invalid() -> Option<LockError>`), as an error.
-macro_rules! validate_method {
-    ($($settings:ident).+, $also:literal) => {
-        /// Whether every setting given to the layer can work: `Ok(())`, or the
-        /// [`LockError::InvalidOption`](lock_core::LockError::InvalidOption) naming the first
-        /// option that cannot (with the reason), the error each request would otherwise be
-        /// answered `500` with. Builder methods never fail, so call this once when the
-        /// service starts (`layer.validate()?`, before serving) and a mistake stops the
-        /// start-up instead of failing every request.
-        ///
-        #[doc = $also]
-        pub fn validate(&self) -> Result<(), lock_core::LockError> {
-            match self.$($settings).+.invalid() {
-                Some(error) => Err(error),
-                None => Ok(()),
-            }
-        }
-    };
-}
-
-pub(crate) use validate_method;

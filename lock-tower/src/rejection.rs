@@ -10,8 +10,7 @@ use http::StatusCode;
 use lock_core::LockError;
 
 use crate::rejection_kind::RejectionKind;
-use crate::retry_after::{busy_retry_after, retry_after_secs};
-use crate::settings::{Kind, Settings};
+use crate::retry_after::retry_after_secs;
 
 /// The layer's decision not to run the inner service (or to abort it), with everything a
 /// response needs: the status the layer's settings chose, how long the client should wait
@@ -48,12 +47,10 @@ impl Rejection {
         }
     }
 
-    pub(crate) fn missing_key() -> Self {
-        Self::new(
-            RejectionKind::MissingKey,
-            StatusCode::BAD_REQUEST,
-            "the request does not say which resource to lock",
-        )
+    /// The rejection for a request without a key, with the layer's `detail` (which says
+    /// what the key was for).
+    pub(crate) fn missing_key(detail: &'static str) -> Self {
+        Self::new(RejectionKind::MissingKey, StatusCode::BAD_REQUEST, detail)
     }
 
     /// The rejection for a layer whose settings cannot work (a bad prefix, lease or size):
@@ -84,99 +81,22 @@ impl Rejection {
         )
     }
 
-    /// The rejection for a failed acquisition.
-    pub(crate) fn for_lock_error(error: LockError, settings: &Settings) -> Self {
-        let unavailable = |detail: &str| {
-            Self::new(
-                RejectionKind::Unavailable,
-                StatusCode::SERVICE_UNAVAILABLE,
-                detail,
-            )
-            .with_retry_after(settings.keys.unavailable_retry_after)
-        };
-        let rejection = match &error {
-            LockError::Timeout {
-                name, holder_ttl, ..
-            } => {
-                let retry_after = busy_retry_after(
-                    *holder_ttl,
-                    settings.hold_times.average(),
-                    settings.wait,
-                    settings.max_retry_after,
-                );
-                let (kind, detail, what) = match settings.kind {
-                    Kind::Permits(1) => (
-                        RejectionKind::PermitsInUse,
-                        "the only permit for this resource is in use".to_owned(),
-                        format!("the only permit of `{name}` is in use"),
-                    ),
-                    Kind::Permits(n) => (
-                        RejectionKind::PermitsInUse,
-                        format!("all {n} permits for this resource are in use"),
-                        format!("all {n} permits of `{name}` are in use"),
-                    ),
-                    _ => (
-                        RejectionKind::Busy,
-                        "another request holds the lock for this resource".to_owned(),
-                        format!("lock `{name}` is held by another request"),
-                    ),
-                };
-                // The attempt found it busy: say so, and how long it waited, rather than
-                // "timed out after 247µs" for a single try.
-                let logged = match settings.wait.min(settings.acquire_timeout()) {
-                    wait if wait.is_zero() => format!("{what} (busy: a single attempt, no wait)"),
-                    wait => format!("{what} (busy for the whole {wait:?} wait)"),
-                };
-                let mut rejection =
-                    Self::new(kind, settings.busy_status, detail).with_retry_after(retry_after);
-                rejection.logged_error = Some(logged);
-                rejection
-            }
-            LockError::InvalidName { reason, .. } => Self::invalid_key(reason),
-            // Settings that cannot work, here or on the Redis side (an ACL, certificates).
-            LockError::InvalidOption { .. }
-            | LockError::NoClient
-            | LockError::SizeMismatch { .. }
-            | LockError::NoPermission { .. }
-            | LockError::AuthRequired { .. }
-            | LockError::Tls { .. } => return Self::misconfigured(error),
-            LockError::Lost { .. } => unavailable("the lock was lost while it was being taken"),
-            _ => unavailable("the lock service is unavailable"),
-        };
-        rejection.with_error(error)
-    }
-
-    /// The rejection for an acquisition cut off by the layer's own bound.
-    pub(crate) fn acquire_timed_out(settings: &Settings) -> Self {
-        Self::new(
-            RejectionKind::Unavailable,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the lock service did not answer in time",
-        )
-        .with_retry_after(settings.keys.unavailable_retry_after)
-    }
-
-    /// The rejection for a request aborted because its lock was lost.
-    pub(crate) fn lost(settings: &Settings) -> Self {
-        Self::new(
-            RejectionKind::Lost,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the lock was lost while the request was running",
-        )
-        .with_retry_after(settings.keys.unavailable_retry_after)
+    /// Marks a rejection of a kind several layers give as `layer`'s (for its log): `lock`
+    /// (the default), `idempotency` or `rate limit`.
+    pub(crate) fn by_layer(mut self, layer: &'static str) -> Self {
+        self.layer = layer;
+        self
     }
 
     /// Marks a rejection of a kind both layers give as the idempotency layer's (for its log).
-    pub(crate) fn by_idempotency_layer(mut self) -> Self {
-        self.layer = "idempotency";
-        self
+    pub(crate) fn by_idempotency_layer(self) -> Self {
+        self.by_layer("idempotency")
     }
 
     /// Marks a rejection of a kind several layers give as the rate-limit layer's (for its
     /// log).
-    pub(crate) fn by_rate_limit_layer(mut self) -> Self {
-        self.layer = "rate limit";
-        self
+    pub(crate) fn by_rate_limit_layer(self) -> Self {
+        self.by_layer("rate limit")
     }
 
     /// The answer of a request whose rate limit had no permit left: `429`, with

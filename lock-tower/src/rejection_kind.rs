@@ -63,31 +63,50 @@ pub enum RejectionKind {
     RateLimited,
 }
 
+/// The facts of one kind, from the one table of them ([`RejectionKind::facts`]).
+struct Facts {
+    code: &'static str,
+    expected: bool,
+    idempotency: bool,
+}
+
 impl RejectionKind {
+    /// Every kind's facts, in one table: its code, whether a service expects it, whether
+    /// only the idempotency layer gives it.
+    fn facts(self) -> Facts {
+        use RejectionKind as K;
+        let (code, expected, idempotency) = match self {
+            K::MissingKey => ("missing_lock_key", true, false),
+            K::InvalidKey => ("invalid_lock_key", true, false),
+            K::Busy => ("lock_busy", true, false),
+            K::PermitsInUse => ("lock_permits_in_use", true, false),
+            K::Unavailable => ("lock_unavailable", false, false),
+            K::Lost => ("lock_lost", false, false),
+            K::Internal => ("lock_error", false, false),
+            K::KeyNotInRoute => ("lock_key_not_in_route", false, false),
+            K::IdempotencyKeyMissing => ("idempotency_key_missing", true, true),
+            K::IdempotencyKeyInvalid => ("idempotency_key_invalid", true, true),
+            K::IdempotencyScopeMissing => ("idempotency_scope_missing", true, true),
+            K::IdempotencyKeyInUse => ("idempotency_key_in_use", true, true),
+            K::IdempotencyKeyReused => ("idempotency_key_reused", true, true),
+            K::RequestBodyTooLarge => ("request_body_too_large", true, true),
+            K::RequestBodyFailed => ("request_body_failed", true, true),
+            K::IdempotencyResponseNotReplayable => {
+                ("idempotency_response_not_replayable", true, true)
+            }
+            K::RecordStoreUnavailable => ("idempotency_store_unavailable", false, true),
+            K::RateLimited => ("rate_limited", true, false),
+        };
+        Facts {
+            code,
+            expected,
+            idempotency,
+        }
+    }
+
     /// A short machine-readable code, the `code` member of the default JSON body.
     pub fn code(self) -> &'static str {
-        match self {
-            RejectionKind::MissingKey => "missing_lock_key",
-            RejectionKind::InvalidKey => "invalid_lock_key",
-            RejectionKind::Busy => "lock_busy",
-            RejectionKind::PermitsInUse => "lock_permits_in_use",
-            RejectionKind::Unavailable => "lock_unavailable",
-            RejectionKind::Lost => "lock_lost",
-            RejectionKind::Internal => "lock_error",
-            RejectionKind::KeyNotInRoute => "lock_key_not_in_route",
-            RejectionKind::IdempotencyKeyMissing => "idempotency_key_missing",
-            RejectionKind::IdempotencyKeyInvalid => "idempotency_key_invalid",
-            RejectionKind::IdempotencyScopeMissing => "idempotency_scope_missing",
-            RejectionKind::IdempotencyKeyInUse => "idempotency_key_in_use",
-            RejectionKind::IdempotencyKeyReused => "idempotency_key_reused",
-            RejectionKind::RequestBodyTooLarge => "request_body_too_large",
-            RejectionKind::RequestBodyFailed => "request_body_failed",
-            RejectionKind::IdempotencyResponseNotReplayable => {
-                "idempotency_response_not_replayable"
-            }
-            RejectionKind::RecordStoreUnavailable => "idempotency_store_unavailable",
-            RejectionKind::RateLimited => "rate_limited",
-        }
+        self.facts().code
     }
 
     /// Whether a service expects this refusal in normal operation: the layer doing its job
@@ -99,43 +118,13 @@ impl RejectionKind {
     /// [`RecordStoreUnavailable`](Self::RecordStoreUnavailable): the service's or the
     /// store's trouble) at `info`.
     pub fn is_expected(self) -> bool {
-        match self {
-            RejectionKind::MissingKey
-            | RejectionKind::InvalidKey
-            | RejectionKind::Busy
-            | RejectionKind::PermitsInUse
-            | RejectionKind::IdempotencyKeyMissing
-            | RejectionKind::IdempotencyKeyInvalid
-            | RejectionKind::IdempotencyScopeMissing
-            | RejectionKind::IdempotencyKeyInUse
-            | RejectionKind::IdempotencyKeyReused
-            | RejectionKind::RequestBodyTooLarge
-            | RejectionKind::RequestBodyFailed
-            | RejectionKind::IdempotencyResponseNotReplayable
-            | RejectionKind::RateLimited => true,
-            RejectionKind::Unavailable
-            | RejectionKind::Lost
-            | RejectionKind::Internal
-            | RejectionKind::KeyNotInRoute
-            | RejectionKind::RecordStoreUnavailable => false,
-        }
+        self.facts().expected
     }
 
     /// Whether the [`IdempotencyLayer`](crate::IdempotencyLayer) gives this kind (and the lock
     /// layer never does).
     pub fn is_idempotency(self) -> bool {
-        matches!(
-            self,
-            RejectionKind::IdempotencyKeyMissing
-                | RejectionKind::IdempotencyKeyInvalid
-                | RejectionKind::IdempotencyScopeMissing
-                | RejectionKind::IdempotencyKeyInUse
-                | RejectionKind::IdempotencyKeyReused
-                | RejectionKind::RequestBodyTooLarge
-                | RejectionKind::RequestBodyFailed
-                | RejectionKind::RecordStoreUnavailable
-                | RejectionKind::IdempotencyResponseNotReplayable
-        )
+        self.facts().idempotency
     }
 }
 

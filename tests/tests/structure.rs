@@ -647,3 +647,82 @@ fn the_top_level_check_finds_a_circle_no_chain_of_files_closes() {
         "{report}"
     );
 }
+
+/// lock-tower's layer modules: each a sibling over the pieces they share.
+const TOWER_LAYERS: [&str; 3] = ["lock", "rate", "idempotency"];
+
+/// The layer module `file` belongs to, if it belongs to one.
+fn tower_layer(file: &str) -> Option<&'static str> {
+    let top = file.split('/').next()?;
+    TOWER_LAYERS
+        .into_iter()
+        .find(|layer| top == *layer || top.strip_suffix(".rs") == Some(layer))
+}
+
+/// Whether `file` is one of the pieces lock-tower's layers share: `keyed/`, `rejection*`,
+/// `response.rs`, `body.rs`, `config.rs`.
+fn tower_shared(file: &str) -> bool {
+    file.starts_with("keyed/")
+        || file.starts_with("rejection")
+        || ["response.rs", "body.rs", "config.rs"].contains(&file)
+}
+
+/// The arrows of a lock-tower graph that break its layering: a shared piece importing a
+/// layer, or a layer importing another layer. Each as `from → to via ties`.
+fn tower_layering_breaks(graph: &Graph) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, arrows) in graph {
+        for (to, ties) in arrows {
+            let Some(to_layer) = tower_layer(to) else {
+                continue;
+            };
+            let breaks = match tower_layer(from) {
+                Some(from_layer) => from_layer != to_layer,
+                None => tower_shared(from),
+            };
+            if breaks {
+                let ties: Vec<&str> = ties.iter().map(String::as_str).collect();
+                out.push(format!("{from} → {to} via {}", ties.join(", ")));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn lock_towers_layers_are_siblings_over_the_pieces_they_share() {
+    let breaks = tower_layering_breaks(&crate_graph("lock-tower"));
+    assert!(
+        breaks.is_empty(),
+        "lock-tower: nothing under keyed/, rejection*, response.rs, body.rs or config.rs may \
+         import a layer (lock/, rate/, idempotency/), and no layer another; pass the values \
+         the shared piece needs, or a trait the layer implements:\n  {}",
+        breaks.join("\n  ")
+    );
+}
+
+#[test]
+fn the_layering_check_finds_a_shared_piece_or_a_layer_reaching_into_a_layer() {
+    let files = tree(&[
+        ("lib.rs", "mod body;\nmod keyed;\nmod lock;\nmod rate;"),
+        ("keyed/mod.rs", "mod name;"),
+        ("keyed/name.rs", "use crate::lock::settings::Settings;"),
+        ("body.rs", "use crate::lock::request_lock::RequestLock;"),
+        ("lock/mod.rs", "mod settings;\nmod request_lock;"),
+        (
+            "lock/settings.rs",
+            "use crate::keyed::name::f;\npub struct Settings;",
+        ),
+        ("lock/request_lock.rs", "use super::settings::Settings;"),
+        ("rate/mod.rs", "use crate::lock::settings::Settings;"),
+    ]);
+    let breaks = tower_layering_breaks(&graph(&files));
+    assert_eq!(
+        breaks,
+        [
+            "body.rs → lock/request_lock.rs via crate::lock::request_lock::RequestLock (line 1)",
+            "keyed/name.rs → lock/settings.rs via crate::lock::settings::Settings (line 1)",
+            "rate/mod.rs → lock/settings.rs via crate::lock::settings::Settings (line 1)",
+        ]
+    );
+}

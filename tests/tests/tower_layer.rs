@@ -702,8 +702,8 @@ async fn lost_lease_aborts_the_handler_with_503_or_lets_it_finish() {
         format!("held={}", lock.is_held())
     };
     // A fixed 200 ms lease, never renewed: both handlers outlive it.
-    let layer =
-        DistributedLockLayer::new(client, PathParam::new("id")).lease(Duration::from_millis(200));
+    let layer = DistributedLockLayer::new(client, PathParam::new("id"))
+        .fixed_lease(Duration::from_millis(200));
     let router = Router::new()
         .route("/abort/{id}", post(slow).route_layer(layer.clone()))
         .route(
@@ -880,7 +880,7 @@ async fn each_extractor_locks_its_name_through_oneshot() {
     let big = ServiceBuilder::new()
         .layer(DistributedLockLayer::new(client.clone(), PathSegment::new(0)).prefix("t:"))
         .service_fn(|_req: Request<Full<Bytes>>| async move {
-            let size = usize::try_from(lock_tower::future::BUFFER_LIMIT).unwrap() + 1;
+            let size = usize::try_from(lock_tower::lock::BUFFER_LIMIT).unwrap() + 1;
             Ok::<_, MyError>(http::Response::new(Full::new(Bytes::from(vec![
                 b'x';
                 size
@@ -898,7 +898,7 @@ async fn each_extractor_locks_its_name_through_oneshot() {
     assert!(res.body().holds_lock());
     assert!(client.mutex("t:big").info().await.unwrap().held);
     let len = res.into_body().collect().await.unwrap().to_bytes().len();
-    assert_eq!(len as u64, lock_tower::future::BUFFER_LIMIT + 1);
+    assert_eq!(len as u64, lock_tower::lock::BUFFER_LIMIT + 1);
     assert!(!client.mutex("t:big").info().await.unwrap().held);
     let err = svc
         .clone()
@@ -1260,7 +1260,7 @@ async fn a_setting_that_cannot_work_answers_500_and_never_panics() {
         (
             "/lease/{id}",
             DistributedLockLayer::new(c.clone(), PathParam::new("id"))
-                .lease(Duration::from_millis(1)),
+                .fixed_lease(Duration::from_millis(1)),
         ),
         (
             "/permits/{id}",
@@ -1301,7 +1301,7 @@ async fn each_layer_validates_its_settings_at_start_up() {
     assert_eq!(option(lock().prefix("").validate()), "prefix");
     assert_eq!(option(lock().prefix("a{b}:").validate()), "prefix");
     assert_eq!(
-        option(lock().lease(Duration::from_millis(1)).validate()),
+        option(lock().fixed_lease(Duration::from_millis(1)).validate()),
         "lease"
     );
     assert_eq!(option(lock().permits(0).validate()), "permits");
@@ -1706,12 +1706,15 @@ fn every_answer_app(c: &LockClient, gate: &Arc<Hold>) -> Router {
         )
         .route(
             "/lost/{id}",
-            get(never)
-                .route_layer(layer(PathParam::new("id"), "l:").lease(Duration::from_millis(200))),
+            get(never).route_layer(
+                layer(PathParam::new("id"), "l:").fixed_lease(Duration::from_millis(200)),
+            ),
         )
         .route(
             "/bad/{id}",
-            get(ran).route_layer(layer(PathParam::new("id"), "x:").lease(Duration::from_millis(1))),
+            get(ran).route_layer(
+                layer(PathParam::new("id"), "x:").fixed_lease(Duration::from_millis(1)),
+            ),
         )
 }
 

@@ -12,7 +12,8 @@ use lock_core::{LockClient, LockError};
 
 use super::redis_store::LockClientStore;
 use super::store::RecordStore;
-use crate::config::{FailMode, LeaseLost, Problems, REDIS_ALLOWANCE};
+use crate::config::{FailMode, LeaseLost, REDIS_ALLOWANCE};
+use crate::keyed::validate::Problems;
 
 /// The header that carries the key by default: `Idempotency-Key`.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -54,7 +55,7 @@ pub(crate) struct Settings {
     pub(crate) prefix: String,
     pub(crate) ttl: Duration,
     pub(crate) wait: Duration,
-    pub(crate) lease: Option<Duration>,
+    pub(crate) fixed_lease: Option<Duration>,
     pub(crate) retry_after: Duration,
     pub(crate) unavailable_retry_after: Duration,
     pub(crate) max_request_body: usize,
@@ -79,7 +80,7 @@ impl Settings {
             prefix: "idem:".to_owned(),
             ttl: DEFAULT_TTL,
             wait: Duration::ZERO,
-            lease: None,
+            fixed_lease: None,
             retry_after: Duration::from_secs(1),
             unavailable_retry_after: Duration::from_secs(1),
             max_request_body: DEFAULT_MAX_REQUEST_BODY,
@@ -114,7 +115,7 @@ impl fmt::Debug for Settings {
             .field("prefix", &self.prefix)
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
-            .field("lease", &self.lease)
+            .field("fixed_lease", &self.fixed_lease)
             .field("max_request_body", &self.max_request_body)
             .field("max_record_body", &self.max_record_body)
             .field("replay_headers", &self.replay_headers)

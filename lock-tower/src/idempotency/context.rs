@@ -1,5 +1,5 @@
 //! [`Idempotency`]: what a handler learns of its request's key, and how it writes the record
-//! itself; and [`Held`], the key's lock while the handler runs.
+//! itself; and [`KeyLock`], the key's lock while the handler runs.
 
 use std::fmt;
 use std::pin::Pin;
@@ -158,14 +158,14 @@ pub(crate) struct Ask {
 }
 
 /// The key's lock while the handler runs, with the request's [`Idempotency`].
-pub(crate) struct Held {
+pub(crate) struct KeyLock {
     pub(crate) guard: LockGuard,
     pub(crate) context: Idempotency,
     /// Resolves when the lock is lost: made on the first poll that needs it.
     lost: Option<Lost>,
 }
 
-impl Held {
+impl KeyLock {
     pub(crate) fn new(guard: LockGuard, context: Idempotency) -> Self {
         Self {
             guard,
@@ -206,9 +206,9 @@ pub(crate) async fn release(guard: LockGuard) {
     }
 }
 
-impl fmt::Debug for Held {
+impl fmt::Debug for KeyLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Held")
+        f.debug_struct("KeyLock")
             .field("guard", &self.guard)
             .field("context", &self.context)
             .finish_non_exhaustive()

@@ -13,7 +13,7 @@ use lock_core::fenced::Fenced;
 use tracing::Span;
 
 use super::config::Settings;
-use super::context::{Held, Idempotency};
+use super::context::{Idempotency, KeyLock};
 use super::record::Record;
 use super::rejection;
 use crate::body::ResponseBody;
@@ -54,7 +54,7 @@ enum Stored {
 /// key's lock, gives the lock back, and says how to answer.
 pub(crate) async fn finish<B>(
     response: Response<B>,
-    held: Held,
+    held: KeyLock,
     settings: Arc<Settings>,
     span: Span,
 ) -> Finished<B>

@@ -24,7 +24,7 @@ use tower::Service;
 use tracing::{Instrument, Span};
 
 use super::config::{IDEMPOTENT_REPLAYED, Settings};
-use super::context::Held;
+use super::context::KeyLock;
 use super::finish::{Finished, finish};
 use super::prepare::Prepared;
 use super::record::Record;
@@ -69,7 +69,7 @@ pin_project! {
         // Reading the body, looking the record up, taking the lock.
         Preparing { future: BoxFuture<Prepared<Q>> },
         // The inner service runs (under the key's lock, unless `held` is `None`).
-        Running { #[pin] future: F, held: Option<Held> },
+        Running { #[pin] future: F, held: Option<KeyLock> },
         // Storing the response and giving the lock back.
         Finishing { future: BoxFuture<Finished<B>> },
         Done,
@@ -213,7 +213,7 @@ fn replay<B: Body>(record: &Record) -> Response<ResponseBody<B>> {
 /// the request is aborted when the lock is lost.
 fn running<F, Q, B, E>(
     future: Pin<&mut F>,
-    held: &mut Option<Held>,
+    held: &mut Option<KeyLock>,
     settings: &Arc<Settings>,
     span: &Span,
     cx: &mut Context<'_>,
@@ -234,7 +234,7 @@ where
             rejection: Some(rejection::lost(settings)),
         }))
     };
-    if abort && held.as_ref().is_some_and(Held::is_lost) {
+    if abort && held.as_ref().is_some_and(KeyLock::is_lost) {
         return lost();
     }
     let response = match future.poll(cx) {

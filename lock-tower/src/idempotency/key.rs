@@ -2,7 +2,7 @@
 //! under (the name of its lock and of its record).
 
 use crate::config::KeyRules;
-use crate::key::lock_name;
+use crate::keyed::name::lock_name;
 
 /// The longest idempotency key accepted: 255 bytes.
 pub const MAX_KEY_LEN: usize = 255;

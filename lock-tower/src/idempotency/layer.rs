@@ -11,8 +11,9 @@ use lock_core::LockClient;
 use super::config::{MAX_RECORD_BODY, Settings};
 use super::service::Idempotent;
 use super::store::RecordStore;
-use crate::config::{FailMode, LeaseLost, prefix_problem};
-use crate::macros::{common_impls, validate_method};
+use crate::config::{FailMode, LeaseLost};
+use crate::keyed::validate::{fixed_lease_setters, prefix_problem, validate_method};
+use crate::macros::common_impls;
 use crate::response::DefaultRejection;
 
 /// Applies [`Idempotent`] to a service: a request with an idempotency key runs once, under the
@@ -36,7 +37,7 @@ pub struct IdempotencyLayer<Sc = Unscoped, R = DefaultRejection> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unscoped;
 
-impl<B> crate::extract::KeyExtractor<B> for Unscoped {
+impl<B> crate::keyed::extract::KeyExtractor<B> for Unscoped {
     fn extract(&self, _: &http::Request<B>) -> Option<String> {
         None
     }
@@ -126,33 +127,20 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
-    /// Holds each key's lock for a **fixed lease that is never renewed** (10 ms to 30 days): a
-    /// handler that runs longer loses the lock (see [`on_lease_lost`](Self::on_lease_lost)),
-    /// and its response is not stored.
-    ///
-    /// Without it (the default) the lock has the client's **watchdog lease**, renewed while
-    /// the request runs, so a slow handler keeps it: that lease
-    /// ([`LockClientBuilder::watchdog_lease`](lock_core::LockClientBuilder::watchdog_lease),
-    /// default 30 s) is the crash-takeover setting: when an instance dies mid-request, the
-    /// key's retries get `409` until it runs out, then run on another instance. Shorten it on
-    /// the client for a faster takeover (see the [module docs](crate::idempotency)' example).
-    pub fn fixed_lease(mut self, lease: Duration) -> Self {
-        let valid = (LockClient::MIN_LEASE..=LockClient::MAX_LEASE).contains(&lease);
-        let problem = (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days"));
-        self.settings.invalid.check("lease", problem);
-        self.settings.lease = Some(lease);
-        self
-    }
-
-    /// The former name of [`fixed_lease`](Self::fixed_lease): a fixed lease, never renewed
-    /// (not the watchdog lease a crash takeover is about).
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed `fixed_lease`: this lease is never renewed"
-    )]
-    pub fn lease(self, lease: Duration) -> Self {
-        self.fixed_lease(lease)
-    }
+    fixed_lease_setters!(
+        settings.invalid,
+        settings.fixed_lease,
+        "Holds each key's lock for a **fixed lease that is never renewed** (10 ms to 30 \
+        days): a handler that runs longer loses the lock (see \
+        [`on_lease_lost`](Self::on_lease_lost)), and its response is not stored.\n\n\
+        Without it (the default) the lock has the client's **watchdog lease**, renewed while \
+        the request runs, so a slow handler keeps it: that lease \
+        ([`LockClientBuilder::watchdog_lease`](lock_core::LockClientBuilder::watchdog_lease), \
+        default 30 s) is the crash-takeover setting: when an instance dies mid-request, the \
+        key's retries get `409` until it runs out, then run on another instance. Shorten it \
+        on the client for a faster takeover (see the [module docs](crate::idempotency)' \
+        example)."
+    );
 
     /// The `Retry-After` of a `409` (the key's first request still runs) when the holder's
     /// remaining lease is not known; when it is (lock-core reads it with the busy answer),
@@ -214,6 +202,12 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
         self
     }
 
+    /// Shorthand for [`fail_mode(FailMode::Open)`](Self::fail_mode): an unavailable store
+    /// or Redis lets requests through without the lock and without storing their responses.
+    pub fn fail_open(self) -> Self {
+        self.fail_mode(FailMode::Open)
+    }
+
     /// What to do when the key's lock is lost while the handler runs. Either way nothing is
     /// stored. Default [`LeaseLost::Abort`]: the handler is cancelled (or its response
     /// dropped) and the request answered `503`; [`LeaseLost::Continue`] lets it finish and
@@ -226,7 +220,7 @@ impl<Sc, R> IdempotencyLayer<Sc, R> {
     validate_method!(
         settings,
         "Checked: [`prefix`](Self::prefix), [`ttl`](Self::ttl), \
-        [`lease`](Self::lease) / [`fixed_lease`](Self::fixed_lease) and \
+        [`fixed_lease`](Self::fixed_lease) (10 ms to 30 days) and \
         [`max_record_body`](Self::max_record_body)."
     );
 

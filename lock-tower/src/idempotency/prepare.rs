@@ -12,7 +12,7 @@ use lock_core::LockGuard;
 use tracing::Span;
 
 use super::config::Settings;
-use super::context::{Ask, Held, Idempotency, release};
+use super::context::{Ask, Idempotency, KeyLock, release};
 use super::record::{Fingerprint, Record};
 use super::rejection;
 use crate::body::BoxError;
@@ -29,7 +29,7 @@ pub(crate) enum Prepared<B> {
     /// Run the handler without the lock and without storing (failing open).
     Pass(Request<B>),
     /// Run the handler under the key's lock, then store its response.
-    Run(Request<B>, Held),
+    Run(Request<B>, KeyLock),
 }
 
 /// What a look-up of the record found.
@@ -89,7 +89,7 @@ where
     let context = Idempotency::new(ask, fingerprint, token, &settings);
     request.extensions_mut().insert(guard.held_lock());
     request.extensions_mut().insert(context.clone());
-    Prepared::Run(request, Held::new(guard, context))
+    Prepared::Run(request, KeyLock::new(guard, context))
 }
 
 /// Reads a request body of at most `limit` bytes (trailers are dropped).
@@ -159,7 +159,7 @@ fn answer<B>(found: Found, span: &Span) -> Prepared<B> {
 /// Takes the key's lock, bounded by the layer's acquire timeout.
 async fn lock(settings: &Settings, name: &str) -> Result<LockGuard, Rejection> {
     let mut request = settings.client.lock(name).wait(settings.wait);
-    if let Some(lease) = settings.lease {
+    if let Some(lease) = settings.fixed_lease {
         request = request.lease(lease);
     }
     match tokio::time::timeout(settings.acquire_timeout(), request).await {

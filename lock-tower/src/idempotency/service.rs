@@ -19,7 +19,7 @@ use super::key::{parse_key, record_name, scope_problem};
 use super::prepare::prepare;
 use super::rejection;
 use crate::body::{BoxError, ResponseBody};
-use crate::extract::{KeyExtractor, shorten};
+use crate::keyed::extract::{KeyExtractor, shorten};
 use crate::macros::{common_impls, inner_service_accessors};
 use crate::rejection::Rejection;
 use crate::response::{DefaultRejection, OnRejection};

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use lock_core::{LocalRateLimits, LockClient};
 
-use crate::key_settings::KeySettings;
+use crate::keyed::settings::{KeySettings, Keyed};
+use crate::keyed::words::Words;
 
 /// The default prefix of a rate-limit layer's limits.
 pub(crate) const DEFAULT_PREFIX: &str = "rate:";
@@ -32,5 +33,19 @@ impl RateSettings {
             check_timeout: None,
             local: None,
         }
+    }
+}
+
+impl Keyed for RateSettings {
+    const WORDS: Words = Words {
+        layer: "rate-limit",
+        label: "rate limit",
+        missing_key: "the request does not say whose rate limit applies",
+        fail_open: "rate limit store unavailable; letting the request through (fail open)",
+        failed: "could not check the rate limit",
+    };
+
+    fn keys(&self) -> &KeySettings {
+        &self.keys
     }
 }

@@ -1,4 +1,4 @@
-//! [`RateLimitFuture`]: waits for the rate limit's decision, then runs the inner service or
+//! [`ResponseFuture`]: waits for the rate limit's decision, then runs the inner service or
 //! answers the request itself.
 //!
 //! ```text
@@ -21,11 +21,11 @@ use tracing::Span;
 
 use crate::body::ResponseBody;
 use crate::deferred::Deferred;
-use crate::fail_open::fails_open;
+use crate::keyed::decision::refuse;
+use crate::keyed::request::KeyedFuture;
 use crate::rate::config::RateSettings;
 use crate::rate::headers::insert_fields;
 use crate::rejection::Rejection;
-use crate::rejection_kind::RejectionKind;
 use crate::response::{OnRejection, answer};
 
 /// A check of a request's rate limit under way.
@@ -35,13 +35,13 @@ pub(crate) type Check = Pin<Box<dyn Future<Output = Result<RateDecision, LockErr
 pub(crate) type Kept<S, ReqBody, R> = Deferred<S, Request<ReqBody>, RateSettings, R>;
 
 pin_project! {
-    /// Response future of [`RateLimitService`](crate::RateLimitService).
+    /// Response future of [`RateLimit`](super::RateLimit).
     ///
     /// It takes one permit of the request's rate limit (one call to the store, bounded by
     /// the client's response timeout), then calls the inner service and adds the
     /// `RateLimit-Policy` and `RateLimit` fields to its response, or answers the request
     /// itself (`429` with the same fields, `503`, `500`, ...).
-    pub struct RateLimitFuture<S, ReqBody, ResBody, R>
+    pub struct ResponseFuture<S, ReqBody, ResBody, R>
     where
         S: Service<Request<ReqBody>>,
     {
@@ -66,26 +66,10 @@ pin_project! {
     }
 }
 
-impl<S, ReqBody, ResBody, R> RateLimitFuture<S, ReqBody, ResBody, R>
+impl<S, ReqBody, ResBody, R> ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
-        let state = State::Rejected {
-            rejection: Some(rejection),
-            decision: None,
-        };
-        Self::with(state, kept)
-    }
-
-    pub(crate) fn unlimited(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
-        let state = State::Running {
-            future,
-            decision: None,
-        };
-        Self::with(state, kept)
-    }
-
     pub(crate) fn checking(
         check: Check,
         (service, request): (S, Request<ReqBody>),
@@ -104,7 +88,29 @@ where
     }
 }
 
-impl<S, ReqBody, ResBody, R> Future for RateLimitFuture<S, ReqBody, ResBody, R>
+impl<S, ReqBody, ResBody, R> KeyedFuture<S, ReqBody, RateSettings, R>
+    for ResponseFuture<S, ReqBody, ResBody, R>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
+        let state = State::Rejected {
+            rejection: Some(rejection),
+            decision: None,
+        };
+        Self::with(state, kept)
+    }
+
+    fn passed(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
+        let state = State::Running {
+            future,
+            decision: None,
+        };
+        Self::with(state, kept)
+    }
+}
+
+impl<S, ReqBody, ResBody, R> Future for ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     R: OnRejection<ResBody>,
@@ -146,7 +152,7 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(output);
                 }
-                StateProj::Done => panic!("RateLimitFuture polled after completion"),
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
             };
             this.state.set(next);
         }
@@ -188,37 +194,19 @@ where
         Err(error) => error,
     };
     let rejection = Rejection::for_rate_limit_error(error, settings.keys.unavailable_retry_after);
-    let fail_open = "rate limit store unavailable; letting the request through (fail open)";
-    if fails_open(&rejection, settings.keys.fail_mode, span, fail_open) {
-        let future = service.call(request);
-        return State::Running {
-            future,
+    match refuse(rejection, settings, span) {
+        None => State::Running {
+            future: service.call(request),
             decision: None,
-        };
-    }
-    let error = rejection.error().map(tracing::field::display);
-    match rejection.kind() {
-        RejectionKind::Unavailable => {
-            span.record("outcome", "unavailable");
-        }
-        RejectionKind::InvalidKey => {
-            span.record("outcome", "invalid_key");
-        }
-        _ => {
-            span.record("outcome", "error");
-            tracing::error!(
-                error,
-                "could not check the rate limit; the layer is misconfigured"
-            );
-        }
-    }
-    State::Rejected {
-        rejection: Some(rejection),
-        decision: None,
+        },
+        rejection => State::Rejected {
+            rejection,
+            decision: None,
+        },
     }
 }
 
-impl<S, ReqBody, ResBody, R> fmt::Debug for RateLimitFuture<S, ReqBody, ResBody, R>
+impl<S, ReqBody, ResBody, R> fmt::Debug for ResponseFuture<S, ReqBody, ResBody, R>
 where
     S: Service<Request<ReqBody>>,
 {
@@ -229,7 +217,7 @@ where
             State::Running { .. } => "running",
             State::Done => "done",
         };
-        f.debug_struct("RateLimitFuture")
+        f.debug_struct("ResponseFuture")
             .field("state", &state)
             .finish_non_exhaustive()
     }

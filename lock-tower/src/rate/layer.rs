@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use lock_core::{LockClient, Quota};
 
-use crate::config::FailMode;
-use crate::key_settings::key_setters;
-use crate::macros::validate_method;
+use crate::keyed::settings::key_setters;
+use crate::keyed::validate::validate_method;
 use crate::rate::config::RateSettings;
-use crate::rate::service::RateLimitService;
+use crate::rate::service::RateLimit;
 use crate::response::DefaultRejection;
 
-/// Applies [`RateLimitService`] to a service: each request takes one permit of the Redis
+/// Applies [`RateLimit`] to a service: each request takes one permit of the Redis
 /// rate limit ([`lock_core::RateLimit`]) named `prefix + key`, where the key comes from the
 /// request; a request without a permit is answered `429 Too Many Requests`.
 ///
@@ -117,12 +116,6 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
         self
     }
 
-    /// Shorthand for [`fail_mode(FailMode::Open)`](Self::fail_mode): an unavailable store
-    /// lets requests through.
-    pub fn fail_open(self) -> Self {
-        self.fail_mode(FailMode::Open)
-    }
-
     validate_method!(
         settings.keys,
         "Checked: [`prefix`](Self::prefix) and the [`Quota`] given to \
@@ -145,10 +138,10 @@ impl<K, Q, R> RateLimitLayer<K, Q, R> {
 }
 
 impl<S, K, Q, R> tower::Layer<S> for RateLimitLayer<K, Q, R> {
-    type Service = RateLimitService<S, K, Q, R>;
+    type Service = RateLimit<S, K, Q, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService::new(
+        RateLimit::new(
             inner,
             self.extractor.clone(),
             self.quota.clone(),

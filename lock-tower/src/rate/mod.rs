@@ -173,11 +173,20 @@ mod layer;
 mod quota;
 mod service;
 
-pub use future::RateLimitFuture;
+pub use future::ResponseFuture;
 pub use headers::{
     BURST_POLICY_NAME, POLICY_NAME, RATELIMIT, RATELIMIT_POLICY, insert_fields, policy_field,
     ratelimit_field,
 };
 pub use layer::RateLimitLayer;
 pub use quota::QuotaPolicy;
-pub use service::RateLimitService;
+pub use service::RateLimit;
+
+/// The former name of [`RateLimit`], the rate-limit service (tower-http's naming: the
+/// layer is `XLayer`, its service `X`).
+#[deprecated(since = "0.1.0", note = "renamed `lock_tower::rate::RateLimit`")]
+pub type RateLimitService<S, K, Q, R = crate::response::DefaultRejection> = RateLimit<S, K, Q, R>;
+
+/// The former name of [`ResponseFuture`], the rate-limit service's response future.
+#[deprecated(since = "0.1.0", note = "renamed `lock_tower::rate::ResponseFuture`")]
+pub type RateLimitFuture<S, ReqBody, ResBody, R> = ResponseFuture<S, ReqBody, ResBody, R>;

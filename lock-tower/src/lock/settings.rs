@@ -9,7 +9,8 @@ use http::{Method, StatusCode};
 use lock_core::LockClient;
 
 use crate::config::{HoldTimes, LeaseLost, REDIS_ALLOWANCE, Release, Side};
-use crate::key_settings::KeySettings;
+use crate::keyed::settings::{KeySettings, Keyed};
+use crate::keyed::words::Words;
 
 /// The kind of lock each request takes.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +30,7 @@ pub(crate) struct Settings {
     /// Key rules, missing keys, fail mode, the settings that cannot work.
     pub(crate) keys: KeySettings,
     pub(crate) wait: Duration,
-    pub(crate) lease: Option<Duration>,
+    pub(crate) fixed_lease: Option<Duration>,
     pub(crate) acquire_timeout: Option<Duration>,
     pub(crate) lease_lost: LeaseLost,
     pub(crate) release: Release,
@@ -49,7 +50,7 @@ impl Settings {
             kind: Kind::Mutex,
             keys: KeySettings::new(DEFAULT_PREFIX),
             wait: Duration::ZERO,
-            lease: None,
+            fixed_lease: None,
             acquire_timeout: None,
             lease_lost: LeaseLost::Abort,
             release: Release::AfterBody,
@@ -63,5 +64,19 @@ impl Settings {
     pub(crate) fn acquire_timeout(&self) -> Duration {
         self.acquire_timeout
             .unwrap_or_else(|| self.wait.saturating_add(REDIS_ALLOWANCE))
+    }
+}
+
+impl Keyed for Settings {
+    const WORDS: Words = Words {
+        layer: "lock",
+        label: "lock",
+        missing_key: "the request does not say which resource to lock",
+        fail_open: "lock service unavailable; running the request without the lock (fail open)",
+        failed: "could not take the lock",
+    };
+
+    fn keys(&self) -> &KeySettings {
+        &self.keys
     }
 }

@@ -10,9 +10,10 @@ use lock_core::Lost;
 use tokio::time::Instant;
 use tracing::Span;
 
+use super::guard::{AnyGuard, Unlock};
+use super::settings::Settings;
+use crate::body::BodyHold;
 use crate::config::{HoldTimes, LeaseLost};
-use crate::guard::{AnyGuard, Unlock};
-use crate::settings::Settings;
 
 /// A held lock: the guard, the watch for its loss, and the span that reports on it.
 ///
@@ -50,13 +51,32 @@ impl RequestLock {
         }
     }
 
+    fn on_lost(&mut self) {
+        self.watch = false;
+        self.lost = None;
+        self.span.record("lost", true);
+        tracing::warn!(parent: &self.span, lock = %self.name(),
+            "lock lost while the request was running");
+    }
+
+    fn record_held(&self) {
+        let held = self.since.elapsed();
+        self.hold_times.record(held);
+        self.span.record(
+            "held_ms",
+            u64::try_from(held.as_millis()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+impl BodyHold for RequestLock {
     /// The lock's name (empty once released).
-    pub(crate) fn name(&self) -> &str {
+    fn name(&self) -> &str {
         self.guard.as_ref().map_or("", AnyGuard::name)
     }
 
     /// Whether losing the lock aborts the request ([`LeaseLost::Abort`]).
-    pub(crate) fn aborts_on_loss(&self) -> bool {
+    fn aborts_on_loss(&self) -> bool {
         self.abort
     }
 
@@ -64,7 +84,7 @@ impl RequestLock {
     /// the guard's own account, which reads the hold's validity against the clock and so
     /// knows of a lease that ran out before any timer or renewal has said so. Cheap: no
     /// future is made. Always false when loss is not watched.
-    pub(crate) fn check_lost(&mut self) -> bool {
+    fn check_lost(&mut self) -> bool {
         if !self.watch || self.guard.as_ref().is_none_or(AnyGuard::is_held) {
             return false;
         }
@@ -74,7 +94,7 @@ impl RequestLock {
 
     /// Ready once the lock is lost (checked now, then watched through the guard's `lost`
     /// signal); pending forever when loss is not watched.
-    pub(crate) fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.check_lost() {
             return Poll::Ready(());
         }
@@ -94,19 +114,11 @@ impl RequestLock {
         Poll::Ready(())
     }
 
-    fn on_lost(&mut self) {
-        self.watch = false;
-        self.lost = None;
-        self.span.record("lost", true);
-        tracing::warn!(parent: &self.span, lock = %self.name(),
-            "lock lost while the request was running");
-    }
-
     /// Gives the lock back and waits for Redis to confirm it (bounded by the client's
     /// timeouts). Ready with `Err(name)` when Redis said the lock was no longer ours (it had
     /// expired or been taken over), `Ok` otherwise; a failed release is logged (the lease
     /// then expires the lock) and counts as `Ok`, since nothing says the lock was gone.
-    pub(crate) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+    fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
         if let Some(guard) = self.guard.take() {
             self.record_held();
             self.watch = false;
@@ -142,15 +154,6 @@ impl RequestLock {
                 Ok(())
             }
         })
-    }
-
-    fn record_held(&self) {
-        let held = self.since.elapsed();
-        self.hold_times.record(held);
-        self.span.record(
-            "held_ms",
-            u64::try_from(held.as_millis()).unwrap_or(u64::MAX),
-        );
     }
 }
 

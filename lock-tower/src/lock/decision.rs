@@ -4,11 +4,11 @@
 
 use lock_core::LockError;
 
-use crate::fail_open::fails_open;
-use crate::guard::AnyGuard;
+use super::guard::AnyGuard;
+use super::rejection;
+use super::settings::Settings;
+use crate::keyed::decision::refuse;
 use crate::rejection::Rejection;
-use crate::rejection_kind::RejectionKind;
-use crate::settings::Settings;
 
 /// The target of this file's events: the one they had when the decision lived in `response`,
 /// so log filters that name that module keep seeing them.
@@ -41,25 +41,11 @@ pub(crate) fn decide(
             );
             return Decision::Run(Some(guard));
         }
-        Some(Err(error)) => Rejection::for_lock_error(error, settings),
-        None => Rejection::acquire_timed_out(settings),
+        Some(Err(error)) => rejection::for_lock_error(error, settings),
+        None => rejection::acquire_timed_out(settings),
     };
-    let fail_open = "lock service unavailable; running the request without the lock (fail open)";
-    if fails_open(&rejection, settings.keys.fail_mode, span, fail_open) {
-        return Decision::Run(None);
+    match refuse(rejection, settings, span) {
+        None => Decision::Run(None),
+        Some(rejection) => Decision::Reject(rejection),
     }
-    let error = rejection.error().map(tracing::field::display);
-    match rejection.kind() {
-        RejectionKind::Busy | RejectionKind::PermitsInUse => {
-            span.record("outcome", "busy");
-        }
-        RejectionKind::Unavailable => {
-            span.record("outcome", "unavailable");
-        }
-        _ => {
-            span.record("outcome", "error");
-            tracing::error!(target: TARGET, error, "could not take the lock; the layer is misconfigured");
-        }
-    }
-    Decision::Reject(rejection)
 }

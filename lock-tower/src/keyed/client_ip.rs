@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{HeaderName, Request};
 
-use crate::extract::KeyExtractor;
+use crate::keyed::extract::KeyExtractor;
 
 /// The key is the IP address of the connection the request came on: axum's
 /// `ConnectInfo<SocketAddr>`, which axum adds when the app is served with

@@ -9,9 +9,9 @@ use lock_core::{Guard, LockError, LockRequest};
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
+use super::guard::AnyGuard;
+use super::settings::{Kind, Settings};
 use crate::config::Side;
-use crate::guard::AnyGuard;
-use crate::settings::{Kind, Settings};
 
 /// The acquisition of a request's lock.
 pub(crate) struct Acquire {
@@ -67,7 +67,7 @@ fn bounded<G: Guard + 'static>(
 ) -> Pin<Box<dyn Future<Output = Acquired> + Send>> {
     let timeout = settings.acquire_timeout();
     let mut request = request.wait(settings.wait.min(timeout));
-    if let Some(lease) = settings.lease {
+    if let Some(lease) = settings.fixed_lease {
         request = request.lease(lease);
     }
     let acquire = async move {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use lock_core::LockError;
 
-use crate::config::{FailMode, KeyRules, LoggedRoutes, MissingKey, Problems, prefix_problem};
+use super::validate::{Problems, prefix_problem};
+use super::words::Words;
+use crate::config::{FailMode, KeyRules, LoggedRoutes, MissingKey};
 
 /// The settings a keyed layer shares with the others, embedded in its own settings as
 /// `keys`.
@@ -61,8 +63,17 @@ impl KeySettings {
     }
 }
 
+/// A keyed layer's settings, as the steps every keyed layer shares read them.
+pub(crate) trait Keyed {
+    /// How the layer names itself in those steps.
+    const WORDS: Words;
+
+    /// The layer's key settings.
+    fn keys(&self) -> &KeySettings;
+}
+
 /// The builder setters of [`KeySettings`] (`max_key_len`, `hash_keys`, `missing_key`,
-/// `fail_mode`, `unavailable_retry_after`), for an `impl` block of a layer whose field
+/// `fail_mode`, `fail_open`, `unavailable_retry_after`), for an `impl` block of a layer whose field
 /// `settings` has a field `keys: KeySettings`. The words that differ between layers come as
 /// arguments: `store` names what can be unavailable, `bound` what bounds a call to it,
 /// `without` says how a request goes through without the layer, `unavailable` lists what a
@@ -120,6 +131,17 @@ macro_rules! key_setters {
         pub fn fail_mode(mut self, mode: $crate::config::FailMode) -> Self {
             self.settings.keys.fail_mode = mode;
             self
+        }
+
+        #[doc = concat!(
+            "Shorthand for [`fail_mode(FailMode::Open)`](Self::fail_mode): an unavailable ",
+            $store,
+            " lets requests through ",
+            $without,
+            "."
+        )]
+        pub fn fail_open(self) -> Self {
+            self.fail_mode($crate::config::FailMode::Open)
         }
 
         #[doc = concat!("The `Retry-After` of a `503` (", $unavailable, "). Default 1 s.")]

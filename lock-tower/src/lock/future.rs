@@ -23,15 +23,17 @@ use pin_project_lite::pin_project;
 use tower::Service;
 use tracing::Span;
 
-use crate::acquire::Acquire;
-use crate::body::ResponseBody;
+use super::acquire::Acquire;
+use super::decision::{Decision, decide};
+use super::rejection;
+use super::request_lock::RequestLock;
+use super::settings::Settings;
+use crate::body::{BodyHold, ResponseBody};
 use crate::config::Release;
-use crate::decision::{Decision, decide};
 use crate::deferred::Deferred;
+use crate::keyed::request::KeyedFuture;
 use crate::rejection::Rejection;
-use crate::request_lock::RequestLock;
 use crate::response::{OnRejection, answer};
-use crate::settings::Settings;
 
 /// The largest response body (by its size hint's upper bound), 64 KiB, read in full under the
 /// lock with [`Release::AfterBody`]; larger or unbounded bodies stream, keeping the lock until
@@ -97,17 +99,6 @@ where
     S: Service<Request<ReqBody>>,
     ResBody: Body,
 {
-    pub(crate) fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
-        let state = State::Rejected {
-            rejection: Some(rejection),
-        };
-        Self::with(state, kept)
-    }
-
-    pub(crate) fn unlocked(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
-        Self::with(State::Running { future, hold: None }, kept)
-    }
-
     pub(crate) fn acquiring(
         acquire: Acquire,
         service: S,
@@ -124,6 +115,24 @@ where
             kept,
             scope: ReentrantScope::current_or_new(),
         }
+    }
+}
+
+impl<S, ReqBody, ResBody, R> KeyedFuture<S, ReqBody, Settings, R>
+    for ResponseFuture<S, ReqBody, ResBody, R>
+where
+    S: Service<Request<ReqBody>>,
+    ResBody: Body,
+{
+    fn rejected(rejection: Rejection, kept: Kept<S, ReqBody, R>) -> Self {
+        let state = State::Rejected {
+            rejection: Some(rejection),
+        };
+        Self::with(state, kept)
+    }
+
+    fn passed(future: S::Future, kept: Kept<S, ReqBody, R>) -> Self {
+        Self::with(State::Running { future, hold: None }, kept)
     }
 }
 
@@ -164,7 +173,7 @@ where
                         // Redis says the lock was gone before the request gave it back: the
                         // response was made without it, so it is dropped unsent.
                         Step::Next(State::Rejected {
-                            rejection: Some(Rejection::lost(settings)),
+                            rejection: Some(rejection::lost(settings)),
                         })
                     }
                 }
@@ -227,12 +236,12 @@ where
     // made after the loss); the hold drops with it and the lock is released in the background.
     let lost = || {
         Poll::Ready(Step::Next(State::Rejected {
-            rejection: Some(Rejection::lost(settings)),
+            rejection: Some(rejection::lost(settings)),
         }))
     };
     // The loss first: a handler that is ready in the same poll in which its lease is found to
     // have run out (its runtime or process stalled past the lease) did not run under the lock.
-    if hold.as_mut().is_some_and(RequestLock::check_lost) {
+    if hold.as_mut().is_some_and(BodyHold::check_lost) {
         return lost();
     }
     let response = match scope.enter(|| future.poll(cx)) {
@@ -249,7 +258,7 @@ where
         }
     };
     // ... and again once the response is ready: it is accepted only under a valid lock.
-    if hold.as_mut().is_some_and(RequestLock::check_lost) {
+    if hold.as_mut().is_some_and(BodyHold::check_lost) {
         return lost();
     }
     let Some(hold) = hold.take() else {
@@ -294,7 +303,7 @@ fn buffering<F, B: Body, E>(
     // comes while the body is read or is found once it has been.
     let lost = || {
         Poll::Ready(Step::Next(State::Rejected {
-            rejection: Some(Rejection::lost(settings)),
+            rejection: Some(rejection::lost(settings)),
         }))
     };
     if read.hold.check_lost() {

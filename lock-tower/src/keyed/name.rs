@@ -103,7 +103,7 @@ mod tests {
         use proptest::test_runner::Config;
 
         use super::*;
-        use crate::extract::{Header, KeyExtractor, PathSegment, QueryParam};
+        use crate::keyed::extract::{Header, KeyExtractor, PathSegment, QueryParam};
 
         fn config(cases: u32) -> Config {
             Config {

@@ -6,12 +6,13 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 use lock_core::{LockClient, Semaphore};
 
+use super::service::DistributedLock;
+use super::settings::{Kind, Settings};
 use crate::config::{LeaseLost, Release, Side};
-use crate::key_settings::key_setters;
-use crate::macros::{common_impls, validate_method};
+use crate::keyed::settings::key_setters;
+use crate::keyed::validate::{fixed_lease_setters, validate_method};
+use crate::macros::common_impls;
 use crate::response::DefaultRejection;
-use crate::service::DistributedLock;
-use crate::settings::{Kind, Settings};
 
 /// Applies [`DistributedLock`] to a service: each request takes the Redis lock named
 /// `prefix + key`, where the key comes from the request, and holds it while the inner
@@ -99,19 +100,14 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// Holds each lock for a fixed lease that is never renewed (10 ms to 30 days, as for
-    /// [`LockRequest::lease`](lock_core::LockRequest::lease)): a request that runs longer
-    /// loses its lock (see [`on_lease_lost`](Self::on_lease_lost)). Default: the client's
-    /// watchdog lease, renewed for as long as the request runs.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        let valid = (LockClient::MIN_LEASE..=LockClient::MAX_LEASE).contains(&lease);
-        self.settings.keys.check(
-            "lease",
-            (!valid).then(|| format!("{lease:?} is outside 10ms..=30 days")),
-        );
-        self.settings.lease = Some(lease);
-        self
-    }
+    fixed_lease_setters!(
+        settings.keys,
+        settings.fixed_lease,
+        "Holds each lock for a fixed lease that is never renewed (10 ms to 30 days, as for \
+        [`LockRequest::lease`](lock_core::LockRequest::lease)): a request that runs longer \
+        loses its lock (see [`on_lease_lost`](Self::on_lease_lost)). Default: the client's \
+        watchdog lease, renewed for as long as the request runs."
+    );
 
     /// The bound on a whole acquisition, waiting and Redis round trips included: past it the
     /// request is answered as if Redis were unavailable (`503`), so a slow or hung Redis never
@@ -162,7 +158,7 @@ impl<K, R> DistributedLockLayer<K, R> {
 
     validate_method!(
         settings.keys,
-        "Checked: [`prefix`](Self::prefix), [`lease`](Self::lease) (10 ms to 30 days), \
+        "Checked: [`prefix`](Self::prefix), [`fixed_lease`](Self::fixed_lease) (10 ms to 30 days), \
         [`permits`](Self::permits) (1 to 100,000). Not checked: whether a \
         [`PathParam`](crate::PathParam)'s parameter is in the route the layer is put on, \
         which the layer learns from the first request routed to it (see the guide's HTTP \
