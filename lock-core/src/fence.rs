@@ -1,7 +1,8 @@
 //! What every fenced write shares (`fenced::set`, the claims and fenced counters of
-//! `fenced_update`): its answer [`Fenced`], and the largest token Lua compares exactly.
+//! `fenced_update`): its answer [`Fenced`], the largest token Lua compares exactly, and when
+//! a command is sent once more.
 
-use crate::error::LockError;
+use crate::error::{LockError, is_connection_error};
 
 /// The largest token Lua compares exactly: 2^53.
 pub const MAX_TOKEN: u64 = 1 << 53;
@@ -29,3 +30,34 @@ pub(crate) fn check(token: u64) -> Result<(), LockError> {
     }
     Ok(())
 }
+
+/// Whether a fenced command whose send failed with `e` is sent once more. Every fenced
+/// command is safe to repeat, so it is sent again when its connection broke under it (a
+/// connection that heals, [`Connection`](crate::Connection) or the redis crate's
+/// `ConnectionManager`, then takes the second try). After a timeout only when `after_timeout`:
+/// the claims and fenced counters, whose caller could not otherwise tell whether a counter
+/// moved (a counter update carries its id, so only the resend recognises it); DESIGN.md's
+/// resend rule names this exception. `fenced::set` and `get` are not: a second try would
+/// double the wait on a frozen server, and writing the whole value again is the caller's
+/// own safe retry.
+pub(crate) fn send_again(e: &redis::RedisError, after_timeout: bool) -> bool {
+    if e.is_timeout() {
+        after_timeout
+    } else {
+        is_connection_error(e)
+    }
+}
+
+/// Evaluates `$send` (a fenced command's send), and once more when [`send_again`] says so.
+macro_rules! once_more {
+    ($after_timeout:expr, $send:expr) => {
+        match $send {
+            Err(e) if crate::fence::send_again(&e, $after_timeout) => {
+                tracing::debug!(error = %e, "a fenced command got no answer; sending it once more");
+                $send
+            }
+            reply => reply,
+        }
+    };
+}
+pub(crate) use once_more;

@@ -48,25 +48,8 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ToRedisArgs, Value};
 
 use crate::error::LockError;
-use crate::fence::check;
+use crate::fence::{check, once_more};
 pub use crate::fence::{Fenced, MAX_TOKEN};
-
-/// Sends (evaluates `send`), and once more when the connection broke under it: [`set`] and
-/// [`get`] are safe to repeat (a repeated write writes the same value with the same token),
-/// and a connection that heals ([`Connection`](crate::Connection), the redis crate's
-/// `ConnectionManager`) then takes the second try. A timeout is not sent again: its time is
-/// spent, and a second try would double the wait on a frozen server.
-macro_rules! once_more {
-    ($send:expr) => {
-        match $send {
-            Err(e) if crate::error::is_connection_error(&e) && !e.is_timeout() => {
-                tracing::debug!(error = %e, "a fenced command's connection failed; sending it once more");
-                $send
-            }
-            reply => reply,
-        }
-    };
-}
 
 static SET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -95,7 +78,7 @@ where
     check(token)?;
     let mut invocation = SET.key(key);
     invocation.arg(value).arg(token);
-    let reply: Value = once_more!(invocation.invoke_async(conn).await)?;
+    let reply: Value = once_more!(false, invocation.invoke_async(conn).await)?;
     match reply {
         Value::Int(0) => Ok(Fenced::Written),
         other => {
@@ -117,7 +100,7 @@ where
 {
     let mut hmget = redis::cmd("HMGET");
     hmget.arg(key).arg("value").arg("fence");
-    let (value, fence): (Option<Value>, Option<u64>) = once_more!(hmget.query_async(conn).await)?;
+    let (value, fence): (Option<Value>, Option<u64>) = once_more!(false, hmget.query_async(conn).await)?;
     match (value, fence) {
         (None, None) => Ok(None),
         (Some(value), Some(fence)) => {

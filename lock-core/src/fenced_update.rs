@@ -53,8 +53,8 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
 
-use crate::error::{LockError, is_connection_error};
-use crate::fence::{Fenced, MAX_TOKEN, check};
+use crate::error::LockError;
+use crate::fence::{Fenced, MAX_TOKEN, check, once_more};
 
 /// What [`claim`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,18 +147,12 @@ return {1, string.format('%.0f', new)}
 });
 
 /// Invokes `invocation`, and once more when the connection failed under it or its reply did
-/// not come in time (every script here is safe to repeat).
+/// not come in time (every script here is safe to repeat: see `fence::send_again`).
 async fn invoke<C: ConnectionLike + Send>(
     invocation: &ScriptInvocation<'_>,
     conn: &mut C,
 ) -> Result<Vec<Value>, LockError> {
-    match invocation.invoke_async(conn).await {
-        Err(e) if is_connection_error(&e) || e.is_timeout() => {
-            tracing::debug!(error = %e, "a fenced update's reply was lost; sending it once more");
-            Ok(invocation.invoke_async(conn).await?)
-        }
-        reply => Ok(reply?),
-    }
+    Ok(once_more!(true, invocation.invoke_async(conn).await)?)
 }
 
 fn parse<T: FromRedisValue>(value: Option<&Value>) -> Result<T, LockError> {
