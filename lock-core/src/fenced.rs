@@ -48,8 +48,8 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ToRedisArgs, Value};
 
 use crate::error::LockError;
-use crate::fence::{check, once_more};
 pub use crate::fence::{Fenced, MAX_TOKEN};
+use crate::fence::{check, once_more};
 
 static SET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -100,7 +100,8 @@ where
 {
     let mut hmget = redis::cmd("HMGET");
     hmget.arg(key).arg("value").arg("fence");
-    let (value, fence): (Option<Value>, Option<u64>) = once_more!(false, hmget.query_async(conn).await)?;
+    let (value, fence): (Option<Value>, Option<u64>) =
+        once_more!(false, hmget.query_async(conn).await)?;
     match (value, fence) {
         (None, None) => Ok(None),
         (Some(value), Some(fence)) => {

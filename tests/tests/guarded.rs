@@ -380,6 +380,15 @@ async fn on_redis_a_holder_whose_lease_ran_out_cannot_sell_the_last_unit() {
 // ---------------------------------------------------------------------------------------------
 // Fenced updates for data anywhere (`fenced::claim`, `write_claimed`, `add`, `take`)
 
+/// Claims `key` for `token` and reads its value: the claim must be granted on a key that holds
+/// one.
+async fn claimed(conn: &mut lock_core::Connection, key: &str, token: u64) -> i64 {
+    match fenced::claim::<_, i64>(conn, key, token).await.unwrap() {
+        Claim::Claimed { value: Some(value) } => value,
+        other => panic!("the claim of {key} with token {token}: {other:?}"),
+    }
+}
+
 /// The same race with a claim before the read: the stale holder's claim came first, the newer
 /// holder's claim raised the fence, so the stale write is refused; one unit sold.
 #[tokio::test(start_paused = true)]
@@ -393,26 +402,12 @@ async fn a_stale_claim_cannot_write_after_a_newer_one() {
     );
     let guard_a = a.lock("item:42").lease(LEASE).await.unwrap();
     let token_a = guard_a.fencing_token();
-    let Claim::Claimed {
-        value: Some(read_a),
-    } = fenced::claim::<_, i64>(&mut conn_a, stock, token_a)
-        .await
-        .unwrap()
-    else {
-        panic!("A's claim")
-    };
+    let read_a = claimed(&mut conn_a, stock, token_a).await;
     assert!(server.set_client_reachable(&a, false));
     tokio::time::sleep(LEASE * 2).await;
     let guard_b = b.lock("item:42").wait(LEASE).await.unwrap();
     let token_b = guard_b.fencing_token();
-    let Claim::Claimed {
-        value: Some(read_b),
-    } = fenced::claim::<_, i64>(&mut conn_b, stock, token_b)
-        .await
-        .unwrap()
-    else {
-        panic!("B's claim")
-    };
+    let read_b = claimed(&mut conn_b, stock, token_b).await;
     assert!(server.set_client_reachable(&a, true));
     let late = fenced::write_claimed(&mut conn_a, stock, read_a - 1, token_a).await;
     assert_eq!(late.unwrap(), Fenced::Refused { stored: token_b });
