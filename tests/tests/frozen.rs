@@ -146,12 +146,19 @@ async fn release_while_frozen(c: &LockClient, server: &mut RedisServer, bound: D
     thaw(server);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_public_call_gives_up_at_its_response_timeout_on_a_frozen_server() {
+/// A server and a client (response timeout [`RESPONSE`]) whose every path was answered once
+/// (connections warm, scripts loaded), then the server frozen.
+async fn answered_then_frozen() -> (RedisServer, LockClient) {
     let mut server = RedisServer::start();
     let c = client(&server.url(), RESPONSE).await;
     every_path(&c, RESPONSE, false).await;
     freeze(&mut server);
+    (server, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_public_call_gives_up_at_its_response_timeout_on_a_frozen_server() {
+    let (mut server, c) = answered_then_frozen().await;
     every_path(&c, RESPONSE, true).await;
     thaw(&mut server);
     // Healed in the background meanwhile, or never broken: answered again at once.
@@ -190,10 +197,7 @@ async fn the_default_timeouts_bound_a_call_at_one_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_calls_at_once_each_give_up_at_the_bound() {
-    let mut server = RedisServer::start();
-    let c = client(&server.url(), RESPONSE).await;
-    every_path(&c, RESPONSE, false).await;
-    freeze(&mut server);
+    let (mut server, c) = answered_then_frozen().await;
     // Acquisitions batch behind the two calls in flight: a queued one's bound counts from
     // when it was asked, not from when its batch goes out.
     let tries = (0..64).map(|i| c.try_lock(format!("frozen:{i}")).into_future());
