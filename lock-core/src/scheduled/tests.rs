@@ -445,8 +445,8 @@ async fn an_overrun_never_overlaps_and_the_periods_it_covered_are_missed() {
         handle.stop().await;
     }
     let hours_and_starts: Vec<(u64, u64)> = runs.iter().map(|&(h, _, m)| (h, m)).collect();
-    // Hour 1 starts late, when hour 0 ends (1:30); hour 2 passes during it (1:30 to 4:00):
-    // missed and skipped; hour 4 starts when hour 1 ends.
+    // Hour 1 starts late, when hour 0 ends (1:30); hours 2 and 3 start and end during it
+    // (1:30 to 4:00): missed, and skipped (the default policy); hour 4 starts when it ends.
     assert_eq!(hours_and_starts, [(0, 0), (1, 90), (4, 240)]);
 }
 
@@ -476,4 +476,65 @@ async fn bad_names_and_options_are_typed_errors() {
             ..
         })
     ));
+}
+
+#[cfg(feature = "cron")]
+#[tokio::test(start_paused = true)]
+async fn a_cron_schedule_runs_each_match_once_across_midnight() {
+    let server = MemoryServer::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let schedule = Schedule::cron("*/20 23,0 * * *").unwrap();
+    assert_eq!(schedule.to_string(), "cron */20 23,0 * * *");
+    let mut handles = vec![];
+    for i in 0..2 {
+        let client = server.client().await.unwrap();
+        let (tx, server, schedule) = (tx.clone(), server.clone(), schedule.clone());
+        handles.push(
+            client
+                .job("cron", schedule.clone())
+                .start(move |run| {
+                    let (tx, server, schedule) = (tx.clone(), server.clone(), schedule.clone());
+                    async move {
+                        let now = server_now(&server);
+                        // Run in its own period: at or after its start, before the next.
+                        assert!(run.period_secs() <= now, "{run:?}");
+                        assert!(now < schedule.next_after(run.period_secs()).unwrap());
+                        tx.send((run.period_name(), i)).unwrap();
+                        Ok::<_, String>(())
+                    }
+                })
+                .unwrap(),
+        );
+    }
+    let mut runs = vec![];
+    let day = Duration::from_secs(26 * HOUR);
+    tokio::time::timeout(day, async {
+        while let Some((name, _)) = rx.recv().await {
+            let last = name == "2026-01-02T00:40:00Z";
+            runs.push(name);
+            if last {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not through the second midnight: {runs:?}"));
+    for handle in handles {
+        handle.stop().await;
+    }
+    assert!(rx.try_recv().is_err());
+    assert_eq!(
+        runs,
+        [
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T00:20:00Z",
+            "2026-01-01T00:40:00Z",
+            "2026-01-01T23:00:00Z",
+            "2026-01-01T23:20:00Z",
+            "2026-01-01T23:40:00Z",
+            "2026-01-02T00:00:00Z",
+            "2026-01-02T00:20:00Z",
+            "2026-01-02T00:40:00Z",
+        ]
+    );
 }
