@@ -8,6 +8,8 @@
 //!                                       the same for an idempotency layer's key
 //!   list [PATTERN] [--limit N] [--kind K]
 //!                                       held locks, sorted by remaining lease
+//!   jobs [PATTERN]                      scheduled jobs: last run (period, instance, outcome,
+//!                                       duration) and next period, from their records
 //!   force-unlock NAME [--yes] [--kind K] [--fence-ttl 1h]
 //!                                       free NAME whoever holds it
 //!   watch [PATTERN] [--count N] [--for DURATION] [--source auto|keyspace|channels]
@@ -141,6 +143,7 @@ mod exit;
 mod force;
 mod glob;
 mod idempotency;
+mod jobs;
 mod kind;
 mod list;
 mod notify;
@@ -171,6 +174,7 @@ fn check(command: &Command) -> Result<(), Failure> {
             lock_core::validate_name(name).map_err(|e| Failure::Usage(e.to_string()))
         }
         Command::List(cli::ListArgs { pattern, .. })
+        | Command::Jobs(cli::JobsArgs { pattern })
         | Command::Watch(cli::WatchArgs { pattern, .. }) => {
             glob::check_pattern(pattern).map_err(Failure::Usage)
         }
@@ -189,6 +193,7 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
     match &cli.command {
         Command::Status(args) => status::run(&target, args, &mut out).await,
         Command::List(args) => list::run(&target, args, &mut out).await,
+        Command::Jobs(args) => jobs::run(&target, args, &mut out).await,
         Command::ForceUnlock(args) => force::run(&target, args, &mut out).await,
         Command::Watch(args) => watch::run(&target, args, &mut out).await,
     }

@@ -25,6 +25,16 @@ pub enum JobEvent {
         /// From its first attempt's start to its end.
         duration: Duration,
     },
+    /// Every attempt of the run of `period` failed, and its record (which says so) was
+    /// written.
+    Failed {
+        /// The period's start.
+        period: SystemTime,
+        /// The run's fencing token.
+        token: u64,
+        /// The last attempt's error.
+        error: String,
+    },
     /// An attempt of the run of `period` returned an error or panicked; another follows
     /// unless `last`.
     AttemptFailed {

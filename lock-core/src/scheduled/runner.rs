@@ -263,7 +263,14 @@ impl Runner {
                     duration,
                 });
             }
-            RunOutcome::Failed(_) => metrics::job_run(&self.job, "failed", duration),
+            RunOutcome::Failed(error) => {
+                metrics::job_run(&self.job, "failed", duration);
+                let _ = self.events.send(JobEvent::Failed {
+                    period: epoch(period),
+                    token,
+                    error,
+                });
+            }
         }
         Ok(())
     }

@@ -255,7 +255,8 @@ async fn a_failing_body_is_retried_with_backoff_then_recorded_failed() {
         .unwrap();
     let mut events = failing.events();
     loop {
-        if let JobEvent::AttemptFailed { last: true, .. } = events.recv().await.unwrap() {
+        if let JobEvent::Failed { error, .. } = events.recv().await.unwrap() {
+            assert_eq!(error, "no");
             break;
         }
     }
