@@ -24,7 +24,7 @@ pub struct Schedule {
 enum Kind {
     Every(Period),
     #[cfg(feature = "cron")]
-    Cron(super::cron::CronSchedule),
+    Cron(Box<super::cron::CronSchedule>),
 }
 
 impl Schedule {
@@ -43,7 +43,7 @@ impl Schedule {
     #[cfg(feature = "cron")]
     pub fn cron(expression: &str) -> Result<Schedule, LockError> {
         Ok(Schedule {
-            kind: Kind::Cron(super::cron::CronSchedule::parse(expression)?),
+            kind: Kind::Cron(Box::new(super::cron::CronSchedule::parse(expression)?)),
         })
     }
 
