@@ -13,7 +13,7 @@ const MAX_COUNTED: u64 = 100_000;
 
 /// When a job's periods start: a fixed [`Period`] aligned to the Unix epoch
 /// ([`Schedule::every`]) or, with the `cron` feature, a cron expression
-/// ([`Schedule::cron`]). A period lasts from its start to the next one's start; the job runs
+/// (`Schedule::cron`). A period lasts from its start to the next one's start; the job runs
 /// once per period. Both are read on the server's clock (Redis `TIME`), in UTC.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Schedule {
