@@ -470,6 +470,7 @@ mod redlock;
 mod request;
 mod run;
 mod rwlock;
+pub mod scheduled;
 mod scope;
 mod semaphore;
 #[cfg(feature = "testing")]
@@ -507,6 +508,7 @@ pub use rate_limit::{Quota, RateDecision, RateLimit};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard};
 pub use request::{LockRequest, TryLockRequest};
 pub use rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
+pub use scheduled::{JobHandle, Missed, RunContext, Schedule};
 pub use scope::{ReentrantScope, current_lock, reentrant};
 pub use semaphore::{Semaphore, SemaphoreGuard};
 pub use update::{Update, Updated};

@@ -29,6 +29,11 @@
 //! | `lock_pubsub_reconnects_total` | counter | | reconnections of the waiters' pub/sub connection |
 //! | `lock_held` | gauge | `kind` | holds this process currently has (granted, not yet released or lost) |
 //! | `lock_rate_limit_decisions_total` | counter | `kind` (`rate_limit`), `outcome` | rate-limit requests ([`RateLimit::check`](crate::RateLimit::check), `check_n`; lock-tower's `RateLimitLayer`), by how they ended: `allowed`, `limited`, `unavailable` (Redis could not be reached or did not answer), `invalid` (any other error) |
+//! | `lock_job_runs_total` | counter | `job`, `outcome` | runs of a scheduled job ([`scheduled`](crate::scheduled)) on this instance: `done`, `failed` (every attempt failed), `lost` (the job's lock was lost: not done) |
+//! | `lock_job_run_duration_seconds` | histogram | `job` | a job's run, every attempt included, for runs that ended `done` or `failed` |
+//! | `lock_job_attempts_failed_total` | counter | `job` | attempts of a job's body that returned an error or panicked |
+//! | `lock_job_missed_periods_total` | counter | `job` | periods a job's record showed had passed without a run (counted by the instance that found them) |
+//! | `lock_job_skipped_periods_total` | counter | `job` | of those, the periods the job's missed-run policy did not run |
 //! | `lock_at_risk` | gauge | `kind` | held locks whose last renewal failed while their lease still ran ([`LeaseState::AtRisk`](crate::LeaseState::AtRisk)): up when a renewal fails, down when a later one succeeds or the hold ends (lost, released) |
 //!
 //! Label values:
@@ -119,6 +124,21 @@ pub const HELD: &str = "lock_held";
 pub const RATE_LIMIT_DECISIONS: &str = "lock_rate_limit_decisions_total";
 /// Gauge `{kind}`: held locks whose last renewal failed while their lease still ran.
 pub const AT_RISK: &str = "lock_at_risk";
+/// Counter `{job, outcome}` (`done`, `failed`, `lost`): runs of a scheduled job.
+pub const JOB_RUNS: &str = "lock_job_runs_total";
+/// Histogram `{job}`, seconds: a job's run, every attempt included.
+pub const JOB_RUN_DURATION: &str = "lock_job_run_duration_seconds";
+/// Counter `{job}`: attempts of a job's body that returned an error or panicked.
+pub const JOB_ATTEMPTS_FAILED: &str = "lock_job_attempts_failed_total";
+/// Counter `{job}`: periods that passed without a run of the job.
+pub const JOB_MISSED: &str = "lock_job_missed_periods_total";
+/// Counter `{job}`: missed periods the job's policy did not run.
+pub const JOB_SKIPPED: &str = "lock_job_skipped_periods_total";
+
+/// Bucket bounds, in seconds, for [`JOB_RUN_DURATION`]: 10 ms to an hour.
+pub const JOB_DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
 
 /// Bucket bounds, in seconds, for the duration histograms ([`ACQUIRE_DURATION`],
 /// [`WAIT_DURATION`], [`HOLD_DURATION`]): 100 µs to 10 s, about three per decade (1, 2.5, 5).
@@ -143,6 +163,7 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
     (HOLD_DURATION, DURATION_BUCKETS),
     (RENEWAL_BATCH_SIZE, SIZE_BUCKETS),
     (BATCH_SIZE, SIZE_BUCKETS),
+    (JOB_RUN_DURATION, JOB_DURATION_BUCKETS),
 ];
 
 /// The function of [`LockClientBuilder::metric_label`](crate::LockClientBuilder::metric_label).
@@ -311,6 +332,27 @@ pub(crate) fn describe() {
             Unit::Count,
             "Rate-limit requests, by outcome (allowed, limited, unavailable, invalid)"
         );
+        describe_counter!(JOB_RUNS, Unit::Count, "Runs of a scheduled job, by outcome");
+        describe_histogram!(
+            JOB_RUN_DURATION,
+            Unit::Seconds,
+            "A scheduled job's run, every attempt included"
+        );
+        describe_counter!(
+            JOB_ATTEMPTS_FAILED,
+            Unit::Count,
+            "Attempts of a scheduled job's body that failed or panicked"
+        );
+        describe_counter!(
+            JOB_MISSED,
+            Unit::Count,
+            "Periods of a scheduled job that passed without a run"
+        );
+        describe_counter!(
+            JOB_SKIPPED,
+            Unit::Count,
+            "Missed periods of a scheduled job its policy did not run"
+        );
         describe_gauge!(HELD, Unit::Count, "Holds this process currently has");
         describe_gauge!(
             AT_RISK,
@@ -474,6 +516,51 @@ pub(crate) fn release_retry() {
 pub(crate) fn pubsub_reconnect() {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(PUBSUB_RECONNECTS).increment(1);
+}
+
+/// A run of the scheduled job `job` ended with `outcome` (`done`, `failed`, `lost`), after
+/// `took` (not recorded for `lost`).
+#[inline]
+pub(crate) fn job_run(job: &str, outcome: &'static str, took: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let name = ::metrics::Label::new("job", job.to_owned());
+        ::metrics::counter!(
+            JOB_RUNS,
+            vec![
+                name.clone(),
+                ::metrics::Label::from_static_parts("outcome", outcome)
+            ]
+        )
+        .increment(1);
+        if outcome != "lost" {
+            ::metrics::histogram!(JOB_RUN_DURATION, vec![name]).record(took.as_secs_f64());
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (job, outcome, took);
+}
+
+/// An attempt of the scheduled job `job` failed.
+#[inline]
+pub(crate) fn job_attempt_failed(job: &str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(JOB_ATTEMPTS_FAILED, "job" => job.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = job;
+}
+
+/// The scheduled job `job` found `missed` periods without a run, `skipped` of which it does
+/// not run.
+#[inline]
+pub(crate) fn job_missed(job: &str, missed: u64, skipped: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        ::metrics::counter!(JOB_MISSED, "job" => job.to_owned()).increment(missed);
+        ::metrics::counter!(JOB_SKIPPED, "job" => job.to_owned()).increment(skipped);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (job, missed, skipped);
 }
 
 #[cfg(test)]

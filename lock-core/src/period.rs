@@ -107,7 +107,7 @@ fn unix_seconds(time: SystemTime) -> u64 {
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (the civil-from-days algorithm
 /// of Howard Hinnant's date library).
-fn rfc3339(seconds: u64) -> String {
+pub(crate) fn rfc3339(seconds: u64) -> String {
     let days = seconds / 86_400;
     let secs = seconds % 86_400;
     let z = days + 719_468;

@@ -141,6 +141,10 @@ pub(crate) enum Command {
     /// Held locks under the prefix, sorted by remaining lease (SCAN on every primary).
     #[command(after_help = EXIT_CODES)]
     List(ListArgs),
+    /// Scheduled jobs (lock-core's scheduled module) under the prefix, from their records:
+    /// the last period run, the instance, the outcome, the duration and the next period.
+    #[command(after_help = EXIT_CODES)]
+    Jobs(JobsArgs),
     /// Free NAME whoever holds it, the way lock-core's force_unlock() does: fencing counters
     /// stay, waiters are woken. Asks first unless --yes.
     #[command(after_help = EXIT_CODES)]
@@ -228,6 +232,14 @@ pub(crate) struct ListArgs {
     /// Only this kind of lock.
     #[arg(long, value_enum)]
     pub(crate) kind: Option<Kind>,
+}
+
+/// `jobs [PATTERN]`.
+#[derive(Debug, Args)]
+pub(crate) struct JobsArgs {
+    /// A Redis glob over job names (`*`, `?`, `[ab]`, `\` escapes).
+    #[arg(default_value = "*")]
+    pub(crate) pattern: String,
 }
 
 /// `force-unlock NAME`.

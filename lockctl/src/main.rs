@@ -8,6 +8,8 @@
 //!                                       the same for an idempotency layer's key
 //!   list [PATTERN] [--limit N] [--kind K]
 //!                                       held locks, sorted by remaining lease
+//!   jobs [PATTERN]                      scheduled jobs: last run (period, instance, outcome,
+//!                                       duration) and next period, from their records
 //!   force-unlock NAME [--yes] [--kind K] [--fence-ttl 1h]
 //!                                       free NAME whoever holds it
 //!   watch [PATTERN] [--count N] [--for DURATION] [--source auto|keyspace|channels]
@@ -148,6 +150,7 @@ mod fenced;
 mod force;
 mod glob;
 mod idempotency;
+mod jobs;
 mod kind;
 mod list;
 mod notify;
@@ -179,6 +182,7 @@ fn check(command: &Command) -> Result<(), Failure> {
         }
         Command::Fenced(_) => Ok(()),
         Command::List(cli::ListArgs { pattern, .. })
+        | Command::Jobs(cli::JobsArgs { pattern })
         | Command::Watch(cli::WatchArgs { pattern, .. }) => {
             glob::check_pattern(pattern).map_err(Failure::Usage)
         }
@@ -197,6 +201,7 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
     match &cli.command {
         Command::Status(args) => status::run(&target, args, &mut out).await,
         Command::List(args) => list::run(&target, args, &mut out).await,
+        Command::Jobs(args) => jobs::run(&target, args, &mut out).await,
         Command::ForceUnlock(args) => force::run(&target, args, &mut out).await,
         Command::Watch(args) => watch::run(&target, args, &mut out).await,
         Command::Fenced(args) => fenced::run(&target, args, &mut out).await,

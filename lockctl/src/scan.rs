@@ -53,6 +53,31 @@ impl<'a> Scan<'a> {
     /// The locks first seen on the next page (maybe none), or None once every primary has
     /// been scanned to its end.
     pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<(String, Kind)>>, Failure> {
+        let Some(keys) = self.next_keys().await? else {
+            return Ok(None);
+        };
+        let mut page = Vec::new();
+        for key in keys {
+            let Some(ParsedKey::Lock { name, role }) = layout::parse_key(&self.target.prefix, &key)
+            else {
+                continue;
+            };
+            let Some(kind) = Kind::of(role.kind()) else {
+                continue;
+            };
+            if self.kind.is_some_and(|k| k != kind) {
+                continue;
+            }
+            if self.seen.insert((name.to_owned(), kind)) {
+                page.push((name.to_owned(), kind));
+            }
+        }
+        Ok(Some(page))
+    }
+
+    /// The keys of the next page that match the glob (UTF-8 ones: lock-core's are), or None
+    /// once every primary has been scanned to its end.
+    pub(crate) async fn next_keys(&mut self) -> Result<Option<Vec<String>>, Failure> {
         let Some(node) = self.target.primaries.as_slice().get(self.node) else {
             return Ok(None);
         };
@@ -74,25 +99,11 @@ impl<'a> Scan<'a> {
             self.conn = None;
         }
         self.cursor = cursor;
-        let mut page = Vec::new();
-        for key in found {
-            let Ok(key) = String::from_utf8(key) else {
-                continue; // lock-core's keys are UTF-8: not one of them
-            };
-            let Some(ParsedKey::Lock { name, role }) = layout::parse_key(&self.target.prefix, &key)
-            else {
-                continue;
-            };
-            let Some(kind) = Kind::of(role.kind()) else {
-                continue;
-            };
-            if self.kind.is_some_and(|k| k != kind) {
-                continue;
-            }
-            if self.seen.insert((name.to_owned(), kind)) {
-                page.push((name.to_owned(), kind));
-            }
-        }
-        Ok(Some(page))
+        Ok(Some(
+            found
+                .into_iter()
+                .filter_map(|key| String::from_utf8(key).ok())
+                .collect(),
+        ))
     }
 }

@@ -1234,3 +1234,64 @@ async fn fenced_shows_each_value_with_its_fence() {
     assert_eq!(wrong.code, 4, "a key of another kind is refused: {wrong:?}");
     guard.unlock().await.unwrap();
 }
+
+/// `jobs`: each scheduled job's record (last period, instance, outcome, duration, next
+/// period), and nothing else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_lists_each_job_with_its_last_run_and_next_period() {
+    use lock_core::scheduled::{JobEvent, Schedule};
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = client(&url).await;
+    c.records()
+        .put("order:1", b"not a job", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let hourly = Schedule::every(Duration::from_secs(3600)).unwrap();
+    let ok = c
+        .job("nightly", hourly.clone())
+        .instance("host-a")
+        .start(|_run| async { Ok::<_, String>(()) })
+        .unwrap();
+    let failing = c
+        .job("flaky", hourly)
+        .instance("host-b")
+        .retries(0)
+        .start(|_run| async { Err::<(), _>("disk full") })
+        .unwrap();
+    let mut events = ok.events();
+    let period = loop {
+        if let JobEvent::Done { period, .. } = events.recv().await.unwrap() {
+            break period;
+        }
+    };
+    let mut events = failing.events();
+    while !matches!(events.recv().await.unwrap(), JobEvent::Failed { .. }) {}
+    let run = lockctl(&["--url", &url, "--json", "jobs"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let jobs = run.json()["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 2, "{run:?}");
+    let (flaky, nightly) = (&jobs[0], &jobs[1]);
+    let start = humantime::format_rfc3339_seconds(period).to_string();
+    let next = humantime::format_rfc3339_seconds(period + Duration::from_secs(3600)).to_string();
+    assert_eq!(nightly["job"], "nightly");
+    assert_eq!(nightly["period"], start.as_str());
+    assert_eq!(nightly["instance"], "host-a");
+    assert_eq!(nightly["outcome"], "done");
+    assert_eq!(nightly["next"], next.as_str());
+    assert_eq!(nightly["schedule"], "every 3600s");
+    assert_eq!(flaky["job"], "flaky");
+    assert_eq!(
+        (&flaky["outcome"], &flaky["error"]),
+        (&"failed".into(), &"disk full".into())
+    );
+    let table = lockctl(&["--url", &url, "jobs", "night*"]).await;
+    assert!(table.stdout.starts_with("JOB "), "{table:?}");
+    assert!(
+        table.stdout.contains(&format!("nightly  {start}  host-a")),
+        "{table:?}"
+    );
+    assert!(!table.stdout.contains("flaky"), "{table:?}");
+    ok.stop().await;
+    failing.stop().await;
+}

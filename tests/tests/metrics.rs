@@ -475,3 +475,36 @@ async fn a_killed_pubsub_connection_is_a_reconnect() {
     guard.unlock().await.unwrap();
     waiter.await.unwrap().unwrap().unlock().await.unwrap();
 }
+
+/// A scheduled job's runs by outcome, its failed attempts and its run durations, labelled by
+/// the job's name.
+#[tokio::test]
+async fn a_jobs_runs_and_failed_attempts_are_counted() {
+    use lock_core::scheduled::{JobEvent, Schedule};
+    let server = RedisServer::start();
+    let a = client(&server, family("jobs"), 30 * SECOND).await;
+    let job = unique_name("job");
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = attempts.clone();
+    let handle = a
+        .job(
+            job.clone(),
+            Schedule::every(Duration::from_secs(3600)).unwrap(),
+        )
+        .backoff(Duration::from_millis(10))
+        .start(move |_run| {
+            let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { if n == 0 { Err("first") } else { Ok(()) } }
+        })
+        .unwrap();
+    let mut events = handle.events();
+    while !matches!(events.recv().await.unwrap(), JobEvent::Done { .. }) {}
+    handle.stop().await;
+    assert_eq!(
+        value(names::JOB_RUNS, &[("job", &job), ("outcome", "done")]),
+        1.0
+    );
+    assert_eq!(value(names::JOB_ATTEMPTS_FAILED, &[("job", &job)]), 1.0);
+    assert_eq!(observed(names::JOB_RUN_DURATION, &[("job", &job)]).len(), 1);
+    assert!(read(|r| r.described.contains(names::JOB_RUNS)));
+}

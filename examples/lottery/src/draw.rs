@@ -218,7 +218,7 @@ async fn job(
 }
 
 /// `WINNERS` distinct tickets of `1..=TICKETS`, sorted, comma-separated.
-fn draw_winners() -> String {
+pub fn draw_winners() -> String {
     let mut winners: Vec<usize> = rand::seq::index::sample(&mut rand::rng(), TICKETS, WINNERS)
         .into_iter()
         .map(|i| i + 1)

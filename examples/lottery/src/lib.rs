@@ -3,7 +3,10 @@
 //! `lottery` binary; every step is one machine-readable line on stdout, so a test (or the
 //! demo) can freeze, resume and kill instances and judge what they did.
 //!
-//! * [`draw`]: once per period, after a random skew, one attempt at the period's lock
+//! * [`job`]: the draw as a scheduled job ([`lock_core::scheduled`]): every instance starts
+//!   it; the runner runs each period once on the server's clock, fenced by its token, and
+//!   catches up on missed periods. This is how to write it; `draw` is the same by hand.
+//! * [`draw`]: by hand: once per period, after a random skew, one attempt at the period's lock
 //!   ([`lock_core::Period`] names it), kept with `hold_at_least` for the period; the winner
 //!   draws and stores the winners with [`lock_core::fenced::set`].
 //! * [`lead`]: leader election with [`lock_core::LockClient::leader`]; units of work, each
@@ -14,6 +17,7 @@
 
 pub mod demo;
 pub mod draw;
+pub mod job;
 pub mod lead;
 pub mod line;
 pub mod procs;

@@ -1,6 +1,7 @@
 //! `lottery`: once-per-period jobs and leader election across processes.
 //!
 //! ```text
+//! lottery job --url redis://127.0.0.1:6379 --period 1s --until-ms 1795521660000 --instance a
 //! lottery demo                                                  # 3 instances, 10 periods, a RESULT line
 //! lottery draw --url redis://127.0.0.1:6379 --period 1s --skew-ms 300 --periods 20 --instance a
 //! lottery lead --url redis://127.0.0.1:6379 --instance a --units 100
@@ -15,6 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use lottery::BoxError;
 use lottery::demo::{self, DemoOptions};
 use lottery::draw::{self, DrawOptions, Stall};
+use lottery::job::{self, JobOptions};
 use lottery::lead::{self, LeadOptions};
 
 #[derive(Debug, Parser)]
@@ -30,6 +32,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Runs the draw as a scheduled job (lock_core::scheduled): every instance starts it, the
+    /// runner runs each period once on the server's clock, fenced, catching up on up to 10
+    /// missed periods. One line per run.
+    Job(JobArgs),
     /// Takes part in the draw of every period: one attempt at the period's lock after a
     /// random skew; the winner draws 10 winners and stores them, fenced. One line per period.
     Draw(DrawArgs),
@@ -74,6 +80,36 @@ struct DrawArgs {
     /// Tests: take the lock without the minimum hold (the control run).
     #[arg(long, hide = true)]
     no_min_hold: bool,
+}
+
+#[derive(Debug, Args)]
+struct JobArgs {
+    /// The Redis URL.
+    #[arg(long, env = "REDIS_URL")]
+    url: String,
+    /// The period: whole seconds, at least 1s.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    period: Duration,
+    /// Until when to take part, in Unix milliseconds (then the job is stopped and the process
+    /// exits).
+    #[arg(long)]
+    until_ms: u64,
+    /// The job lock's watchdog lease, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(30..))]
+    lease_ms: u64,
+    /// How long each run works before its write, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    work_ms: u64,
+    /// This instance's name (default: pid<pid>).
+    #[arg(long)]
+    instance: Option<String>,
+    /// Tests: in the first run of a period starting at or after this Unix second, block the
+    /// runtime's thread for `--stall-ms` before the write.
+    #[arg(long, hide = true)]
+    stall_from: Option<u64>,
+    /// Tests: see `--stall-from`.
+    #[arg(long, default_value_t = 400, hide = true)]
+    stall_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +172,20 @@ fn main() -> ExitCode {
                     skew: Duration::from_millis(args.skew_ms),
                 })
             }),
+        Cmd::Job(args) => {
+            let options = JobOptions {
+                url: args.url,
+                period: args.period,
+                until_ms: args.until_ms,
+                lease: Duration::from_millis(args.lease_ms),
+                catch_up: 10,
+                work: Duration::from_millis(args.work_ms),
+                instance: instance(args.instance),
+                stall_from: args.stall_from,
+                stall: Duration::from_millis(args.stall_ms),
+            };
+            runtime().and_then(|rt| rt.block_on(job::run(options)).map(|()| true))
+        }
         Cmd::Draw(args) => {
             let options = DrawOptions {
                 url: args.url,
