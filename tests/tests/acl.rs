@@ -82,7 +82,7 @@ fn documented() -> Vec<String> {
 
 /// What the docs add to the data-node line where the mutex speaks the native protocol
 /// (`native`: Valkey 9) or the hybrid one (every other test server: Redis 7).
-fn additions(native: bool) -> Vec<String> {
+fn protocol_additions(native: bool) -> Vec<String> {
     let after = if native {
         "the native protocol ([`MutexProtocol`]), add `"
     } else {
@@ -186,7 +186,7 @@ async fn without_info_the_native_protocol_is_found_by_command_info() {
     let server = RedisServer::start();
     let mut line: Vec<String> = documented().into_iter().filter(|a| a != "+info").collect();
     let native = native_server(&server);
-    line.extend(additions(native));
+    line.extend(protocol_additions(native));
     let url = create_user(&server, &line, "no-info");
     capture();
     let client = lock_as(&url, "no-info").await;
@@ -206,7 +206,7 @@ async fn without_info_and_command_info_the_scripts_are_used() {
         .filter(|a| a != "+info" && a != "+command|info")
         .collect();
     if native_server(&server) {
-        line.extend(additions(true));
+        line.extend(protocol_additions(true));
     }
     let url = create_user(&server, &line, "minimal");
     capture();
@@ -229,7 +229,7 @@ async fn without_info_and_command_info_the_scripts_are_used() {
 async fn without_ping_the_client_connects_and_locks() {
     let server = RedisServer::start();
     let mut line: Vec<String> = documented().into_iter().filter(|a| a != "+ping").collect();
-    line.extend(additions(native_server(&server)));
+    line.extend(protocol_additions(native_server(&server)));
     let url = create_user(&server, &line, "noping");
     lock_as(&url, "noping").await;
 }
@@ -307,7 +307,7 @@ async fn a_guarded_update_needs_the_documented_additions_and_access_to_the_keys(
     let mut line = documented();
     // The mutex speaks the native protocol (Valkey 9) or the hybrid one (Redis 7), each with
     // its own documented additions.
-    line.extend(additions(native_server(&server)));
+    line.extend(protocol_additions(native_server(&server)));
     line.extend(additions.iter().map(|a| a.to_string()));
     let without_keys = create_user(&server, &line, "nokeys");
     line.push("~stock:*".to_owned());
