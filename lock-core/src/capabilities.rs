@@ -108,11 +108,12 @@ impl fmt::Display for ServerCapabilities {
         let yes = |b: bool| if b { "yes" } else { "no" };
         write!(
             f,
-            "{}: mutex protocol {}, native compare-and-set {}, scripting {}{}, WAIT {}, \
-             sharded pub/sub {}",
+            "{}: mutex protocol {}, native compare-and-set {}, SET NX GET {}, scripting {}{}, \
+             WAIT {}, sharded pub/sub {}",
             self.server,
             self.mutex_protocol,
             yes(self.native_compare),
+            yes(self.set_nx_get),
             yes(self.scripting),
             if self.scripting && !self.functions {
                 " (scripts)"
