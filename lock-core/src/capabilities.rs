@@ -44,8 +44,9 @@ pub enum MutexProtocol {
     /// The native protocol's acquisition (the same `MULTI`/`EXEC`, the same key, the same
     /// fencing counter) with its two compare-and-sets each spoken as one small script
     /// (`EVAL`) where the server lacks `SET … IFEQ` and `DELIFEQ`: a release is
-    /// compare-and-delete plus a publish, a renewal, a re-entry or a kept release a
-    /// compare-and-`SET … PX`. The acquisition, the hot path, runs no script at all. Needs
+    /// compare-and-delete plus a publish, a re-entry or a kept release a
+    /// compare-and-`SET … PX`; the watchdog's renewals are the scripts' batched `renew` (one
+    /// call for up to 256 locks). The acquisition, the hot path, runs no script at all. Needs
     /// `SET … NX GET` (Redis 7.0 or later, Valkey 7.2 or later) and scripting;
     /// [`build`](crate::LockClientBuilder::build) fails with
     /// [`LockError::Unsupported`](crate::LockError::Unsupported) elsewhere. Fencing tokens

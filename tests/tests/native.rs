@@ -14,7 +14,7 @@ use lock_core::{LockClient, LockError, MutexProtocol};
 use lock_tests::RedisServer;
 use lock_tests::fixtures::{
     assert_clean, client, client_with_lease, command_calls, eventually, expected_protocol,
-    native_server,
+    native_server, renewed,
 };
 
 /// True (and says so) when the test server cannot run a native test.
@@ -536,4 +536,36 @@ async fn a_server_that_loses_delifeq_fails_the_release_typed_and_leaves_the_lock
         .unwrap();
     assert!(next.is_held());
     drop(next);
+}
+
+/// The hybrid protocol's renewals are the scripts' `renew` (which knows a lock that is its
+/// owner id): one script call renews a client's many locks, where a compare-and-set per lock
+/// (`EVAL` each, as its re-entries and releases) would be one call each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_renewals_are_one_script_call_for_many_locks() {
+    let server = RedisServer::start();
+    let test = "hybrid_renewals_are_one_script_call_for_many_locks";
+    if skip_without_native_acquisition(&server, test) {
+        return;
+    }
+    let c = LockClient::builder(&server.url())
+        .mutex_protocol(MutexProtocol::Hybrid)
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        guards.push(c.lock(format!("r:{i}")).await.unwrap());
+    }
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    renewed(&c, "r:0", Duration::from_secs(5)).await;
+    renewed(&c, "r:49", Duration::from_secs(5)).await;
+    assert_eq!(command_calls(&server, "eval"), 0, "a script per lock");
+    let calls = command_calls(&server, "fcall") + command_calls(&server, "evalsha");
+    assert!((1..50).contains(&calls), "{calls} renew calls for 50 locks");
+    for g in guards {
+        assert!(g.unlock().await.unwrap());
+    }
+    assert_clean(&server).await;
 }

@@ -155,7 +155,9 @@ pub(crate) fn keep(p: &Protocol, t: Target<'_>, left: Duration) -> Command {
 }
 
 /// The call that sets the lease of lock-string holds (mutex, fair, writer; one dialect, and
-/// on a Cluster one slot, for all) to `lease` where their owners still hold them.
+/// on a Cluster one slot, for all) to `lease` where their owners still hold them. The hybrid
+/// protocol's renewals are the scripts' `renew` (which knows a lock that is its owner id):
+/// one script call for the batch, where a compare-and-set per lock would be one each.
 pub(crate) fn renew<'a>(
     p: &Protocol,
     holds: impl IntoIterator<Item = Target<'a>>,
@@ -165,6 +167,7 @@ pub(crate) fn renew<'a>(
     if holds
         .peek()
         .is_some_and(|t| p.dialect(t.kind) == Dialect::Native)
+        && p.compare() == native::Compare::Commands
     {
         let locks = holds.map(|t| (t.keys.lock(), t.owner));
         return native::Call::renew(p.compare(), locks, millis(lease)).into();
