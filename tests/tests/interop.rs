@@ -23,6 +23,17 @@ async fn speaking(server: &RedisServer, protocol: MutexProtocol) -> LockClient {
     c
 }
 
+/// Waits for every task (a panic in one is the test's), for at most a minute.
+async fn join_within_a_minute(mut tasks: tokio::task::JoinSet<()>) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(task) = tasks.join_next().await {
+            task.unwrap();
+        }
+    })
+    .await
+    .expect("the tasks finished within a minute");
+}
+
 /// On Valkey 9 (the only server with both): 8 tasks, half on a native client and half on a
 /// hybrid one, take one name 20 times each with `lock()` (a waiter woken by the other
 /// protocol's release): one holder at a time, tokens increasing, every cycle done.
@@ -80,13 +91,7 @@ async fn native_and_hybrid_clients_share_a_name_as_one_protocol_does() {
             }
         });
     }
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(task) = tasks.join_next().await {
-            task.unwrap();
-        }
-    })
-    .await
-    .expect("the cycles finished within 60 s");
+    join_within_a_minute(tasks).await;
     assert_eq!(done.load(Ordering::SeqCst), 8 * CYCLES);
     assert_clean(&server).await;
 }
@@ -152,13 +157,7 @@ async fn scripted_and_hybrid_clients_never_hold_one_name_together() {
             }
         });
     }
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(task) = tasks.join_next().await {
-            task.unwrap();
-        }
-    })
-    .await
-    .expect("the attempts finished within 60 s");
+    join_within_a_minute(tasks).await;
     assert!(held.load(Ordering::SeqCst) > 0, "nobody ever held it");
     assert_clean(&server).await;
 }
