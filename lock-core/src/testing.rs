@@ -26,7 +26,7 @@
 //! builder asks for [`Scripted`](crate::MutexProtocol::Scripted) (so a mutex's `info()` shows
 //! its hold count and token to the holder's own client only, as on Valkey 9;
 //! [`Hybrid`](crate::MutexProtocol::Hybrid), for servers without the native commands, is
-//! refused at build with [`LockError::Unsupported`](crate::LockError::Unsupported)); every other
+//! refused at build with [`LockError::Unsupported`]); every other
 //! operation runs its real Lua script, the one sent to Redis, in an embedded Lua 5.1 whose
 //! `redis.call` reaches the server's commands, so the keys are the same in the same formats.
 //! Fencing tokens strictly increase per name, across releases, expiries and force-unlocks.
