@@ -9,18 +9,25 @@ use std::fmt;
 /// [`LockClientBuilder::mutex_protocol`](crate::LockClientBuilder::mutex_protocol); the
 /// default is [`Auto`](MutexProtocol::Auto).
 ///
-/// **Every client of one deployment must use the same protocol**: the two keep a lock's key in
-/// different formats. A client of one protocol meeting a lock of the other fails safe (the
-/// scripts call it a value they did not write, `WRONGTYPE`; the native protocol sees it as
-/// held, or clears a free lock string of the scripts before taking the name), but they do not
-/// exclude each other by design. Pin [`Scripted`](MutexProtocol::Scripted) during a rolling
-/// upgrade from a version without the native protocol, then switch.
+/// [`Native`](MutexProtocol::Native) and [`Hybrid`](MutexProtocol::Hybrid) keep a lock the
+/// same way (its key holds the owner id, its token comes from the same counter) and speak
+/// with each other freely: clients of either, on one server, exclude each other as clients of
+/// one protocol do. [`Scripted`](MutexProtocol::Scripted) keeps a lock's key in another
+/// format. **Scripted clients and clients of the other two must not share names**: each side
+/// fails safe on the other's lock (the scripts call it a value they did not write,
+/// `WRONGTYPE`; the others see a held lock string as busy, and clear a free one before taking
+/// the name), so no name is ever held by both, but a scripted client gets errors where it
+/// would wait. Pin [`Scripted`](MutexProtocol::Scripted) on the new version during a rolling
+/// upgrade from a version of this crate without [`Hybrid`](MutexProtocol::Hybrid) (whose
+/// `Auto` spoke the scripts on Redis 7 and Valkey 8), then go back to
+/// [`Auto`](MutexProtocol::Auto) once no old client is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum MutexProtocol {
     /// [`Native`](MutexProtocol::Native) where every primary has the commands it needs
     /// (Valkey 9.0 or later: `SET … IFEQ`, `DELIFEQ`), else
-    /// [`Scripted`](MutexProtocol::Scripted).
+    /// [`Hybrid`](MutexProtocol::Hybrid) where every primary has `SET … NX GET` and scripting
+    /// (Redis 7.0 or later, Valkey 7.2 or later), else [`Scripted`](MutexProtocol::Scripted).
     #[default]
     Auto,
     /// The server's own compare-and-set commands, no scripts: a fresh acquisition is one
@@ -34,8 +41,19 @@ pub enum MutexProtocol {
     /// instead). Needs Valkey 9.0 or later; [`build`](crate::LockClientBuilder::build)
     /// fails with [`LockError::Unsupported`](crate::LockError::Unsupported) elsewhere.
     Native,
+    /// The native protocol's acquisition (the same `MULTI`/`EXEC`, the same key, the same
+    /// fencing counter) with its two compare-and-sets each spoken as one small script
+    /// (`EVAL`) where the server lacks `SET … IFEQ` and `DELIFEQ`: a release is
+    /// compare-and-delete plus a publish, a re-entry or a kept release a
+    /// compare-and-`SET … PX`; the watchdog's renewals are the scripts' batched `renew` (one
+    /// call for up to 256 locks). The acquisition, the hot path, runs no script at all. Needs
+    /// `SET … NX GET` (Redis 7.0 or later, Valkey 7.2 or later) and scripting;
+    /// [`build`](crate::LockClientBuilder::build) fails with
+    /// [`LockError::Unsupported`](crate::LockError::Unsupported) elsewhere. Fencing tokens
+    /// as for [`Native`](MutexProtocol::Native).
+    Hybrid,
     /// This crate's Lua code (a function library, or scripts): the protocol of every server
-    /// with scripting, and the only one before Valkey 9.0.
+    /// with scripting; every mutex call is one script call.
     Scripted,
 }
 
@@ -44,6 +62,7 @@ impl fmt::Display for MutexProtocol {
         f.write_str(match self {
             MutexProtocol::Auto => "auto",
             MutexProtocol::Native => "native",
+            MutexProtocol::Hybrid => "hybrid",
             MutexProtocol::Scripted => "scripted",
         })
     }
@@ -68,6 +87,9 @@ pub struct ServerCapabilities {
     pub server: String,
     /// `SET … IFEQ` and `DELIFEQ` (Valkey 9.0 or later) on every primary.
     pub native_compare: bool,
+    /// `SET … NX GET` (Redis 7.0 or later, Valkey 7.2 or later) on every primary: what the
+    /// native acquisition needs (known by a command of the same release, `SINTERCARD`).
+    pub set_nx_get: bool,
     /// Lua scripting (`EVAL`/`FCALL`) on every primary, with this crate's code loaded.
     pub scripting: bool,
     /// The code loaded as a function library (`FCALL`); false: as scripts (`EVALSHA`), or
@@ -77,8 +99,8 @@ pub struct ServerCapabilities {
     pub wait: bool,
     /// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`; needed on a Cluster).
     pub sharded_pubsub: bool,
-    /// The mutex protocol this client speaks: [`MutexProtocol::Native`] or
-    /// [`MutexProtocol::Scripted`].
+    /// The mutex protocol this client speaks: [`MutexProtocol::Native`],
+    /// [`MutexProtocol::Hybrid`] or [`MutexProtocol::Scripted`].
     pub mutex_protocol: MutexProtocol,
 }
 
@@ -87,11 +109,12 @@ impl fmt::Display for ServerCapabilities {
         let yes = |b: bool| if b { "yes" } else { "no" };
         write!(
             f,
-            "{}: mutex protocol {}, native compare-and-set {}, scripting {}{}, WAIT {}, \
-             sharded pub/sub {}",
+            "{}: mutex protocol {}, native compare-and-set {}, SET NX GET {}, scripting {}{}, \
+             WAIT {}, sharded pub/sub {}",
             self.server,
             self.mutex_protocol,
             yes(self.native_compare),
+            yes(self.set_nx_get),
             yes(self.scripting),
             if self.scripting && !self.functions {
                 " (scripts)"

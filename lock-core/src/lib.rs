@@ -116,8 +116,10 @@
 //! the same code as scripts (`SCRIPT LOAD`, `EVALSHA`), a little slower per call. `+info
 //! +command|info` let the client find out at connect what the server can do
 //! ([`LockClient::server_capabilities`]); on Valkey 9.0 or later, where the mutex then speaks
-//! the native protocol ([`MutexProtocol`]), add `+multi +exec +incr +delifeq +mget +msetnx` (without
-//! `+command|info` the client keeps to the scripts). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
+//! the native protocol ([`MutexProtocol`]), add `+multi +exec +incr +delifeq +mget +msetnx`; on
+//! Redis 7.0 or later and Valkey 7.2 to 8.x, where it speaks the hybrid one, add
+//! `+multi +exec +incr +eval +mget +msetnx` (without `+command|info` the client keeps to the
+//! scripts). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
 //! (sharded pub/sub, the slot map, the server's version). Optionally `+config|get`:
@@ -128,7 +130,7 @@
 //! What the permissions used at connect buy (`+info`, `+command|info` and `+config|get` are
 //! not needed to connect and lock): `+info` the server's name and version in the capability
 //! report (without it: `unknown (INFO refused)`); `+command|info` finding the native protocol
-//! on Valkey 9 (without it the mutex keeps to the scripts; `WAIT` and sharded pub/sub are
+//! on Valkey 9 and the hybrid one on Redis 7 (without it the mutex keeps to the scripts; `WAIT` and sharded pub/sub are
 //! then judged by the version `INFO` gives, or assumed present); `+config|get` the eviction
 //! check. `+time` is needed: the scripts read the server's clock for a new lock's fencing
 //! token, and the native protocol reads it at connect. A refused `INFO`, `COMMAND INFO` or

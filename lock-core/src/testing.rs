@@ -24,7 +24,9 @@
 //! options and sizes are checked by the same code, with the same typed errors. The mutex
 //! speaks the native protocol ([`MutexProtocol::Native`](crate::MutexProtocol)) unless the
 //! builder asks for [`Scripted`](crate::MutexProtocol::Scripted) (so a mutex's `info()` shows
-//! its hold count and token to the holder's own client only, as on Valkey 9); every other
+//! its hold count and token to the holder's own client only, as on Valkey 9;
+//! [`Hybrid`](crate::MutexProtocol::Hybrid), for servers without the native commands, is
+//! refused at build with [`LockError::Unsupported`]); every other
 //! operation runs its real Lua script, the one sent to Redis, in an embedded Lua 5.1 whose
 //! `redis.call` reaches the server's commands, so the keys are the same in the same formats.
 //! Fencing tokens strictly increase per name, across releases, expiries and force-unlocks.

@@ -20,7 +20,7 @@ pub async fn client_with_lease(url: &str, watchdog_lease: Duration) -> LockClien
 }
 
 /// A client on `url` with the default configuration (the mutex protocol follows the
-/// server: native on Valkey 9, scripted elsewhere).
+/// server: native on Valkey 9, hybrid on Redis 7 and Valkey 8).
 pub async fn client(url: &str) -> LockClient {
     LockClient::connect(url).await.unwrap()
 }
@@ -51,19 +51,24 @@ pub fn native_server(server: &RedisServer) -> bool {
     !reply.is_empty() && reply != "(nil)"
 }
 
-/// The mutex protocol a client that may use the native commands speaks: native where the
-/// server has them.
+/// The mutex protocol a client that may use the native commands (and find out what the
+/// server has) speaks on a test server: native where the server has them (Valkey 9), else
+/// hybrid (every test server has `SET … NX GET`: Redis 7.0 or later).
 pub fn expected_protocol(native: bool) -> lock_core::MutexProtocol {
     if native {
         lock_core::MutexProtocol::Native
     } else {
-        lock_core::MutexProtocol::Scripted
+        lock_core::MutexProtocol::Hybrid
     }
 }
 
-/// Whether `c` keeps its mutexes with the server's native commands.
+/// Whether `c` keeps its mutexes in the native protocol's format (a held lock is its owner id,
+/// a free one no key, tokens from a counter): it speaks the native protocol or the hybrid one.
 pub fn native(c: &LockClient) -> bool {
-    c.server_capabilities().mutex_protocol == lock_core::MutexProtocol::Native
+    matches!(
+        c.server_capabilities().mutex_protocol,
+        lock_core::MutexProtocol::Native | lock_core::MutexProtocol::Hybrid
+    )
 }
 
 /// The locks held right now under the default prefix (keys whose value names an owner: a

@@ -80,13 +80,19 @@ fn documented() -> Vec<String> {
     line.split_whitespace().map(str::to_owned).collect()
 }
 
-/// What the docs add to the data-node line where the mutex speaks the native protocol.
-fn native_additions() -> Vec<String> {
+/// What the docs add to the data-node line where the mutex speaks the native protocol
+/// (`native`: Valkey 9) or the hybrid one (every other test server: Redis 7).
+fn protocol_additions(native: bool) -> Vec<String> {
+    let after = if native {
+        "the native protocol ([`MutexProtocol`]), add `"
+    } else {
+        "where it speaks the hybrid one, add\n//! `"
+    };
     let rules = DOCS
-        .split("the native protocol ([`MutexProtocol`]), add `")
+        .split(after)
         .nth(1)
         .and_then(|rest| rest.split('`').next())
-        .expect("the docs name the native protocol's ACL rules");
+        .expect("the docs name the protocol's ACL rules");
     rules.split_whitespace().map(str::to_owned).collect()
 }
 
@@ -173,16 +179,14 @@ async fn an_application_user_without_dangerous_commands_connects_and_locks() {
     assert!(!lines[0].contains("COMMAND INFO refused"), "{lines:?}");
 }
 
-/// The documented line without `+info`: on Valkey 9, with `+command|info` and the native
-/// commands, the mutex is still native.
+/// The documented line without `+info`: with `+command|info` and the protocol's documented
+/// additions, the mutex is still native on Valkey 9, and hybrid on Redis 7.
 #[tokio::test]
 async fn without_info_the_native_protocol_is_found_by_command_info() {
     let server = RedisServer::start();
     let mut line: Vec<String> = documented().into_iter().filter(|a| a != "+info").collect();
     let native = native_server(&server);
-    if native {
-        line.extend(native_additions());
-    }
+    line.extend(protocol_additions(native));
     let url = create_user(&server, &line, "no-info");
     capture();
     let client = lock_as(&url, "no-info").await;
@@ -202,7 +206,7 @@ async fn without_info_and_command_info_the_scripts_are_used() {
         .filter(|a| a != "+info" && a != "+command|info")
         .collect();
     if native_server(&server) {
-        line.extend(native_additions());
+        line.extend(protocol_additions(true));
     }
     let url = create_user(&server, &line, "minimal");
     capture();
@@ -225,9 +229,7 @@ async fn without_info_and_command_info_the_scripts_are_used() {
 async fn without_ping_the_client_connects_and_locks() {
     let server = RedisServer::start();
     let mut line: Vec<String> = documented().into_iter().filter(|a| a != "+ping").collect();
-    if native_server(&server) {
-        line.extend(native_additions());
-    }
+    line.extend(protocol_additions(native_server(&server)));
     let url = create_user(&server, &line, "noping");
     lock_as(&url, "noping").await;
 }
@@ -303,10 +305,9 @@ async fn a_guarded_update_needs_the_documented_additions_and_access_to_the_keys(
     let server = RedisServer::start();
     server.cmd(&["SET", "stock:{item:1}", "2"]);
     let mut line = documented();
-    // On Valkey 9 the mutex speaks the native protocol, with its own documented additions.
-    if native_server(&server) {
-        line.extend(native_additions());
-    }
+    // The mutex speaks the native protocol (Valkey 9) or the hybrid one (Redis 7), each with
+    // its own documented additions.
+    line.extend(protocol_additions(native_server(&server)));
     line.extend(additions.iter().map(|a| a.to_string()));
     let without_keys = create_user(&server, &line, "nokeys");
     line.push("~stock:*".to_owned());

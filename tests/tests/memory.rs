@@ -206,6 +206,25 @@ async fn hold_at_least_keeps_the_lock_taken_and_a_period_names_it() {
     );
 }
 
+/// The hybrid protocol is for servers without the native commands; the in-memory server has
+/// them (and no `SINTERCARD`, by which `SET … NX GET` is known), so asking for it is a typed
+/// refusal at build, naming what is missing.
+#[tokio::test(start_paused = true)]
+async fn the_hybrid_protocol_is_refused_at_build() {
+    let server = MemoryServer::new();
+    let refused = server
+        .builder()
+        .mutex_protocol(MutexProtocol::Hybrid)
+        .build()
+        .await;
+    match refused {
+        Err(LockError::Unsupported { missing, .. }) => {
+            assert!(missing.contains("SET … NX GET"), "{missing}")
+        }
+        other => panic!("not refused: {:?}", other.map(|_| ())),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_scripted_protocol_batches_many_tasks_on_one_client() {
     let server = MemoryServer::new();

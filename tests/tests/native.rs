@@ -1,9 +1,11 @@
 //! The mutex protocols against the test server: which one a client speaks follows what the
-//! server has, and the native one (Valkey 9.0 or later: `SET … IFEQ`, `DELIFEQ`) keeps every
-//! promise the scripted one does, with its own key layout: a held lock is its owner id with
+//! server has, and the native one (Valkey 9.0 or later: `SET … IFEQ`, `DELIFEQ`) and the
+//! hybrid one (Redis 7.0 or later: the same with those two as small scripts) keep every
+//! promise the scripted one does, with their own key layout: a held lock is its owner id with
 //! the lease as TTL, a free one has no key, tokens come from one never-expiring counter per
-//! slot. The native tests need such a server (`REDIS_SERVER_BIN=.../valkey-server`, see
-//! `scripts/ensure-valkey.sh`); on another they print why they are skipped.
+//! slot. The tests of that layout run on whichever of the two the server gets; the tests of
+//! the native commands themselves need Valkey 9 (`REDIS_SERVER_BIN=.../valkey-server`, see
+//! `scripts/ensure-valkey.sh`), and on another server print why they are skipped.
 
 use std::io::Write;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use lock_core::{LockClient, LockError, MutexProtocol};
 use lock_tests::RedisServer;
 use lock_tests::fixtures::{
     assert_clean, client, client_with_lease, command_calls, eventually, expected_protocol,
-    native_server,
+    native_server, renewed,
 };
 
 /// True (and says so) when the test server cannot run a native test.
@@ -27,6 +29,31 @@ fn skip_without_native(server: &RedisServer, test: &str) -> bool {
          9.0 or later; run with REDIS_SERVER_BIN set to scripts/ensure-valkey.sh's valkey-server)"
     );
     true
+}
+
+/// True (and says so) when the test server cannot run the native acquisition (`SET … NX
+/// GET`: Redis 7.0 or later): every test of the protocols' shared format runs on the native
+/// protocol (Valkey 9) or on the hybrid one (Redis 7), whichever the server gets.
+fn skip_without_native_acquisition(server: &RedisServer, test: &str) -> bool {
+    let reply = server.cmd(&["COMMAND", "INFO", "SINTERCARD"]);
+    if !reply.is_empty() && reply != "(nil)" {
+        return false;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: the test server has no SET … NX GET (Redis 7.0 or later)"
+    );
+    true
+}
+
+/// The command a last release is counted by: `DELIFEQ` on the native protocol, on the hybrid
+/// one the `DEL` its compare-and-delete script makes (commands a script runs are counted too).
+fn release_command(server: &RedisServer) -> &'static str {
+    if native_server(server) {
+        "delifeq"
+    } else {
+        "del"
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,6 +75,16 @@ async fn the_protocol_follows_what_the_server_has() {
     assert_eq!(
         scripted.server_capabilities().mutex_protocol,
         MutexProtocol::Scripted
+    );
+    // The hybrid protocol wherever `SET … NX GET` is (every test server: Redis 7, Valkey 9).
+    let hybrid = LockClient::builder(&server.url())
+        .mutex_protocol(MutexProtocol::Hybrid)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        hybrid.server_capabilities().mutex_protocol,
+        MutexProtocol::Hybrid
     );
     let asked = LockClient::builder(&server.url())
         .mutex_protocol(MutexProtocol::Native)
@@ -71,7 +108,7 @@ async fn the_protocol_follows_what_the_server_has() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_lock_is_its_owner_while_held_and_gone_when_free() {
     let server = RedisServer::start();
-    if skip_without_native(
+    if skip_without_native_acquisition(
         &server,
         "a_native_lock_is_its_owner_while_held_and_gone_when_free",
     ) {
@@ -128,7 +165,7 @@ async fn a_native_lock_is_its_owner_while_held_and_gone_when_free() {
 async fn native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_counter() {
     let server = RedisServer::start();
     let test = "native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_counter";
-    if skip_without_native(&server, test) {
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     let (a, b) = (client(&server.url()).await, client(&server.url()).await);
@@ -171,7 +208,7 @@ async fn native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_co
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_native_cycle_is_eight_commands() {
     let server = RedisServer::start();
-    if skip_without_native(&server, "an_uncontended_native_cycle_is_eight_commands") {
+    if skip_without_native_acquisition(&server, "an_uncontended_native_cycle_is_eight_commands") {
         return;
     }
     let c = client(&server.url()).await;
@@ -184,7 +221,7 @@ async fn an_uncontended_native_cycle_is_eight_commands() {
         ("set", 2),
         ("pttl", 1),
         ("exec", 1),
-        ("delifeq", 1),
+        (release_command(&server), 1),
         ("publish", 1),
     ];
     for (command, calls) in sent {
@@ -206,7 +243,7 @@ async fn concurrent_native_calls_go_out_in_batches_and_keep_every_promise() {
 
     let server = RedisServer::start();
     let test = "concurrent_native_calls_go_out_in_batches_and_keep_every_promise";
-    if skip_without_native(&server, test) {
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     let c = client(&server.url()).await;
@@ -253,7 +290,10 @@ async fn concurrent_native_calls_go_out_in_batches_and_keep_every_promise() {
     .await
     .expect("the cycles finished within 60 s");
     let acquisitions = 72 * CYCLES as u64;
-    assert_eq!(command_calls(&server, "delifeq"), acquisitions);
+    assert_eq!(
+        command_calls(&server, release_command(&server)),
+        acquisitions
+    );
     let transactions = command_calls(&server, "exec");
     assert!(
         transactions >= 1 && transactions < acquisitions / 2,
@@ -269,7 +309,7 @@ async fn concurrent_native_calls_go_out_in_batches_and_keep_every_promise() {
 async fn a_native_release_wakes_its_waiter_long_before_the_lease_would() {
     let server = RedisServer::start();
     let test = "a_native_release_wakes_its_waiter_long_before_the_lease_would";
-    if skip_without_native(&server, test) {
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     let holder = client(&server.url()).await;
@@ -318,7 +358,7 @@ async fn a_native_release_wakes_its_waiter_long_before_the_lease_would() {
 async fn a_free_lock_string_of_the_scripts_does_not_block_a_native_acquisition() {
     let server = RedisServer::start();
     let test = "a_free_lock_string_of_the_scripts_does_not_block_a_native_acquisition";
-    if skip_without_native(&server, test) {
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     // What a scripted client leaves for an hour after a release: the fencing counter.
@@ -350,7 +390,7 @@ async fn a_native_multi_lock_holds_none_of_its_names_while_one_is_busy() {
     use futures_util::StreamExt;
     let server = RedisServer::start();
     let test = "a_native_multi_lock_holds_none_of_its_names_while_one_is_busy";
-    if skip_without_native(&server, test) {
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     server.cmd(&["CONFIG", "SET", "notify-keyspace-events", "K$g"]);
@@ -393,7 +433,7 @@ async fn a_native_multi_lock_holds_none_of_its_names_while_one_is_busy() {
 async fn a_native_multi_lock_takes_all_or_gives_back_what_it_took() {
     let server = RedisServer::start();
     let test = "a_native_multi_lock_takes_all_or_gives_back_what_it_took";
-    if skip_without_native(&server, test) {
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     let (a, b) = (client(&server.url()).await, client(&server.url()).await);
@@ -496,4 +536,36 @@ async fn a_server_that_loses_delifeq_fails_the_release_typed_and_leaves_the_lock
         .unwrap();
     assert!(next.is_held());
     drop(next);
+}
+
+/// The hybrid protocol's renewals are the scripts' `renew` (which knows a lock that is its
+/// owner id): one script call renews a client's many locks, where a compare-and-set per lock
+/// (`EVAL` each, as its re-entries and releases) would be one call each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_renewals_are_one_script_call_for_many_locks() {
+    let server = RedisServer::start();
+    let test = "hybrid_renewals_are_one_script_call_for_many_locks";
+    if skip_without_native_acquisition(&server, test) {
+        return;
+    }
+    let c = LockClient::builder(&server.url())
+        .mutex_protocol(MutexProtocol::Hybrid)
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        guards.push(c.lock(format!("r:{i}")).await.unwrap());
+    }
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    renewed(&c, "r:0", Duration::from_secs(5)).await;
+    renewed(&c, "r:49", Duration::from_secs(5)).await;
+    assert_eq!(command_calls(&server, "eval"), 0, "a script per lock");
+    let calls = command_calls(&server, "fcall") + command_calls(&server, "evalsha");
+    assert!((1..50).contains(&calls), "{calls} renew calls for 50 locks");
+    for g in guards {
+        assert!(g.unlock().await.unwrap());
+    }
+    assert_clean(&server).await;
 }

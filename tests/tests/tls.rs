@@ -101,21 +101,30 @@ fn create_user(server: &RedisServer, acl: &[String], user: &str, add: &[&str], w
         );
     }
     args.extend_from_slice(add);
-    // On a server with the native protocol's commands, the documented addition for it.
-    let native = server.cmd(&["COMMAND", "INFO", "DELIFEQ"]);
-    if !native.is_empty() && native != "(nil)" {
-        args.extend(native_acl());
+    // On a server with the native protocol's commands, the documented addition for it; on
+    // one with `SET … NX GET` (known by `SINTERCARD`) but without them, the hybrid one's.
+    let has = |command: &str| {
+        let reply = server.cmd(&["COMMAND", "INFO", command]);
+        !reply.is_empty() && reply != "(nil)"
+    };
+    if has("DELIFEQ") {
+        args.extend(protocol_acl(
+            "the native protocol ([`MutexProtocol`]), add `",
+        ));
+    } else if has("SINTERCARD") {
+        args.extend(protocol_acl("where it speaks the hybrid one, add\n//! `"));
     }
     assert_eq!(server.cmd(&args), "OK", "{args:?}");
 }
 
-/// What the docs add to the data-node line where the mutex speaks the native protocol.
-fn native_acl() -> Vec<&'static str> {
+/// What the docs add to the data-node line for a mutex protocol: the rules quoted right
+/// after `after`.
+fn protocol_acl(after: &str) -> Vec<&'static str> {
     let rules = DOCS
-        .split("the native protocol ([`MutexProtocol`]), add `")
+        .split(after)
         .nth(1)
         .and_then(|rest| rest.split('`').next())
-        .expect("the docs name the native protocol's ACL rules");
+        .expect("the docs name the protocol's ACL rules");
     rules.split_whitespace().collect()
 }
 

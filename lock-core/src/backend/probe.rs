@@ -19,6 +19,9 @@ pub(crate) struct Probe {
     pub(crate) server: String,
     /// `DELIFEQ` (and so `SET … IFEQ`, which came before it) everywhere.
     pub(crate) native_compare: bool,
+    /// `SET … NX GET` everywhere: known by `SINTERCARD`, which came in the same release
+    /// (Redis 7.0; every Valkey has both).
+    pub(crate) set_nx_get: bool,
     pub(crate) wait: bool,
     pub(crate) sharded_pubsub: bool,
     /// The latest of the primaries' clocks, in microseconds since the Unix epoch, and when it
@@ -27,7 +30,7 @@ pub(crate) struct Probe {
 }
 
 /// The commands looked up, in order.
-const COMMANDS: [&str; 3] = ["DELIFEQ", "SSUBSCRIBE", "WAIT"];
+const COMMANDS: [&str; 4] = ["DELIFEQ", "SSUBSCRIBE", "WAIT", "SINTERCARD"];
 
 /// What [`Probe::server`] says when `INFO` was refused.
 const UNKNOWN: &str = "unknown (INFO refused)";
@@ -48,7 +51,7 @@ impl Backend {
         lookup.arg("INFO").arg(&COMMANDS[..]);
         // Without it (refused, or a reply not understood) nothing says the native protocol
         // is there, and the rest is judged by the version.
-        let found: Option<Vec<[bool; 3]>> = self
+        let found: Option<Vec<[bool; 4]>> = self
             .ask(&lookup, "COMMAND INFO", &mut refused)
             .await?
             .and_then(|replies| replies.iter().map(known).collect());
@@ -70,6 +73,9 @@ impl Backend {
             // A version not said (a proxy, say) is given the benefit of the doubt.
             sharded_pubsub: all(1, |s| s.valkey || s.major >= 7 || s.major == 0),
             wait: all(2, |_| true),
+            // Known from COMMAND INFO, or from a version a server said.
+            set_nx_get: (found.is_some() || !servers.is_empty())
+                && all(3, |s| s.valkey || s.major >= 7),
             clock: clock.map(|us| (us, Instant::now())),
         })
     }
@@ -183,14 +189,14 @@ impl Refused {
 
 /// Which of [`COMMANDS`] a `COMMAND INFO` reply says the server has (nil: unknown command);
 /// None for a reply that is not one entry per command.
-fn known(reply: &Value) -> Option<[bool; 3]> {
+fn known(reply: &Value) -> Option<[bool; 4]> {
     let Value::Array(entries) = reply else {
         return None;
     };
     if entries.len() != COMMANDS.len() {
         return None;
     }
-    let mut known = [false; 3];
+    let mut known = [false; 4];
     for (slot, entry) in known.iter_mut().zip(entries) {
         *slot = !matches!(entry, Value::Nil);
     }
@@ -267,8 +273,9 @@ mod tests {
 
     #[test]
     fn command_info_says_which_commands_exist() {
-        let reply = Value::Array(vec![Value::Nil, Value::Array(vec![]), Value::Array(vec![])]);
-        assert_eq!(known(&reply), Some([false, true, true]));
+        let entry = || Value::Array(vec![]);
+        let reply = Value::Array(vec![Value::Nil, entry(), entry(), entry()]);
+        assert_eq!(known(&reply), Some([false, true, true, true]));
         assert_eq!(known(&Value::Nil), None);
         assert_eq!(known(&Value::Array(vec![Value::Nil])), None);
     }

@@ -12,10 +12,13 @@ use crate::capabilities::MutexProtocol;
 
 impl LockClientBuilder {
     /// How the mutex is kept in Redis (default [`MutexProtocol::Auto`]: the server's native
-    /// compare-and-set commands where every primary has them, Valkey 9.0 or later, else this
-    /// crate's scripts). [`MutexProtocol::Native`] makes [`build`](Self::build) fail with
-    /// [`LockError::Unsupported`] on a server without them. Every client of a deployment
-    /// must speak the same protocol: see [`MutexProtocol`].
+    /// compare-and-set commands where every primary has them, Valkey 9.0 or later, else the
+    /// native acquisition with a small script for the release where `SET … NX GET` is there,
+    /// Redis 7.0 or later, else this crate's scripts). [`MutexProtocol::Native`] and
+    /// [`MutexProtocol::Hybrid`] make [`build`](Self::build) fail with
+    /// [`LockError::Unsupported`] on a server without what they need. Clients of a deployment
+    /// that share names must not mix the scripted protocol with the other two: see
+    /// [`MutexProtocol`].
     ///
     /// [`LockError::Unsupported`]: crate::LockError::Unsupported
     pub fn mutex_protocol(mut self, protocol: MutexProtocol) -> Self {

@@ -22,7 +22,7 @@ use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold};
 use crate::wire::Command;
 use crate::wire::answer::Answer;
-use crate::wire::native::{self, Found};
+use crate::wire::native::Found;
 
 type Request = Pin<Box<dyn Future<Output = Result<(Answer, Option<u32>), LockError>> + Send>>;
 
@@ -267,8 +267,7 @@ impl Engine {
                     }
                     return Ok((answer, acked));
                 }
-                Found::Scripted(old) => {
-                    let clear = native::Call::delete_if(native.key(), old);
+                Found::Scripted(clear) => {
                     self.invoke_raw(&clear.into()).await?;
                 }
             }

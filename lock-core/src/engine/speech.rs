@@ -46,16 +46,25 @@ impl Speech {
         if needs_wait && !probe.wait {
             return Err(unsupported("min_replicas", "the WAIT command"));
         }
-        // The native protocol seeds a missing fencing counter from the server's clock.
-        let native = probe.native_compare && probe.clock.is_some();
-        let mutex_protocol = match (requested, native) {
-            (MutexProtocol::Native, false) => {
+        // The native acquisition seeds a missing fencing counter from the server's clock.
+        let clock = probe.clock.is_some();
+        let native = probe.native_compare && clock;
+        let hybrid = probe.set_nx_get && clock;
+        let mutex_protocol = match (requested, native, hybrid) {
+            (MutexProtocol::Native, false, _) => {
                 return Err(unsupported(
                     "the native mutex protocol",
                     "SET … IFEQ and DELIFEQ (Valkey 9.0 or later)",
                 ));
             }
-            (MutexProtocol::Auto | MutexProtocol::Native, true) => MutexProtocol::Native,
+            (MutexProtocol::Hybrid, _, false) => {
+                return Err(unsupported(
+                    "the hybrid mutex protocol",
+                    "SET … NX GET (Redis 7.0 or later, Valkey 7.2 or later)",
+                ));
+            }
+            (MutexProtocol::Auto | MutexProtocol::Native, true, _) => MutexProtocol::Native,
+            (MutexProtocol::Auto | MutexProtocol::Hybrid, _, true) => MutexProtocol::Hybrid,
             _ => MutexProtocol::Scripted,
         };
         let scripts = Scripts::get(backend.is_sharded());
@@ -73,6 +82,7 @@ impl Speech {
         let capabilities = ServerCapabilities {
             server: probe.server,
             native_compare: probe.native_compare,
+            set_nx_get: probe.set_nx_get,
             scripting,
             functions: scripting && mode == Mode::Function,
             wait: probe.wait,

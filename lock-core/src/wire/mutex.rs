@@ -38,6 +38,7 @@ pub(crate) fn acquire(
     match (p.dialect(t.kind), held) {
         // Only a mutex (its key `P{N}` itself) speaks natively.
         (Dialect::Native, Some(held)) if expected > 0 => native::Call::reenter(
+            p.compare(),
             t.keys.lock_shared(),
             t.owner,
             millis(lease.max(held.left)),
@@ -50,6 +51,7 @@ pub(crate) fn acquire(
             lease_ms: millis(lease),
             counter: &p.counter(t.keys.lock()),
             seed: p.seed(),
+            compare: p.compare(),
         })
         .into(),
         (Dialect::Scripts, _) => {
@@ -91,6 +93,7 @@ pub(crate) fn multi_acquire<'a>(
             owner: owner.id(),
             lease_ms: millis(lease),
             seed: p.seed(),
+            compare: p.compare(),
         };
         let locks = locks
             .iter()
@@ -121,7 +124,14 @@ pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Co
     };
     if p.dialect(t.kind) == Dialect::Native {
         let publish = (p.publish(), channel, token);
-        return native::Call::release(t.keys.lock_shared(), t.owner, count <= 1, publish).into();
+        return native::Call::release(
+            p.compare(),
+            t.keys.lock_shared(),
+            t.owner,
+            count <= 1,
+            publish,
+        )
+        .into();
     }
     let mut call = Call::new(Op::Release);
     call.key(t.keys.hold(t.kind).as_ref())
@@ -137,7 +147,7 @@ pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Co
 /// (`hold_at_least`).
 pub(crate) fn keep(p: &Protocol, t: Target<'_>, left: Duration) -> Command {
     if p.dialect(t.kind) == Dialect::Native {
-        return native::Call::keep(t.keys.lock_shared(), t.owner, millis(left)).into();
+        return native::Call::keep(p.compare(), t.keys.lock_shared(), t.owner, millis(left)).into();
     }
     let mut call = Call::new(Op::ReleaseKeep);
     call.key(t.keys.lock()).arg(t.owner).arg(millis(left));
@@ -145,7 +155,9 @@ pub(crate) fn keep(p: &Protocol, t: Target<'_>, left: Duration) -> Command {
 }
 
 /// The call that sets the lease of lock-string holds (mutex, fair, writer; one dialect, and
-/// on a Cluster one slot, for all) to `lease` where their owners still hold them.
+/// on a Cluster one slot, for all) to `lease` where their owners still hold them. The hybrid
+/// protocol's renewals are the scripts' `renew` (which knows a lock that is its owner id):
+/// one script call for the batch, where a compare-and-set per lock would be one each.
 pub(crate) fn renew<'a>(
     p: &Protocol,
     holds: impl IntoIterator<Item = Target<'a>>,
@@ -155,9 +167,10 @@ pub(crate) fn renew<'a>(
     if holds
         .peek()
         .is_some_and(|t| p.dialect(t.kind) == Dialect::Native)
+        && p.compare() == native::Compare::Commands
     {
         let locks = holds.map(|t| (t.keys.lock(), t.owner));
-        return native::Call::renew(locks, millis(lease)).into();
+        return native::Call::renew(p.compare(), locks, millis(lease)).into();
     }
     let mut call = Call::new(Op::Renew);
     call.arg(millis(lease));

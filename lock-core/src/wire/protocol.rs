@@ -8,6 +8,7 @@ use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
 use super::counter;
+use super::native::Compare;
 use super::owner::Owner;
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
 use crate::kind::Kind;
@@ -78,8 +79,18 @@ impl Protocol {
     /// the client speaks it, the scripts for everything else.
     pub(crate) fn dialect(&self, kind: Kind) -> Dialect {
         match (kind, self.mutex) {
-            (Kind::Lock, MutexProtocol::Native) => Dialect::Native,
+            (Kind::Lock, MutexProtocol::Native | MutexProtocol::Hybrid) => Dialect::Native,
             _ => Dialect::Scripts,
+        }
+    }
+
+    /// How a native call's compare-and-sets are spoken: the server's commands where the
+    /// client speaks [`MutexProtocol::Native`], one small script each where it speaks
+    /// [`MutexProtocol::Hybrid`].
+    pub(crate) fn compare(&self) -> Compare {
+        match self.mutex {
+            MutexProtocol::Native => Compare::Commands,
+            _ => Compare::Script,
         }
     }
 

@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+use lock_core::MutexProtocol;
+
+use crate::contender::parse_protocol;
+
 /// Every scenario, in the order they run.
 pub(crate) const SCENARIOS: [&str; 11] = [
     "W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7", "R1", "R2", "S1",
@@ -18,15 +22,20 @@ pub(crate) struct Args {
     pub(crate) pool: u32,
     /// How many times to run the plan (`--runs`, 1..=9); the output is the median.
     pub(crate) runs: usize,
+    /// lock-core's mutex protocol (`--mutex-protocol`, default `auto`).
+    pub(crate) mutex_protocol: MutexProtocol,
 }
 
 const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
-                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1] [--rslock-retry-ms N] [--pool N] [--runs N]\n\
+                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1] [--rslock-retry-ms N] [--pool N] [--runs N] \
+                     [--mutex-protocol auto|native|hybrid|scripted]\n\
                      --runs N (1..=9, default 1): run the plan N times against the same server \
                      and report the median across the runs of every figure (a ratio: the median \
                      of the per-run ratios); BENCH lines then end with runs=N and each value's \
                      and ratio's range (<field>_min=, <field>_max=), --json adds each run's \
-                     result under \"runs\"";
+                     result under \"runs\"\n\
+                     --mutex-protocol P (default auto): the protocol ours speaks, to compare \
+                     them on one server (a protocol the server cannot speak fails at connect)";
 
 /// Parses `argv` (with the program name); exits with usage on a bad argument.
 pub(crate) fn parse_args(argv: &[String]) -> Args {
@@ -39,6 +48,7 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
         rslock_retry_ms: 10,
         pool: 16,
         runs: 1,
+        mutex_protocol: MutexProtocol::Auto,
     };
     let mut it = argv[1.min(argv.len())..].iter();
     let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| -> String {
@@ -71,6 +81,13 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
             "--pool" => {
                 args.pool = value(&mut it, a).parse().unwrap_or_else(|_| {
                     eprintln!("--pool needs a number");
+                    std::process::exit(2)
+                })
+            }
+            "--mutex-protocol" => {
+                let name = value(&mut it, a);
+                args.mutex_protocol = parse_protocol(&name).unwrap_or_else(|| {
+                    eprintln!("--mutex-protocol needs auto, native, hybrid or scripted");
                     std::process::exit(2)
                 })
             }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::{LockClient, LockGuard};
+use lock_core::{LockClient, LockGuard, MutexProtocol};
 
 use crate::floor::{Floor, FloorGuard};
 
@@ -59,6 +59,21 @@ pub(crate) struct Opts {
     pub(crate) pool: u32,
     /// rslock's retry delay: it sleeps a random 0..delay between attempts.
     pub(crate) rslock_retry: Duration,
+    /// lock-core's mutex protocol (`--mutex-protocol`, default `auto`).
+    pub(crate) mutex_protocol: MutexProtocol,
+}
+
+/// The mutex protocol named `name` (as `MutexProtocol` displays it: `auto`, `native`,
+/// `hybrid`, `scripted`).
+pub(crate) fn parse_protocol(name: &str) -> Option<MutexProtocol> {
+    [
+        MutexProtocol::Auto,
+        MutexProtocol::Native,
+        MutexProtocol::Hybrid,
+        MutexProtocol::Scripted,
+    ]
+    .into_iter()
+    .find(|p| p.to_string() == name)
 }
 
 /// A connected contender. Cloning shares its connections.
@@ -91,7 +106,9 @@ impl Locker {
     pub(crate) async fn connect_with(kind: Kind, opts: &Opts, lease: Option<Duration>) -> Locker {
         match kind {
             Kind::Ours => {
-                let mut b = LockClient::builder(&opts.url).pool_size(opts.pool);
+                let mut b = LockClient::builder(&opts.url)
+                    .pool_size(opts.pool)
+                    .mutex_protocol(opts.mutex_protocol);
                 if let Some(lease) = lease {
                     b = b.watchdog_lease(lease);
                 }

@@ -21,7 +21,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
-use crate::contender::{Kind, Locker, Opts};
+use crate::contender::{Kind, Locker, Opts, parse_protocol};
 use crate::measure::{Cost, Frame};
 use crate::monitor::{Counts, Watch, mono_to_unix_us};
 use crate::stats::Sample;
@@ -320,6 +320,7 @@ impl ChildArgs {
             self.opts.url.clone(),
             self.kind.name().into(),
             self.opts.pool.to_string(),
+            self.opts.mutex_protocol.to_string(),
             self.opts.rslock_retry.as_micros().to_string(),
             self.coord_key.clone(),
             self.name.clone(),
@@ -334,6 +335,7 @@ impl ChildArgs {
             url,
             kind,
             pool,
+            protocol,
             retry_us,
             coord_key,
             name,
@@ -350,6 +352,7 @@ impl ChildArgs {
                 url: url.clone(),
                 pool: pool.parse().ok()?,
                 rslock_retry: Duration::from_micros(retry_us.parse().ok()?),
+                mutex_protocol: parse_protocol(protocol)?,
             },
             coord_key: coord_key.clone(),
             name: name.clone(),

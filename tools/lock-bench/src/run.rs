@@ -168,6 +168,7 @@ pub(crate) async fn bench(args: Args) -> bool {
         url: url.clone(),
         pool: args.pool,
         rslock_retry: Duration::from_millis(args.rslock_retry_ms),
+        mutex_protocol: args.mutex_protocol,
     };
     let plan = Plan::new(args.quick);
     let mut admin = redis::Client::open(url.as_str())

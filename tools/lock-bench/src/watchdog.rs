@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::contender::{Held, Kind, Locker, Opts};
+use crate::contender::{Held, Kind, Locker, Opts, parse_protocol};
 use crate::floor::Watchdog;
 use crate::measure::{Cost, Frame};
 use crate::stats::CmdDelta;
@@ -48,6 +48,7 @@ impl ChildArgs {
             self.opts.url.clone(),
             self.kind.name().into(),
             self.opts.pool.to_string(),
+            self.opts.mutex_protocol.to_string(),
             self.prefix.clone(),
             self.count.to_string(),
             self.lease.as_millis().to_string(),
@@ -56,7 +57,7 @@ impl ChildArgs {
     }
 
     pub(crate) fn parse(args: &[String]) -> Option<ChildArgs> {
-        let [url, kind, pool, prefix, count, lease_ms, periods] = args else {
+        let [url, kind, pool, protocol, prefix, count, lease_ms, periods] = args else {
             return None;
         };
         Some(ChildArgs {
@@ -65,6 +66,7 @@ impl ChildArgs {
                 url: url.clone(),
                 pool: pool.parse().ok()?,
                 rslock_retry: Duration::from_millis(10),
+                mutex_protocol: parse_protocol(protocol)?,
             },
             prefix: prefix.clone(),
             count: count.parse().ok()?,

@@ -16,7 +16,32 @@ pub(crate) struct Acquire<'a> {
     pub(crate) counter: &'a str,
     /// The server clock in microseconds, for a counter that is missing.
     pub(crate) seed: u64,
+    /// How its compare-and-sets are spoken (a multi-lock's re-entries and leases, a give-back).
+    pub(crate) compare: Compare,
 }
+
+/// How the native protocol's two compare-and-sets on a lock (`SET … IFEQ` and `DELIFEQ`) are
+/// spoken: the server's own commands (Valkey 9.0 or later), or, on a server without them
+/// (Redis 7, Valkey 8), one small script each that does the same and answers the same
+/// (`EVAL`, so a server that lost its scripts — a restart, `SCRIPT FLUSH` — runs it anyway).
+/// Everything else the protocol sends (the acquisition's transaction, the publish, `DEL`,
+/// `PTTL`, `GET`) is plain commands either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compare {
+    /// `SET … IFEQ` and `DELIFEQ`.
+    Commands,
+    /// [`SET_IF_EQUAL`] and [`DELETE_IF_EQUAL`].
+    Script,
+}
+
+/// `SET KEYS[1] ARGV[1] <ARGV[2..]>` if `KEYS[1]` holds `ARGV[1]`: `SET … IFEQ` where the new
+/// value is the compared one (a lock's owner), answering `OK` or nil as it does.
+pub(crate) const SET_IF_EQUAL: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
+return redis.call('SET',KEYS[1],ARGV[1],unpack(ARGV,2)) end return false";
+
+/// `DEL KEYS[1]` if it holds `ARGV[1]`: `DELIFEQ`, answering 1 or 0 as it does.
+pub(crate) const DELETE_IF_EQUAL: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
+return redis.call('DEL',KEYS[1]) end return 0";
 
 /// Room, beyond a call's keys, for an owner id (at most 53 bytes) and a few numbers.
 pub(super) const ROOM: usize = 96;
@@ -34,15 +59,50 @@ pub(super) fn start<'p>(pipe: &'p mut Pipeline, name: &str, bytes: usize) -> &'p
 /// `SET key owner IFEQ owner PX ms`.
 pub(super) fn set_if_owner(
     pipe: &mut Pipeline,
+    compare: Compare,
     key: &str,
     owner: &impl redis::ToRedisArgs,
     ms: u64,
 ) {
-    start(pipe, "SET", key.len() + 2 * ROOM)
-        .arg(key)
-        .arg(owner)
-        .arg("IFEQ")
-        .arg(owner)
+    set_if_owner_with(pipe, compare, key, owner)
         .arg("PX")
         .arg(ms);
+}
+
+/// `SET key owner IFEQ owner`, its options to follow (`PX ms`, `KEEPTTL`).
+pub(super) fn set_if_owner_with<'p>(
+    pipe: &'p mut Pipeline,
+    compare: Compare,
+    key: &str,
+    owner: &impl redis::ToRedisArgs,
+) -> &'p mut Pipeline {
+    match compare {
+        Compare::Commands => start(pipe, "SET", key.len() + 2 * ROOM)
+            .arg(key)
+            .arg(owner)
+            .arg("IFEQ")
+            .arg(owner),
+        Compare::Script => start(pipe, "EVAL", key.len() + SET_IF_EQUAL.len() + ROOM)
+            .arg(SET_IF_EQUAL)
+            .arg(1)
+            .arg(key)
+            .arg(owner),
+    }
+}
+
+/// `DELIFEQ key value`.
+pub(super) fn delete_if_equal<'p>(
+    pipe: &'p mut Pipeline,
+    compare: Compare,
+    key: &str,
+    value: &impl redis::ToRedisArgs,
+) -> &'p mut Pipeline {
+    match compare {
+        Compare::Commands => start(pipe, "DELIFEQ", key.len() + ROOM).arg(key).arg(value),
+        Compare::Script => start(pipe, "EVAL", key.len() + DELETE_IF_EQUAL.len() + ROOM)
+            .arg(DELETE_IF_EQUAL)
+            .arg(1)
+            .arg(key)
+            .arg(value),
+    }
 }

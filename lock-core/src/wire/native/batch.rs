@@ -143,7 +143,7 @@ impl Call {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::native::Acquire;
+    use crate::wire::native::{Acquire, Compare};
     use crate::wire::owner::OwnerId;
 
     fn acquire(key: &str) -> Call {
@@ -157,11 +157,18 @@ mod tests {
             lease_ms: 1000,
             counter,
             seed: 7,
+            compare: Compare::Commands,
         })
     }
 
     fn release(key: &str) -> Call {
-        Call::release(key.into(), "me:1", true, ("PUBLISH", "chan", 9))
+        Call::release(
+            Compare::Commands,
+            key.into(),
+            "me:1",
+            true,
+            ("PUBLISH", "chan", 9),
+        )
     }
 
     fn names(call: &Call) -> Vec<String> {

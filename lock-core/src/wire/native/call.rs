@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use redis::Pipeline;
 
-use super::args::{Acquire, ROOM, set_if_owner, start};
+use super::args::{
+    Acquire, Compare, ROOM, delete_if_equal, set_if_owner, set_if_owner_with, start,
+};
 use super::multi::{Multi, MultiLock};
 use crate::wire::answer::Answer;
 use crate::wire::owner::OwnerId;
@@ -13,8 +15,9 @@ use crate::wire::owner::OwnerId;
 /// What a native call does, and what its reply is read into.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    /// A fresh acquisition by this owner (a repeat finds its id): read into an [`Answer`].
-    Acquire { owner: OwnerId },
+    /// A fresh acquisition by this owner (a repeat finds its id): read into an [`Answer`];
+    /// `compare` clears a free lock string of the scripts in its way.
+    Acquire { owner: OwnerId, compare: Compare },
     /// A re-entry of a hold whose token is this: read into an [`Answer`].
     Reenter { token: u64 },
     /// The last hold's release: read into a [`GaveBack`].
@@ -71,8 +74,9 @@ pub(crate) enum Found {
     /// before the answer (busy, or lost) is given.
     Partial { answer: Answer, give_back: Call },
     /// A free lock string of the scripted protocol (kept for its fencing counter): it must
-    /// go before the name can be taken natively. The value, to delete it if it is unchanged.
-    Scripted(Vec<u8>),
+    /// go before the name can be taken natively. The call that deletes it if it is unchanged
+    /// (its reply is not read), to send before the acquisition is sent once more.
+    Scripted(Call),
 }
 
 impl Call {
@@ -95,24 +99,30 @@ impl Call {
             .arg(a.lease_ms)
             .arg("GET");
         start(&mut pipe, "PTTL", room).arg(key);
-        Self::new(Op::Acquire { owner: a.owner }, pipe, a.key)
+        let op = Op::Acquire {
+            owner: a.owner,
+            compare: a.compare,
+        };
+        Self::new(op, pipe, a.key)
     }
 
     /// A re-entry by `owner`, whose hold's token is `token`: the lease becomes `lease_ms`.
     pub(crate) fn reenter(
+        compare: Compare,
         key: Arc<str>,
         owner: impl redis::ToRedisArgs,
         lease_ms: u64,
         token: u64,
     ) -> Self {
         let mut pipe = Pipeline::with_capacity(1);
-        set_if_owner(&mut pipe, &key, &owner, lease_ms);
+        set_if_owner(&mut pipe, compare, &key, &owner, lease_ms);
         Self::new(Op::Reenter { token }, pipe, key)
     }
 
     /// A release of one hold of `owner`'s, the last one when `last`, published on `channel`
     /// with `publish` (`PUBLISH`, or `SPUBLISH` on a Cluster) and the hold's token.
     pub(crate) fn release(
+        compare: Compare,
         key: Arc<str>,
         owner: impl redis::ToRedisArgs,
         last: bool,
@@ -121,31 +131,32 @@ impl Call {
         let mut pipe = Pipeline::with_capacity(2);
         let room = key.len() + 2 * ROOM;
         if last {
-            start(&mut pipe, "DELIFEQ", room).arg(&*key).arg(&owner);
+            delete_if_equal(&mut pipe, compare, &key, &owner);
             start(&mut pipe, publish, room).arg(channel).arg(token);
             Self::new(Op::Release, pipe, key)
         } else {
-            start(&mut pipe, "SET", room)
-                .arg(&*key)
-                .arg(&owner)
-                .arg("IFEQ")
-                .arg(&owner)
-                .arg("KEEPTTL");
+            set_if_owner_with(&mut pipe, compare, &key, &owner).arg("KEEPTTL");
             Self::new(Op::ReleaseOne, pipe, key)
         }
     }
 
     /// Sets the lease of `owner`'s lock to `ms` if it is still theirs: a release kept until
     /// its minimum hold.
-    pub(crate) fn keep(key: Arc<str>, owner: impl redis::ToRedisArgs, ms: u64) -> Self {
+    pub(crate) fn keep(
+        compare: Compare,
+        key: Arc<str>,
+        owner: impl redis::ToRedisArgs,
+        ms: u64,
+    ) -> Self {
         let mut pipe = redis::pipe();
-        set_if_owner(&mut pipe, &key, &owner, ms);
+        set_if_owner(&mut pipe, compare, &key, &owner, ms);
         Self::new(Op::Keep, pipe, key)
     }
 
     /// Renews each lock `(key, owner)` to `ms` if it is still its owner's; `route` is the
     /// first key (all in one slot on a Cluster).
     pub(crate) fn renew<'a, O: redis::ToRedisArgs + 'a>(
+        compare: Compare,
         locks: impl IntoIterator<Item = (&'a str, O)>,
         ms: u64,
     ) -> Self {
@@ -153,7 +164,7 @@ impl Call {
         let mut route = None;
         for (key, owner) in locks {
             route.get_or_insert_with(|| Arc::from(key));
-            set_if_owner(&mut pipe, key, &owner, ms);
+            set_if_owner(&mut pipe, compare, key, &owner, ms);
         }
         let key = route.unwrap_or_else(|| Arc::from(""));
         Self {
@@ -173,9 +184,9 @@ impl Call {
 
     /// Deletes `key` if it still holds `value` (a free lock string of the scripts in the way
     /// of a native acquisition): answers 1 deleted, 0 not.
-    pub(crate) fn delete_if(key: &str, value: Vec<u8>) -> Self {
+    pub(super) fn delete_if(compare: Compare, key: &str, value: Vec<u8>) -> Self {
         let mut pipe = redis::pipe();
-        pipe.cmd("DELIFEQ").arg(key).arg(value);
+        delete_if_equal(&mut pipe, compare, key, &value);
         Self::new(Op::Clear, pipe, key)
     }
 

@@ -33,6 +33,6 @@ mod read;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use args::Acquire;
+pub(crate) use args::{Acquire, Compare};
 pub(crate) use call::{Call, Found};
 pub(crate) use multi::MultiLock;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Pipeline, Value};
 
-use super::args::{Acquire, set_if_owner};
+use super::args::{Acquire, Compare, delete_if_equal, set_if_owner};
 use crate::error::LockError;
 use crate::wire::answer::{Answer, Tokens};
 use crate::wire::owner::OwnerId;
@@ -19,6 +19,7 @@ pub(crate) struct Multi {
     /// owner's hold for a re-entry (None: a fresh acquisition).
     locks: Vec<(String, String, Option<u64>)>,
     publish: &'static str,
+    compare: Compare,
 }
 
 /// One lock of a multi-lock's acquisition: its key, its release channel, and the token of the
@@ -76,7 +77,7 @@ impl Multi {
             if lock.reentry.is_none() {
                 pipe.cmd("INCR").arg(a.counter);
             }
-            set_if_owner(&mut pipe, &lock.key, &a.owner, a.lease_ms);
+            set_if_owner(&mut pipe, a.compare, &lock.key, &a.owner, a.lease_ms);
             if lock.reentry.is_none() {
                 pipe.cmd("PTTL").arg(&lock.key);
             }
@@ -88,6 +89,7 @@ impl Multi {
                 .map(|l| (l.key, l.channel, l.reentry))
                 .collect(),
             publish,
+            compare: a.compare,
         };
         (multi, pipe)
     }
@@ -194,11 +196,11 @@ impl Multi {
         for ((key, channel, _), t) in self.locks.iter().zip(took) {
             match t {
                 Took::Taken { fresh: true, .. } => {
-                    pipe.cmd("DELIFEQ").arg(key).arg(&self.owner);
+                    delete_if_equal(&mut pipe, self.compare, key, &self.owner);
                     pipe.cmd(self.publish).arg(channel).arg(0);
                 }
                 Took::Scripted(old) => {
-                    pipe.cmd("DELIFEQ").arg(key).arg(old);
+                    delete_if_equal(&mut pipe, self.compare, key, old);
                 }
                 _ => {}
             }

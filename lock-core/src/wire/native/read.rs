@@ -22,7 +22,7 @@ impl Call {
                     give_back: Call::new(Op::GiveBack, pipe, self.key.clone()),
                 },
             }),
-            Op::Acquire { owner } => {
+            Op::Acquire { owner, compare } => {
                 let bad = || self.unexpected(&replies);
                 let (Some(Value::Int(token)), Some(Value::Int(pttl))) =
                     (replies.get(1), replies.get(3))
@@ -34,7 +34,8 @@ impl Call {
                     Some(Value::Nil) => granted,
                     Some(Value::BulkString(old)) if owner.is(old) => granted,
                     Some(Value::BulkString(old)) if old.first() == Some(&b'|') => {
-                        return Ok(Found::Scripted(old.clone()));
+                        let clear = Call::delete_if(*compare, &self.key, old.clone());
+                        return Ok(Found::Scripted(clear));
                     }
                     Some(Value::BulkString(_)) => Answer::Busy {
                         index: 0,

@@ -6,7 +6,7 @@ use redis::Value;
 
 use crate::wire::owner::OwnerId;
 
-use super::{Acquire, Call, Found};
+use super::{Acquire, Call, Compare, Found};
 use crate::error::LockError;
 use crate::wire::answer::{Answer, GaveBack, Tokens};
 
@@ -17,6 +17,7 @@ fn acquire() -> Call {
         lease_ms: 30_000,
         counter: "lock:fence",
         seed: 1_795_000_000_000_000,
+        compare: Compare::Commands,
     })
 }
 
@@ -54,27 +55,51 @@ fn an_acquisition_reads_into_an_answer() {
 fn a_scripted_free_lock_string_is_found_as_such() {
     let old = b"|0|1795000000000000|1795000000000000|".to_vec();
     let found = acquire().found(exec(Value::BulkString(old.clone()), 3_600_000));
-    assert!(matches!(found, Ok(Found::Scripted(o)) if o == old));
+    let Ok(Found::Scripted(clear)) = found else {
+        panic!("not a clear: {found:?}");
+    };
+    let sent: Vec<_> = clear
+        .pipeline()
+        .cmd_iter()
+        .map(|c| c.args_iter().count())
+        .collect();
+    assert_eq!(sent, [3], "DELIFEQ key old");
 }
 
 #[test]
 fn releases_renewals_and_reentries_read_into_typed_answers() {
-    let release = Call::release("lock:{a}".into(), "me:1", true, ("PUBLISH", "c", 42));
+    let release = Call::release(
+        Compare::Commands,
+        "lock:{a}".into(),
+        "me:1",
+        true,
+        ("PUBLISH", "c", 42),
+    );
     let gave_back =
         |call: &Call, replies, resent| call.gave_back(Value::Array(replies), resent).unwrap();
     let (deleted, gone) = (vec![Value::Int(1), Value::Int(0)], vec![Value::Int(0)]);
     assert_eq!(gave_back(&release, deleted, false), GaveBack::Held);
     assert_eq!(gave_back(&release, gone.clone(), false), GaveBack::NotHeld);
     assert_eq!(gave_back(&release, gone, true), GaveBack::Held, "a repeat");
-    let one = Call::release("lock:{a}".into(), "me:1", false, ("PUBLISH", "c", 42));
+    let one = Call::release(
+        Compare::Commands,
+        "lock:{a}".into(),
+        "me:1",
+        false,
+        ("PUBLISH", "c", 42),
+    );
     assert_eq!(gave_back(&one, vec![Value::Okay], false), GaveBack::Held);
     assert_eq!(gave_back(&one, vec![Value::Nil], true), GaveBack::NotHeld);
-    let renew = Call::renew([("lock:{a}", "me:1"), ("lock:{b}", "me:2")], 30_000);
+    let renew = Call::renew(
+        Compare::Commands,
+        [("lock:{a}", "me:1"), ("lock:{b}", "me:2")],
+        30_000,
+    );
     assert_eq!(renew.key(), "lock:{a}");
     let renewed = renew.renewed(Value::Array(vec![Value::Okay, Value::Nil]));
     assert_eq!(renewed.unwrap(), [true, false]);
     assert!(renew.gave_back(Value::Array(vec![]), false).is_err());
-    let reenter = Call::reenter("lock:{a}".into(), "me:1", 30_000, 42);
+    let reenter = Call::reenter(Compare::Commands, "lock:{a}".into(), "me:1", 30_000, 42);
     let read = |replies| answer(reenter.found(Value::Array(replies)));
     assert_eq!(read(vec![Value::Okay]), Answer::Granted(Tokens::Each(42)));
     assert_eq!(read(vec![Value::Nil]), Answer::Lost { index: 0 });

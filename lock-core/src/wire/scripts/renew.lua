@@ -1,4 +1,5 @@
--- renew: reset the lease of every lock string in a batch that its owner still holds.
+-- renew: reset the lease of every lock string in a batch that its owner still holds (a lock
+-- string of the scripts, or a lock of the native and hybrid protocols: the owner id itself).
 --
 -- KEYS[i]: the i-th lock string
 -- ARGV[1]: lease in milliseconds
@@ -10,7 +11,8 @@ local out = {}
 for i, key in ipairs(KEYS) do
   local value = redis.pcall('GET', key)
   local prefix = ARGV[i + 1] .. '|'
-  if type(value) == 'string' and string.sub(value, 1, #prefix) == prefix then
+  if type(value) == 'string'
+    and (string.sub(value, 1, #prefix) == prefix or value == ARGV[i + 1]) then
     redis.call('PEXPIRE', key, ARGV[1])
     out[i] = 1
   else
