@@ -118,8 +118,8 @@
 //! ([`LockClient::server_capabilities`]); on Valkey 9.0 or later, where the mutex then speaks
 //! the native protocol ([`MutexProtocol`]), add `+multi +exec +incr +delifeq +mget +msetnx`; on
 //! Redis 7.0 or later and Valkey 7.2 to 8.x, where it speaks the hybrid one, add
-//! `+multi +exec +incr +eval +mget +msetnx` (without `+command|info` the client keeps to the
-//! scripts). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
+//! `+multi +exec +incr +eval +mget +msetnx` (without `+command|info`, or without `+exec`,
+//! which the client tries at connect, harmlessly, it keeps to the scripts and says so once). Add `+wait` with [`min_replicas`](LockClientBuilder::min_replicas);
 //! `+role` on the data nodes of a Sentinel deployment (the client checks the primary the
 //! sentinels name); `+spublish +ssubscribe +sunsubscribe +cluster|slots +info` on a Cluster
 //! (sharded pub/sub, the slot map, the server's version). Optionally `+config|get`:

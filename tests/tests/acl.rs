@@ -66,7 +66,7 @@ fn said() -> Vec<String> {
 fn probe_lines() -> Vec<String> {
     said()
         .into_iter()
-        .filter(|m| m.contains("INFO") || m.contains("TIME"))
+        .filter(|m| m.contains("INFO") || m.contains("TIME") || m.contains("EXEC"))
         .collect()
 }
 
@@ -220,6 +220,30 @@ async fn without_info_and_command_info_the_scripts_are_used() {
     assert_eq!(lines.len(), 2, "one line per build: {lines:?}");
     assert!(lines[0].contains("COMMAND INFO refused"), "{lines:?}");
     assert!(lines[0].contains("scripts are used"), "{lines:?}");
+}
+
+/// The documented line without the native or hybrid protocol's additions (`+multi +exec`
+/// …): the probe finds `EXEC` refused, so the mutex speaks the scripts on either server and
+/// locks (a refused `MULTI` inside the acquisition's pipeline is never sent), says why once
+/// per build, and pinning a transaction protocol fails at build, typed.
+#[tokio::test]
+async fn without_transactions_the_scripts_are_used() {
+    let server = RedisServer::start();
+    let url = create_user(&server, &documented(), "no-multi");
+    capture();
+    let client = lock_as(&url, "no-multi").await;
+    let caps = client.server_capabilities();
+    assert_eq!(caps.mutex_protocol, MutexProtocol::Scripted, "{caps}");
+    let lines = probe_lines();
+    assert!(lines[0].contains("EXEC refused"), "{lines:?}");
+    let pinned = LockClient::builder(&url)
+        .mutex_protocol(MutexProtocol::Hybrid)
+        .build()
+        .await;
+    assert!(
+        matches!(pinned, Err(lock_core::LockError::Unsupported { .. })),
+        "{pinned:?}"
+    );
 }
 
 /// Without `+ping`: the `PING` that checks a server is reachable at connect is refused, which

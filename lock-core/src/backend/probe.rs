@@ -24,6 +24,9 @@ pub(crate) struct Probe {
     pub(crate) set_nx_get: bool,
     pub(crate) wait: bool,
     pub(crate) sharded_pubsub: bool,
+    /// The ACL lets this user run a transaction (`EXEC`) on every primary: the native and
+    /// the hybrid acquisition are one `MULTI` … `EXEC`.
+    pub(crate) transactions: bool,
     /// The latest of the primaries' clocks, in microseconds since the Unix epoch, and when it
     /// was read here; None when no primary said (a proxy that does not pass `TIME` on).
     pub(crate) clock: Option<(u64, Instant)>,
@@ -56,6 +59,7 @@ impl Backend {
             .await?
             .and_then(|replies| replies.iter().map(known).collect());
         let clock = self.latest_clock(&mut refused).await?;
+        let transactions = self.transactions_allowed(&mut refused).await?;
         refused.say();
         // No server said (INFO refused, or a proxy): what it lacks shows at first use.
         let all = |i: usize, by_version: fn(&Server) -> bool| match &found {
@@ -76,8 +80,34 @@ impl Backend {
             // Known from COMMAND INFO, or from a version a server said.
             set_nx_get: (found.is_some() || !servers.is_empty())
                 && all(3, |s| s.valkey || s.major >= 7),
+            transactions,
             clock: clock.map(|us| (us, Instant::now())),
         })
+    }
+
+    /// Whether every primary lets this user run a transaction, known by `EXEC` alone: a user
+    /// the ACL allows is answered `ERR EXEC without MULTI` (nothing happens), one it refuses
+    /// `NOPERM` (Redis and Valkey wrap it: `EXECABORT … because of: NOPERM …`). A refused
+    /// `MULTI` inside the native acquisition's pipeline is not answered as one error (the
+    /// redis crate's connection task fails on it): found here, the protocol is not chosen.
+    async fn transactions_allowed(&self, refused: &mut Refused) -> Result<bool, LockError> {
+        match self
+            .each_primary(&redis::cmd("EXEC"))
+            .await
+            .and_then(node_errors)
+        {
+            Ok(_) => Ok(true),
+            Err(error @ LockError::NoPermission { .. }) => {
+                refused.0.push(("EXEC", error));
+                Ok(false)
+            }
+            Err(LockError::Redis(e)) if e.to_string().contains("NOPERM") => {
+                refused.0.push(("EXEC", LockError::Redis(e)));
+                Ok(false)
+            }
+            Err(LockError::Redis(e)) if !is_connection_error(&e) => Ok(true),
+            Err(error) => Err(error),
+        }
     }
 
     /// `cmd`'s replies from every primary, or None when it failed in a way the probe goes on
@@ -181,6 +211,12 @@ impl Refused {
         });
         if self.has("TIME") {
             parts.push("TIME refused: no server clock, so no native protocol");
+        }
+        if self.has("EXEC") {
+            parts.push(
+                "EXEC refused: no transactions, so the mutex speaks the scripts (the ACL \
+                 line for the native and hybrid protocols adds +multi +exec)",
+            );
         }
         parts.retain(|part| !part.is_empty());
         (!parts.is_empty()).then(|| parts.join("; "))

@@ -50,6 +50,14 @@ impl Speech {
         let clock = probe.clock.is_some();
         let native = probe.native_compare && clock;
         let hybrid = probe.set_nx_get && clock;
+        if !probe.transactions && matches!(requested, MutexProtocol::Native | MutexProtocol::Hybrid)
+        {
+            return Err(unsupported(
+                "the native and hybrid mutex protocols",
+                "MULTI and EXEC for this user (the ACL refused EXEC)",
+            ));
+        }
+        let (native, hybrid) = (native && probe.transactions, hybrid && probe.transactions);
         let mutex_protocol = match (requested, native, hybrid) {
             (MutexProtocol::Native, false, _) => {
                 return Err(unsupported(
