@@ -3,13 +3,19 @@
 //! a server and on a Cluster, force-unlock (refused, confirmed, per kind; the waiter woken and
 //! fenced), watch (keyspace notifications, the release channels when they are off or CONFIG
 //! is refused, a Cluster), JSON parsed back, and the exit code and message of each failure.
+//!
+//! The lock clients here speak the scripted mutex protocol, whose lock keys keep the holder's
+//! fencing token and hold count, which these tests compare with what lockctl (another client)
+//! shows. Under the native and hybrid protocols (Valkey 9, Redis 7) the key keeps only the
+//! owner: another client sees no token (an upper bound instead) and a hold count of 1, as
+//! lock-core's `LockInfo` documents.
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_core::{LockClient, LockGuard};
-use lock_tests::fixtures::{blocking, client, eventually, woken};
+use lock_core::{LockClient, LockGuard, MutexProtocol};
+use lock_tests::fixtures::{blocking, eventually, scripted_client, woken};
 use lock_tests::{ClientAuth, RedisCluster, RedisServer, SentinelGroup, TlsFiles};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -183,7 +189,7 @@ fn first_lock(run: &Run) -> Value {
 async fn status_shows_every_kind_held_then_free() {
     let server = RedisServer::start();
     let url = server.url();
-    let (a, b) = (client(&url).await, client(&url).await);
+    let (a, b) = (scripted_client(&url).await, scripted_client(&url).await);
     let status = |name: &'static str| {
         let url = url.clone();
         async move { lockctl(&["--url", &url, "--json", "status", name]).await }
@@ -330,11 +336,12 @@ async fn status_and_list_show_the_owner_description() {
     let server = RedisServer::start();
     let url = server.url();
     let described = LockClient::builder(&url)
+        .mutex_protocol(MutexProtocol::Scripted)
         .owner_description("billing@web-3 pid 4242")
         .build()
         .await
         .unwrap();
-    let plain = client(&url).await;
+    let plain = scripted_client(&url).await;
     let held = [
         described.lock("d:1").lease(LONG).await.unwrap(),
         described.lock("d:2").lease(LONG * 2).await.unwrap(),
@@ -385,7 +392,7 @@ async fn status_and_list_show_the_owner_description() {
 async fn list_is_sorted_by_remaining_lease_bounded_and_filtered() {
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     let lease = |s| Duration::from_secs(s);
     let mut guards: Vec<LockGuard> = Vec::new();
     for (name, secs) in [("job:a", 40), ("job:b", 10), ("job:c", 20), ("other:x", 5)] {
@@ -460,7 +467,7 @@ async fn list_is_sorted_by_remaining_lease_bounded_and_filtered() {
 async fn force_unlock_asks_first_then_frees_wakes_and_fences() {
     let server = RedisServer::start();
     let url = server.url();
-    let (a, b) = (client(&url).await, client(&url).await);
+    let (a, b) = (scripted_client(&url).await, scripted_client(&url).await);
     // A long fixed lease: only the release message can wake the waiter in time.
     let forced = a.lock("stuck").lease(LONG).await.unwrap();
     let waiter = tokio::spawn({
@@ -533,7 +540,7 @@ async fn watch_sees_acquisitions_and_releases_through_keyspace_notifications() {
     let server = RedisServer::start();
     server.cmd(&["CONFIG", "SET", "notify-keyspace-events", "K$hzxg"]);
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     // Held before watch starts: read first, so its release is a release, not news.
     let old = c.lock("w:old").lease(LONG).await.unwrap();
     let mut watch = Watch::start(&[
@@ -585,7 +592,7 @@ async fn watch_sees_acquisitions_and_releases_through_keyspace_notifications() {
 async fn watch_uses_the_release_channels_when_notifications_are_off_or_config_refused() {
     let server = RedisServer::start();
     let url = server.url();
-    let (a, b) = (client(&url).await, client(&url).await);
+    let (a, b) = (scripted_client(&url).await, scripted_client(&url).await);
     let mut watch = Watch::start(&["--url", &url, "watch", "--count", "1", "--for", "40s"]).await;
     assert!(
         watch.notices.contains("keyspace notifications are off"),
@@ -664,6 +671,7 @@ async fn list_status_force_unlock_and_watch_on_a_cluster() {
     let cluster = blocking(|| RedisCluster::start_with(3, 0));
     let urls = cluster.urls();
     let c = LockClient::builder_cluster(urls.clone())
+        .mutex_protocol(MutexProtocol::Scripted)
         .owner_description("cluster client")
         .build()
         .await
@@ -767,6 +775,7 @@ async fn the_primary_is_found_through_the_sentinels() {
     let group = blocking(SentinelGroup::start);
     let sentinels = group.sentinel_urls().join(",");
     let c = LockClient::builder_sentinel(group.sentinel_urls(), group.master_name())
+        .mutex_protocol(MutexProtocol::Scripted)
         .build()
         .await
         .unwrap();
@@ -949,7 +958,7 @@ async fn failures_exit_with_their_code_and_name_the_cause() {
 async fn status_shows_the_record_next_to_a_name() {
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     let none = lockctl(&["--url", &url, "--json", "status", "idem::k"]).await;
     assert!(none.json()["record"].is_null(), "{none:?}");
     let ttl = Duration::from_secs(60);
@@ -1006,7 +1015,7 @@ async fn status_of_an_idempotency_key_says_its_state_status_age_and_ttl() {
     use lock_tower::{Fingerprint, Record};
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     let status = |ttl: &'static str| {
         let url = url.clone();
         async move {
@@ -1107,7 +1116,7 @@ async fn status_of_an_idempotency_key_says_its_state_status_age_and_ttl() {
 async fn status_shows_the_rate_limit_of_a_name_and_list_leaves_it_out() {
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     let none = lockctl(&["--url", &url, "--json", "status", "api:7"]).await;
     assert!(none.json()["rate_limit"].is_null(), "{none:?}");
     // One permit every 10 s, 3 at once: two taken leave one.
@@ -1166,7 +1175,7 @@ async fn status_shows_the_rate_limit_of_a_name_and_list_leaves_it_out() {
 async fn status_shows_the_last_guarded_update_and_its_fence() {
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     let none = lockctl(&["--url", &url, "--json", "status", "item:1"]).await;
     assert!(none.json()["last_update"].is_null(), "{none:?}");
     let guard = c.lock("item:1").lease(LONG).await.unwrap();
@@ -1203,7 +1212,7 @@ async fn status_shows_the_last_guarded_update_and_its_fence() {
 async fn fenced_shows_each_value_with_its_fence() {
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     let guard = c.lock("report:1").lease(LONG).await.unwrap();
     let token = guard.fencing_token();
     let mut conn = c.connection();
@@ -1242,7 +1251,7 @@ async fn jobs_lists_each_job_with_its_last_run_and_next_period() {
     use lock_core::scheduled::{JobEvent, Schedule};
     let server = RedisServer::start();
     let url = server.url();
-    let c = client(&url).await;
+    let c = scripted_client(&url).await;
     c.records()
         .put("order:1", b"not a job", 1, Duration::from_secs(60))
         .await

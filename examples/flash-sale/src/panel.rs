@@ -222,8 +222,14 @@ pub struct LockPanel {
     pub holder: Option<Holder>,
     /// The holder's remaining lease (ms), if held.
     pub ttl_ms: Option<u64>,
-    /// The holder's fencing token, if held.
+    /// The holder's fencing token, if held and known here: the lock's key keeps it (the
+    /// scripted protocol), or this instance holds the lock. Under the native and hybrid
+    /// protocols (Valkey 9, Redis 7) the key keeps only the owner, so another instance sees
+    /// `None` and [`fencing_token_at_most`](Self::fencing_token_at_most).
     pub fencing_token: Option<u64>,
+    /// An upper bound of the holder's fencing token, if held: the token where it is known,
+    /// else the name's fencing counter now (lock-core's `LockInfo::fencing_token_at_most`).
+    pub fencing_token_at_most: Option<u64>,
     /// The highest fencing token that claimed the sale's stock (0: none yet).
     pub last_fencing_token: i64,
     /// Whether a waiter asked Redis to be told of the release. lock-core queues an instance's
@@ -231,6 +237,10 @@ pub struct LockPanel {
     /// lock from one of its purchases to the next without it, so purchases can wait here while
     /// this is `false`.
     pub contended: bool,
+    /// Whether the lock's protocol marks waiters in Redis at all: the scripted protocol does;
+    /// under the native and hybrid protocols (Valkey 9, Redis 7) a release always announces
+    /// itself and `contended` stays `false`.
+    pub waiter_marks: bool,
     /// Purchases of this sale on this instance waiting for its stock lock or holding it, now
     /// (`waiting_here + holding_here`).
     pub queued_here: usize,
@@ -278,6 +288,8 @@ async fn sale_lock(
     };
     let (rejections, recent_rejections) = lock(&panel.rejections).of(id.as_str());
     let queue = panel.shop.stock_lock_queue(&id);
+    let waiter_marks = panel.shop.locks().server_capabilities().mutex_protocol
+        == lock_core::MutexProtocol::Scripted;
     Ok(Json(LockPanel {
         sale_id: id.to_string(),
         lock: name,
@@ -288,12 +300,14 @@ async fn sale_lock(
             .ttl
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         fencing_token: info.fencing_token,
+        fencing_token_at_most: info.fencing_token_at_most,
         last_fencing_token: sale.fence,
         contended: info.contended,
+        waiter_marks,
         queued_here: queue.waiting + queue.holding,
         waiting_here: queue.waiting,
         holding_here: queue.holding,
-        waiters: waiters_summary(info.held, info.contended, queue),
+        waiters: waiters_summary(info.held, waiter_marks.then_some(info.contended), queue),
         served_by: panel.me.clone(),
         rejections,
         recent_rejections,
@@ -305,8 +319,9 @@ async fn sale_lock(
 /// queues an instance's waiters in-process and lets only the first of them wait in Redis (and
 /// hands the lock from one purchase of an instance to the next without asking Redis), so
 /// purchases waiting here with nobody asking Redis is a normal state, and the line says both
-/// facts rather than a "none queued" that reads as a contradiction.
-pub fn waiters_summary(held: bool, contended: bool, here: StockQueue) -> String {
+/// facts rather than a "none queued" that reads as a contradiction. `contended` is `None`
+/// where the protocol marks no waiter in Redis (the native and hybrid ones).
+pub fn waiters_summary(held: bool, contended: Option<bool>, here: StockQueue) -> String {
     let this = match (here.holding > 0, here.waiting) {
         (true, 0) => "this instance holds it, none of its purchases waiting".to_owned(),
         (true, n) => format!("this instance holds it, {n} more of its purchases waiting"),
@@ -317,11 +332,13 @@ pub fn waiters_summary(held: bool, contended: bool, here: StockQueue) -> String 
     if !held {
         return this;
     }
-    let redis = if contended {
-        "a waiter asked Redis to announce the release"
-    } else {
-        "no waiter asked Redis to announce the release (an instance's waiters queue \
-         in-process; only the first asks Redis)"
+    let redis = match contended {
+        Some(true) => "a waiter asked Redis to announce the release",
+        Some(false) => {
+            "no waiter asked Redis to announce the release (an instance's waiters queue \
+             in-process; only the first asks Redis)"
+        }
+        None => "its release is always announced (this lock protocol marks no waiter in Redis)",
     };
     format!("{this}; {redis}")
 }
@@ -393,23 +410,25 @@ mod tests {
         let q = |waiting, holding| StockQueue { waiting, holding };
         // The storefront used to say "none queued; 10 purchase(s) ... waiting or holding".
         assert_eq!(
-            waiters_summary(true, false, q(9, 1)),
+            waiters_summary(true, Some(false), q(9, 1)),
             "this instance holds it, 9 more of its purchases waiting; no waiter asked Redis to \
              announce the release (an instance's waiters queue in-process; only the first asks \
              Redis)"
         );
         assert_eq!(
-            waiters_summary(true, true, q(10, 0)),
+            waiters_summary(true, Some(true), q(10, 0)),
             "10 purchases of this instance waiting; a waiter asked Redis to announce the release"
         );
         assert_eq!(
-            waiters_summary(true, true, q(0, 1)),
+            waiters_summary(true, Some(true), q(0, 1)),
             "this instance holds it, none of its purchases waiting; a waiter asked Redis to \
              announce the release"
         );
-        assert!(waiters_summary(true, false, q(0, 0)).starts_with("no purchase of this instance"));
+        assert!(
+            waiters_summary(true, Some(false), q(0, 0)).starts_with("no purchase of this instance")
+        );
         assert_eq!(
-            waiters_summary(false, false, q(1, 0)),
+            waiters_summary(false, Some(false), q(1, 0)),
             "1 purchase of this instance waiting"
         );
     }
