@@ -52,7 +52,9 @@ pub struct LockInfo {
     pub owner: Option<String>,
     /// The holder's remaining lease, if held with one.
     pub ttl: Option<Duration>,
-    /// The holder's hold count (re-entries), 0 when free.
+    /// The holder's hold count (re-entries), 0 when free. A mutex of the native or hybrid
+    /// protocol keeps only its owner in its key: asked from another client, a held one
+    /// shows 1 whatever its re-entries.
     pub hold_count: u32,
     /// The holder's fencing token, if held and Redis keeps it. A mutex of the native protocol
     /// (Valkey 9) keeps only its owner in the lock's key: its token is known to its holder's
@@ -64,7 +66,9 @@ pub struct LockInfo {
     /// The holder's token is at most this and above every earlier holder's: a write fenced
     /// with a greater token than this is not the holder's.
     pub fencing_token_at_most: Option<u64>,
-    /// Whether a waiter asked to be told of the release.
+    /// Whether a waiter asked to be told of the release. Always `false` for a mutex of the
+    /// native or hybrid protocol, which marks no waiter in Redis (its release always
+    /// announces itself).
     pub contended: bool,
 }
 
