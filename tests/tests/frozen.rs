@@ -221,8 +221,8 @@ async fn sixty_four_calls_at_once_each_give_up_at_the_bound() {
     }
     thaw(&mut server);
     // Whatever the frozen server applied late was given back: every name is free again, well
-    // before its lease (the default 30 s) could have freed it (20 s: the undos queue behind
-    // the heal of 64 calls' connections; a loaded CI machine once needed more than 10 s).
+    // before its lease (the default 30 s) could have freed it (20 s: one Valkey-lane run on a
+    // loaded machine needed more than 10 s; why is not yet known).
     let other = client(&server.url(), Duration::from_secs(1)).await;
     for i in 0..64 {
         let name = format!("frozen:{i}");
