@@ -456,12 +456,30 @@ fn check_counters(h: &History, ctx: &Ctx, f: &mut Findings) {
             _ => f.takes_unknown += 1,
         }
     }
-    let counter = |summary: String, name: &str, secs: Vec<usize>, from: i64, to: i64| Violation {
+    check_counts(h, ctx, f);
+    check_takers(h, ctx, f);
+}
+
+/// A "counter" violation about lock `name`, with the history between `from` and `to`.
+fn counter(
+    h: &History,
+    ctx: &Ctx,
+    summary: String,
+    name: &str,
+    secs: Vec<usize>,
+    (from, to): (i64, i64),
+) -> Violation {
+    Violation {
         kind: "counter",
         name: Some(name.to_owned()),
         summary,
         excerpt: excerpt(h, ctx, &secs, from, to),
-    };
+    }
+}
+
+/// Each counter ends at its initial units less its applied takes (less at most its takes of
+/// unknown outcome), never below zero.
+fn check_counts(h: &History, ctx: &Ctx, f: &mut Findings) {
     for (name, left) in &h.stock_left {
         let takes: Vec<_> = h.takes.iter().filter(|t| &t.name == name).collect();
         let applied = takes
@@ -483,10 +501,15 @@ fn check_counters(h: &History, ctx: &Ctx, f: &mut Findings) {
             Ok(_) => None,
         };
         if let Some(summary) = summary {
-            f.violations
-                .push(counter(summary, name, Vec::new(), ctx.t0, ctx.run_end));
+            let v = counter(h, ctx, summary, name, Vec::new(), (ctx.t0, ctx.run_end));
+            f.violations.push(v);
         }
     }
+}
+
+/// Every applied take left a count of at least zero and was sent before any holder with a
+/// greater token had acquired the lock.
+fn check_takers(h: &History, ctx: &Ctx, f: &mut Findings) {
     for take in h
         .takes
         .iter()
@@ -494,8 +517,8 @@ fn check_counters(h: &History, ctx: &Ctx, f: &mut Findings) {
     {
         if take.left.is_some_and(|left| left < 0) {
             let summary = format!("take {} of {} left {:?}", take.id, take.name, take.left);
-            f.violations
-                .push(counter(summary, &take.name, Vec::new(), take.t0, take.t0));
+            let v = counter(h, ctx, summary, &take.name, Vec::new(), (take.t0, take.t0));
+            f.violations.push(v);
         }
         let Some(token) = take.token else { continue };
         let newer = h.secs.iter().enumerate().find(|(_, sec)| {
@@ -520,13 +543,8 @@ fn check_counters(h: &History, ctx: &Ctx, f: &mut Findings) {
                 sec.id,
                 ctx.rel(sec.start)
             );
-            let v = counter(
-                summary,
-                &take.name,
-                secs,
-                sec.start - 2_000_000,
-                take.t0 + 500_000,
-            );
+            let span = (sec.start - 2_000_000, take.t0 + 500_000);
+            let v = counter(h, ctx, summary, &take.name, secs, span);
             push(f, ctx, v, sec.start, take.t0);
         }
     }
