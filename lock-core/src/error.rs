@@ -222,6 +222,19 @@ pub enum LockError {
         source: redis::RedisError,
     },
 
+    /// A write whose reply was lost (the connection failed under it, or no answer came in
+    /// time) was sent once more, and the second answer cannot tell whether the first was
+    /// applied: a guarded update ([`update`](crate::update)) whose lock had passed to
+    /// another holder by the repeat (the lock is lost: the guard knows it), or a fenced
+    /// counter update ([`fenced::add`](crate::fenced::add), [`fenced::take`](crate::fenced::take))
+    /// that another update of the counter had followed. Read the data to know; do not
+    /// simply send it again (a take could then be applied twice).
+    #[error("{what}: its reply was lost and its repeat cannot tell whether it was applied")]
+    OutcomeUnknown {
+        /// What was sent: `guarded update under lock `NAME``, `fenced counter `KEY``.
+        what: String,
+    },
+
     /// Redis answered something the lock scripts never return.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),

@@ -54,7 +54,7 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs, Value};
 
 use crate::error::LockError;
-use crate::fence::{Fenced, MAX_TOKEN, check, once_more};
+use crate::fence::{Fenced, MAX_TOKEN, check, once_more, send_again};
 
 /// What [`claim`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,13 +121,18 @@ return {0, stored or '0'}
     )
 });
 
-/// ARGV: token, delta, floor ('' for none), the call's id.
+/// ARGV: token, delta, floor ('' for none), the call's id, '1' for a repeat ('' otherwise).
+/// A repeat that is not the counter's last update answers {3}: the first send may have been
+/// applied and followed by another update, or never applied; which one cannot be known.
 static COUNT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local fence, op, result = unpack(redis.call('HMGET', KEYS[1], 'fence', 'op', 'result'))
 if op and op == ARGV[4] then
   return {1, result}
+end
+if ARGV[5] == '1' then
+  return {3}
 end
 if fence and tonumber(fence) > tonumber(ARGV[1]) then
   return {0, fence}
@@ -236,20 +241,34 @@ async fn count<C: ConnectionLike + Send>(
 ) -> Result<Counted, LockError> {
     check(token)?;
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let mut invocation = COUNT.key(key);
-    invocation.arg(token).arg(delta);
-    match floor {
-        Some(floor) => invocation.arg(floor),
-        None => invocation.arg(""),
+    let send = |repeat: &'static str| {
+        let mut invocation = COUNT.key(key);
+        invocation.arg(token).arg(delta);
+        match floor {
+            Some(floor) => invocation.arg(floor),
+            None => invocation.arg(""),
+        };
+        invocation.arg(&id).arg(repeat);
+        invocation
     };
-    invocation.arg(id);
-    let reply = invoke(&invocation, conn).await?;
+    // Sent once more (marked as a repeat) when the first reply was lost: the script then
+    // recognises the first by its id, or says it cannot tell.
+    let reply: Vec<Value> = match send("").invoke_async(conn).await {
+        Err(e) if send_again(&e, true) => {
+            tracing::debug!(error = %e, "a fenced counter update got no answer; sending it once more");
+            send("1").invoke_async(conn).await?
+        }
+        reply => reply?,
+    };
     match parse::<i64>(reply.first())? {
         1 => Ok(Counted::Applied {
             value: parse(reply.get(1))?,
         }),
         2 => Ok(Counted::NotEnough {
             left: parse(reply.get(1))?,
+        }),
+        3 => Err(LockError::OutcomeUnknown {
+            what: format!("fenced counter `{key}`"),
         }),
         _ => Ok(Counted::Refused {
             stored: parse(reply.get(1))?,
@@ -263,7 +282,9 @@ async fn count<C: ConnectionLike + Send>(
 /// and applied once.
 ///
 /// Errors: a token or `|n|` above 2^53 is [`LockError::InvalidOption`]; a key of another type
-/// or a value that is not an integer, a connection failure, [`LockError::Redis`].
+/// or a value that is not an integer, a connection failure, [`LockError::Redis`]; a repeat
+/// that cannot tell whether the first send was applied (another update of the counter came
+/// between them), [`LockError::OutcomeUnknown`].
 pub async fn add<C>(conn: &mut C, key: &str, n: i64, token: u64) -> Result<Counted, LockError>
 where
     C: ConnectionLike + Send,
@@ -277,7 +298,7 @@ where
 /// `token` changed or claimed it ([`Counted::Refused`]); the counter's fence becomes `token`.
 /// Sent once more after a connection failure or a timeout, and applied once.
 ///
-/// Errors: as [`add`] (`n` and `|floor|` at most 2^53).
+/// Errors: as [`add`] ([`LockError::OutcomeUnknown`] included) (`n` and `|floor|` at most 2^53).
 pub async fn take<C>(
     conn: &mut C,
     key: &str,

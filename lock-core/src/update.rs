@@ -61,7 +61,10 @@
 //! number, increasing over the hold's updates (one at a time per hold), and the script keeps
 //! the last one it applied, with its values, beside the lock (`P{N}:updated`, kept for the
 //! lock's remaining lease plus [`RECORD_TTL`]); a repeat answers those values without
-//! applying anything again.
+//! applying anything again. One case stays open: a repeat that finds the lock held by another
+//! holder cannot tell whether the first send was applied before the lock passed on (the next
+//! holder's updates replace the record): it is [`LockError::OutcomeUnknown`], never
+//! [`Updated::NotHeld`], which always means nothing was applied.
 //!
 //! **What it does not promise.** It is as strong as the lock: a write acknowledged by a
 //! primary that fails over before a replica received it is lost with the lock's own state

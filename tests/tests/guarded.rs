@@ -257,6 +257,41 @@ async fn an_update_resent_after_its_reply_was_lost_applies_once() {
     guard.unlock().await.unwrap();
 }
 
+/// The first send of A's take is applied and its reply comes too late; before A sends it once
+/// more, the lock passes to B, whose own update replaces the record of A's. A's repeat finds
+/// neither its record nor its lock: whether the first send was applied cannot be known, so it
+/// is `OutcomeUnknown`, never `NotHeld` (which says nothing was applied: here it was).
+#[tokio::test(start_paused = true)]
+async fn a_repeat_after_the_lock_passed_on_is_an_unknown_outcome_not_not_held() {
+    let (server, a, b) = two_instances(MutexProtocol::Scripted).await;
+    let guard = a.lock("item:8").await.unwrap();
+    server.command(&cmd(&["SET", "stock:{item:8}", "5"]));
+    server.delay_replies(Duration::from_secs(5));
+    let update = guard.update().take("stock:{item:8}", 1, 0).send();
+    let next_holder = async {
+        while get(&server, "stock:{item:8}").as_deref() != Some("4") {
+            tokio::task::yield_now().await;
+        }
+        server.delay_replies(Duration::ZERO);
+        assert_eq!(server.evict_lock("item:8"), 1);
+        let b_guard = b.lock("item:8").await.unwrap();
+        let taken = b_guard.update().take("stock:{item:8}", 1, 0).send().await;
+        assert_eq!(taken.unwrap(), Updated::Applied { values: vec![3] });
+        b_guard
+    };
+    let (updated, b_guard) = tokio::join!(update, next_holder);
+    let err = updated.unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown { .. }), "{err}");
+    assert!(err.to_string().contains("item:8"), "{err}");
+    assert!(!guard.is_held(), "the repeat found the lock another's");
+    assert_eq!(
+        get(&server, "stock:{item:8}").as_deref(),
+        Some("3"),
+        "A's first send and B's take, once each"
+    );
+    b_guard.unlock().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lock_deleted_under_its_holder_makes_the_guard_lost() {
     let server = MemoryServer::new();
@@ -493,6 +528,42 @@ async fn a_fenced_take_resent_after_a_late_reply_applies_once() {
         fenced::get::<_, i64>(&mut watcher, c).await.unwrap(),
         Some((4, 1)),
         "taken once"
+    );
+}
+
+/// A fenced take whose reply is late, followed by another take of the same counter before its
+/// repeat: the repeat cannot tell whether the first was applied (the counter keeps only its
+/// last update's id) and applies nothing: `OutcomeUnknown`, not a second take.
+#[tokio::test(start_paused = true)]
+async fn a_fenced_take_repeated_after_another_update_is_an_unknown_outcome() {
+    let server = MemoryServer::new();
+    let client = server.client().await.unwrap();
+    let mut conn = client.connection();
+    let mut other = client.connection();
+    let c = "fenced-stock-2";
+    fenced::add(&mut conn, c, 5, 1).await.unwrap();
+    server.delay_replies(Duration::from_secs(5));
+    let take = fenced::take(&mut conn, c, 1, 0, 1);
+    let another = async {
+        loop {
+            let now: Option<String> =
+                redis::from_redis_value(server.command(&cmd(&["HGET", c, "value"]))).unwrap();
+            if now.as_deref() == Some("4") {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        server.delay_replies(Duration::ZERO);
+        fenced::take(&mut other, c, 1, 0, 1).await.unwrap()
+    };
+    let (taken, second) = tokio::join!(take, another);
+    assert_eq!(second, Counted::Applied { value: 3 });
+    let err = taken.unwrap_err();
+    assert!(matches!(err, LockError::OutcomeUnknown { .. }), "{err}");
+    assert_eq!(
+        fenced::get::<_, i64>(&mut other, c).await.unwrap(),
+        Some((3, 1)),
+        "each take applied once"
     );
 }
 

@@ -1198,6 +1198,7 @@ fn variant(e: &LockError) -> String {
         LockError::NoPermission { .. } => "NoPermission",
         LockError::AuthRequired { .. } => "AuthRequired",
         LockError::Tls { .. } => "Tls",
+        LockError::OutcomeUnknown { .. } => "OutcomeUnknown",
         LockError::UnexpectedReply(_) => "UnexpectedReply",
         LockError::Unsupported { .. } => "Unsupported",
         _ => "another variant",

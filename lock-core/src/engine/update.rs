@@ -11,7 +11,7 @@ use crate::error::{LockError, is_connection_error};
 use crate::hold::Hold;
 use crate::metrics::LossReason;
 use crate::update::{RECORD_TTL, Step, Updated, Updater};
-use crate::wire;
+use crate::wire::{self, Wire};
 
 /// The sequence numbers of updates: increasing over every update of the process, so over
 /// each hold's (whose updates go one at a time).
@@ -63,17 +63,17 @@ impl Engine {
         let keep = hold.remaining(generation).saturating_add(RECORD_TTL);
         let record_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
         let call = wire::update::call(&self.target(hold), now.token, seq, steps, record_ms);
-        let reply = match self.invoke_script(&call).await {
+        let (reply, repeated) = match self.invoke_wire(Wire::Script(&call)).await {
             // The reply was lost: the update may or may not have been applied. Sent once
             // more, the script recognises it by its sequence number and answers what it
             // applied.
             Err(e) if lost_reply(&e) => {
                 tracing::debug!(lock = %hold.name(), error = %e,
                     "a guarded update's reply was lost; sending it once more");
-                self.invoke_script(&call).await
+                (self.invoke_script(&call).await?, true)
             }
-            reply => reply,
-        }?;
+            reply => reply?,
+        };
         let updated = wire::update::read(reply)?;
         if updated == Updated::NotHeld {
             hold.mark_lost(
@@ -81,6 +81,13 @@ impl Engine {
                 "a guarded update found the lock held by no one or by another owner",
                 LossReason::Deleted,
             );
+            if repeated {
+                // A repeat finds its update's record only while no other holder has updated
+                // since: the first send may have been applied before the lock passed on.
+                return Err(LockError::OutcomeUnknown {
+                    what: format!("guarded update under lock `{}`", hold.name()),
+                });
+            }
         }
         Ok(updated)
     }
