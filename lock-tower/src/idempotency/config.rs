@@ -14,6 +14,7 @@ use super::redis_store::LockClientStore;
 use super::store::RecordStore;
 use crate::config::{FailMode, LeaseLost, REDIS_ALLOWANCE};
 use crate::keyed::validate::Problems;
+use crate::keyed::words::Words;
 
 /// The header that carries the key by default: `Idempotency-Key`.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -40,6 +41,16 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 pub fn is_final(response: &Parts) -> bool {
     !response.status.is_server_error() && !response.headers.contains_key(RETRY_AFTER)
 }
+
+/// How the idempotency layer names itself in the steps it shares with the keyed layers.
+pub(crate) const WORDS: Words = Words {
+    layer: "idempotency",
+    label: "idempotency",
+    missing_key: "the request has no idempotency key",
+    fail_open: "idempotency unavailable; running the request without the lock and without \
+                recording it (fail open)",
+    failed: "could not prepare the request's idempotency",
+};
 
 /// The layer's settings.
 #[derive(Clone)]

@@ -11,14 +11,13 @@ use http_body::Body;
 use lock_core::LockGuard;
 use tracing::Span;
 
-use super::config::Settings;
+use super::config::{Settings, WORDS};
 use super::context::{Ask, Idempotency, KeyLock, release};
 use super::record::{Fingerprint, Record};
 use super::rejection;
 use crate::body::BoxError;
-use crate::config::FailMode;
+use crate::keyed::decision::decide;
 use crate::rejection::Rejection;
-use crate::rejection_kind::RejectionKind;
 
 /// What to do with a request once it is prepared.
 pub(crate) enum Prepared<B> {
@@ -170,31 +169,15 @@ async fn lock(settings: &Settings, name: &str) -> Result<LockGuard, Rejection> {
 }
 
 /// A request that could not be prepared: rejected, or run unprotected when the store or
-/// Redis is down and the layer fails open.
+/// Redis is down and the layer fails open (the keyed layers' one decision tail).
 fn fail<B>(
     settings: &Settings,
     rejection: Rejection,
     request: Request<B>,
     span: &Span,
 ) -> Prepared<B> {
-    if settings.fail_mode == FailMode::Open && rejection::is_outage(&rejection) {
-        span.record("outcome", "fail_open");
-        tracing::warn!(
-            detail = rejection.detail(),
-            "idempotency unavailable; running the request without the lock and without \
-             recording it (fail open)"
-        );
-        return Prepared::Pass(request);
+    match decide(rejection, settings.fail_mode, &WORDS, span) {
+        None => Prepared::Pass(request),
+        Some(rejection) => Prepared::Reject(rejection),
     }
-    span.record(
-        "outcome",
-        match rejection.kind() {
-            RejectionKind::IdempotencyKeyInUse => "in_use",
-            kind if rejection::is_outage(&rejection) || kind == RejectionKind::Lost => {
-                "unavailable"
-            }
-            _ => "error",
-        },
-    );
-    Prepared::Reject(rejection)
 }

@@ -169,12 +169,3 @@ pub(crate) fn lost(settings: &Settings) -> Rejection {
 pub(crate) fn misconfigured(error: LockError) -> Rejection {
     Rejection::misconfigured(error).by_idempotency_layer()
 }
-
-/// Whether `rejection` says the record store or Redis is unavailable: what failing open
-/// runs the request for.
-pub(crate) fn is_outage(rejection: &Rejection) -> bool {
-    matches!(
-        rejection.kind(),
-        RejectionKind::RecordStoreUnavailable | RejectionKind::Unavailable
-    )
-}

@@ -3,6 +3,7 @@
 //! rejected, with its outcome on the request's span and a misconfiguration logged.
 
 use super::settings::Keyed;
+use super::words::Words;
 use crate::config::FailMode;
 use crate::rejection::Rejection;
 use crate::rejection_kind::RejectionKind;
@@ -22,9 +23,25 @@ pub(crate) fn refuse<C: Keyed>(
     settings: &C,
     span: &tracing::Span,
 ) -> Option<Rejection> {
-    let words = &C::WORDS;
-    if rejection.kind() == RejectionKind::Unavailable && settings.keys().fail_mode == FailMode::Open
-    {
+    decide(rejection, settings.keys().fail_mode, &C::WORDS, span)
+}
+
+/// [`refuse`] for a layer that is told its fail mode and words directly (the idempotency
+/// layer, whose keys are not [`Keyed`]). An outage is a rejection of kind `Unavailable` or
+/// `RecordStoreUnavailable` (a record store's); a key in use is `in_use`, a lock lost while
+/// the request ran `unavailable`; an `error` is logged as a misconfiguration when it carries
+/// the [`LockError`](lock_core::LockError) that caused it.
+pub(crate) fn decide(
+    rejection: Rejection,
+    fail_mode: FailMode,
+    words: &Words,
+    span: &tracing::Span,
+) -> Option<Rejection> {
+    let outage = matches!(
+        rejection.kind(),
+        RejectionKind::Unavailable | RejectionKind::RecordStoreUnavailable
+    );
+    if outage && fail_mode == FailMode::Open {
         span.record("outcome", "fail_open");
         tracing::warn!(
             target: TARGET,
@@ -36,15 +53,18 @@ pub(crate) fn refuse<C: Keyed>(
         return None;
     }
     let outcome = match rejection.kind() {
+        _ if outage => "unavailable",
         RejectionKind::Busy | RejectionKind::PermitsInUse => "busy",
-        RejectionKind::Unavailable => "unavailable",
+        RejectionKind::IdempotencyKeyInUse => "in_use",
+        RejectionKind::Lost => "unavailable",
         RejectionKind::InvalidKey => "invalid_key",
         _ => "error",
     };
     span.record("outcome", outcome);
-    if outcome == "error" {
-        let error = rejection.error().map(tracing::field::display);
-        tracing::error!(target: TARGET, error, "{}; the layer is misconfigured", words.failed);
+    if outcome == "error"
+        && let Some(error) = rejection.error()
+    {
+        tracing::error!(target: TARGET, error = %error, "{}; the layer is misconfigured", words.failed);
     }
     Some(rejection)
 }
