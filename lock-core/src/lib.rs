@@ -366,7 +366,9 @@
 //! | semaphore size | | 1 to [`Semaphore::MAX_SIZE`] (100,000); 1 to [`Semaphore::MAX_ACQUIRE`] (1,000) permits per acquisition |
 //! | multi-lock names | | 1 to [`MultiLock::MAX_NAMES`] (64), distinct |
 //!
-//! **One rule for bad input:** nothing panics. Constructors and builders never fail; a bad
+//! **One rule for bad input:** nothing panics. Constructors and builders never fail (one
+//! exception: [`RedLock::new`], which is `RedLock::builder(clients).build()` and checks at
+//! once, as every `build()` does); a bad
 //! name, option or size is reported as a typed error ([`LockError::InvalidName`],
 //! [`LockError::InvalidOption`]) by the first call that could send something (`build()`, a
 //! request's `.await`, `info()`), before anything is sent. The tower layer and the macro

@@ -455,10 +455,18 @@ impl RateLimit {
 
     /// The limit's state as the last request wrote it, read with the quota it was written
     /// with (not this handle's, which need not be set): None when there is none (nobody
-    /// took a permit lately, and a full burst is free). Takes nothing.
-    pub async fn inspect(&self) -> Result<Option<RateDecision>, LockError> {
+    /// took a permit lately, and a full burst is free). Takes nothing. The verb every handle
+    /// reads its state with ([`Mutex::info`](crate::Mutex::info),
+    /// [`Semaphore::info`](crate::Semaphore::info), …).
+    pub async fn info(&self) -> Result<Option<RateDecision>, LockError> {
         let reply = self.engine.invoke_raw(&rate::inspect(&self.key()?)).await?;
         Ok(decided(reply)?.map(RateDecision::new))
+    }
+
+    /// The old name of [`info`](Self::info), kept for one release.
+    #[deprecated(note = "renamed `info`, the verb every handle reads its state with")]
+    pub async fn inspect(&self) -> Result<Option<RateDecision>, LockError> {
+        self.info().await
     }
 
     /// A decision on `n` permits with the checked quota: batched with other calls when

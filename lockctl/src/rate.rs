@@ -73,7 +73,7 @@ impl RateState {
 /// The rate limit under `name`, if it has a state (a limit nobody used lately has none: a
 /// full burst is free). A server without scripting has none to show either.
 pub(crate) async fn read(target: &Target, name: &str) -> Result<Option<RateState>, Failure> {
-    match target.client.rate_limit(name).inspect().await {
+    match target.client.rate_limit(name).info().await {
         Ok(decision) => Ok(decision.as_ref().map(RateState::new)),
         Err(LockError::Unsupported { .. }) => Ok(None),
         Err(e) => Err(Failure::from_lock(e, &target.label)),

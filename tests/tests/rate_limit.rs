@@ -132,7 +132,7 @@ async fn a_burst_then_the_rate_with_what_is_left_and_when_to_come_back() {
     let peek = limit.peek().await.unwrap();
     assert!(!peek.is_allowed());
     assert_eq!(peek.remaining(), 0);
-    let stored = limit.inspect().await.unwrap().expect("state written");
+    let stored = limit.info().await.unwrap().expect("state written");
     assert_eq!((stored.remaining(), stored.burst()), (0, 3));
     // The state is one small string in the name's hash slot, expiring when a full burst is back.
     let key = limit.key().unwrap();
@@ -143,11 +143,11 @@ async fn a_burst_then_the_rate_with_what_is_left_and_when_to_come_back() {
 }
 
 #[tokio::test]
-async fn several_permits_at_once_peek_and_inspect() {
+async fn several_permits_at_once_peek_and_info() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let limit = c.rate_limit("api:key:7").per(Duration::from_secs(60), 10);
-    assert_eq!(limit.inspect().await.unwrap(), None, "nothing stored yet");
+    assert_eq!(limit.info().await.unwrap(), None, "nothing stored yet");
     let peek = limit.peek().await.unwrap();
     assert!(peek.is_allowed());
     assert_eq!(peek.remaining(), 10);
@@ -161,11 +161,15 @@ async fn several_permits_at_once_peek_and_inspect() {
         "all or nothing: the 3 free stay free"
     );
     assert_eq!(limit.check_n(3).await.unwrap().remaining(), 0);
-    // inspect reads with the quota the state was written with, whatever this handle's is.
+    // info reads with the quota the state was written with, whatever this handle's is.
     let other = c.rate_limit("api:key:7");
-    let seen = other.inspect().await.unwrap().expect("state written");
+    let seen = other.info().await.unwrap().expect("state written");
     assert_eq!((seen.burst(), seen.remaining()), (10, 0));
     assert_eq!(seen.interval(), Duration::from_secs(6));
+    // Its old name, kept for one release, answers the same.
+    #[allow(deprecated)]
+    let old = other.inspect().await.unwrap().expect("state written");
+    assert_eq!((old.burst(), old.remaining()), (10, 0));
 }
 
 #[tokio::test]

@@ -121,7 +121,7 @@ async fn the_burst_passes_with_the_fields_then_429_with_retry_after_and_a_proble
     // A limited request took nothing.
     let state = client
         .rate_limit("rate:users:u-1")
-        .inspect()
+        .info()
         .await
         .unwrap()
         .expect("the limit's state");
@@ -234,7 +234,7 @@ async fn each_extractor_gives_each_key_its_own_limit() {
         assert_eq!(status, StatusCode::OK, "{b}: a limit of its own");
         assert_eq!(field(&headers, "ratelimit"), Some("\"default\";r=0;t=60"));
         for name in [a, b] {
-            let state = client.rate_limit(name).inspect().await.unwrap();
+            let state = client.rate_limit(name).info().await.unwrap();
             assert_eq!(state.map(|s| s.remaining()), Some(0), "{name} was spent");
         }
     }
@@ -529,7 +529,7 @@ async fn per_client_address_limits_with_peer_ip_and_forwarded_ip() {
     };
     assert_eq!(get("/peer", None).await.unwrap().status(), 200);
     assert_eq!(get("/peer", None).await.unwrap().status(), 429);
-    let state = client.rate_limit("peer:127.0.0.1").inspect().await.unwrap();
+    let state = client.rate_limit("peer:127.0.0.1").info().await.unwrap();
     assert_eq!(
         state.map(|s| s.remaining()),
         Some(0),
