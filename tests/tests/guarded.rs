@@ -24,6 +24,19 @@ fn cmd(args: &[&str]) -> redis::Cmd {
     cmd
 }
 
+/// Waits (yielding, on the paused clock) until `args` answers `want` on `server`: a late
+/// reply's first send was applied. Then replies are on time again.
+async fn once_applied(server: &MemoryServer, args: &[&str], want: &str) {
+    loop {
+        let now: Option<String> = redis::from_redis_value(server.command(&cmd(args))).unwrap();
+        if now.as_deref() == Some(want) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    server.delay_replies(Duration::ZERO);
+}
+
 /// A string key of an in-memory server (None when missing).
 fn get(server: &MemoryServer, key: &str) -> Option<String> {
     redis::from_redis_value(server.command(&cmd(&["GET", key]))).unwrap()
@@ -233,12 +246,7 @@ async fn an_update_resent_after_its_reply_was_lost_applies_once() {
     // the client sends it once more, with replies on time again.
     server.delay_replies(Duration::from_secs(5));
     let update = guard.update().take("stock:{item:9}", 1, 0).send();
-    let watch = async {
-        while get(&server, "stock:{item:9}").as_deref() != Some("4") {
-            tokio::task::yield_now().await;
-        }
-        server.delay_replies(Duration::ZERO);
-    };
+    let watch = once_applied(&server, &["GET", "stock:{item:9}"], "4");
     let (updated, ()) = tokio::join!(update, watch);
     assert_eq!(updated.unwrap(), Updated::Applied { values: vec![4] });
     assert_eq!(
@@ -269,10 +277,7 @@ async fn a_repeat_after_the_lock_passed_on_is_an_unknown_outcome_not_not_held() 
     server.delay_replies(Duration::from_secs(5));
     let update = guard.update().take("stock:{item:8}", 1, 0).send();
     let next_holder = async {
-        while get(&server, "stock:{item:8}").as_deref() != Some("4") {
-            tokio::task::yield_now().await;
-        }
-        server.delay_replies(Duration::ZERO);
+        once_applied(&server, &["GET", "stock:{item:8}"], "4").await;
         assert_eq!(server.evict_lock("item:8"), 1);
         let b_guard = b.lock("item:8").await.unwrap();
         let taken = b_guard.update().take("stock:{item:8}", 1, 0).send().await;
@@ -511,18 +516,8 @@ async fn a_fenced_take_resent_after_a_late_reply_applies_once() {
     let mut watcher = client.connection();
     server.delay_replies(Duration::from_secs(5));
     let take = fenced::take(&mut conn, c, 1, 0, 1);
-    let watch = async {
-        loop {
-            let now: Option<String> =
-                redis::from_redis_value(server.command(&cmd(&["HGET", c, "value"]))).unwrap();
-            if now.as_deref() == Some("4") {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        server.delay_replies(Duration::ZERO);
-    };
-    let (taken, ()) = tokio::join!(take, watch);
+    let value = ["HGET", c, "value"];
+    let (taken, ()) = tokio::join!(take, once_applied(&server, &value, "4"));
     assert_eq!(taken.unwrap(), Counted::Applied { value: 4 });
     assert_eq!(
         fenced::get::<_, i64>(&mut watcher, c).await.unwrap(),
@@ -545,15 +540,7 @@ async fn a_fenced_take_repeated_after_another_update_is_an_unknown_outcome() {
     server.delay_replies(Duration::from_secs(5));
     let take = fenced::take(&mut conn, c, 1, 0, 1);
     let another = async {
-        loop {
-            let now: Option<String> =
-                redis::from_redis_value(server.command(&cmd(&["HGET", c, "value"]))).unwrap();
-            if now.as_deref() == Some("4") {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        server.delay_replies(Duration::ZERO);
+        once_applied(&server, &["HGET", c, "value"], "4").await;
         fenced::take(&mut other, c, 1, 0, 1).await.unwrap()
     };
     let (taken, second) = tokio::join!(take, another);
