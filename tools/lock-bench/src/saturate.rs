@@ -26,6 +26,7 @@ use crate::children;
 use crate::contender::{Kind, Locker, Opts, parse_protocol};
 use crate::ctx::Ctx;
 use crate::report::{Bench, Report, na_row, native_ratio};
+use crate::stats::{CmdDelta, CmdStats};
 use crate::sys::{cpu_us, mono_ns};
 
 /// Bound on one acquisition (nothing else holds X1's names: it never waits).
@@ -173,15 +174,19 @@ fn parse_cpu(info: &str) -> Option<f64> {
     Some(field("used_cpu_user")? + field("used_cpu_sys")?)
 }
 
-/// The server's pid from `INFO server`.
-async fn server_pid(admin: &mut MultiplexedConnection) -> Option<u32> {
+/// A number of `INFO <section>`: `process_id` of `server`, `connected_clients` of `clients`.
+async fn info_field<T: std::str::FromStr>(
+    admin: &mut MultiplexedConnection,
+    section: &str,
+    name: &str,
+) -> Option<T> {
     let info: String = redis::cmd("INFO")
-        .arg("server")
+        .arg(section)
         .query_async(admin)
         .await
         .ok()?;
     info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
 }
 
@@ -226,7 +231,7 @@ impl Placement {
         if taskset(&["-V"]).is_none() {
             return Placement::NotPinned("no taskset".into());
         }
-        let Some(pid) = server_pid(admin).await else {
+        let Some(pid) = info_field::<u32>(admin, "server", "process_id").await else {
             return Placement::NotPinned("no process_id in INFO server".into());
         };
         let pid_s = pid.to_string();
@@ -238,6 +243,7 @@ impl Placement {
         if taskset(&["-cp", "0", &pid_s]).is_none() {
             return Placement::NotPinned(format!("taskset -cp 0 {pid} failed"));
         }
+        eprintln!("lock-bench: X1 pinned the server (pid {pid}) to CPU 0; it had CPUs {restore}");
         let clients = if cpus == 2 {
             "1".to_owned()
         } else {
@@ -270,10 +276,13 @@ impl Placement {
 
 impl Drop for Placement {
     fn drop(&mut self) {
-        if let Placement::Pinned { pid, restore, .. } = self
-            && taskset(&["-cp", restore, &pid.to_string()]).is_none()
-        {
-            eprintln!("lock-bench: X1 could not restore the server's CPUs ({restore})");
+        if let Placement::Pinned { pid, restore, .. } = self {
+            match taskset(&["-cp", restore, &pid.to_string()]) {
+                Some(_) => eprintln!("lock-bench: X1 gave the server its CPUs {restore} back"),
+                None => {
+                    eprintln!("lock-bench: X1 could not give the server its CPUs {restore} back")
+                }
+            }
         }
     }
 }
@@ -297,6 +306,11 @@ struct RowResult {
     server_cpu_s: f64,
     /// The children's CPU time over their window, µs.
     client_cpu_us: f64,
+    /// `INFO commandstats` over the window (with the scripts' own calls, so not requests).
+    commands: CmdDelta,
+    /// The server's `connected_clients` halfway through the window (every process's
+    /// connections, the bench's own included).
+    connections: Option<u64>,
 }
 
 impl RowResult {
@@ -339,6 +353,8 @@ impl RowResult {
             "server_utilisation": self.utilisation(),
             "cycles_per_s": self.rate(),
             "client_cpu_us_per_cycle": self.client_us(),
+            "connected_clients": self.connections,
+            "commandstats": self.commands.to_json(),
         })
     }
 }
@@ -364,13 +380,19 @@ async fn run_row(
     };
     let kids = children::spawn(&args.to_args(), shape.procs, clients)?;
     children::wait_ready(admin, &coord_key, shape.procs, "X1").await?;
+    let stats0 = CmdStats::read(admin).await;
     let cpu0 = server_cpu_s(admin).await?;
     let t0 = mono_ns();
     let start = children::start(admin, &coord_key).await?;
     let end = start + shape.duration.as_nanos() as u64;
-    tokio::time::sleep(Duration::from_nanos(end.saturating_sub(mono_ns()))).await;
+    let until = |t: u64| tokio::time::sleep(Duration::from_nanos(t.saturating_sub(mono_ns())));
+    until(start + shape.duration.as_nanos() as u64 / 2).await;
+    // Halfway, when every child is connected and busy.
+    let connections = info_field(admin, "clients", "connected_clients").await;
+    until(end).await;
     let cpu1 = server_cpu_s(admin).await?;
     let t1 = mono_ns();
+    let commands = CmdStats::read(admin).await.since(&stats0);
     let outs = children::collect(kids, shape.duration + REPORT_GRACE, "X1").await?;
     let per_proc: Vec<u64> = outs
         .iter()
@@ -390,6 +412,8 @@ async fn run_row(
             .iter()
             .map(|v| v["cpu_us"].as_f64().unwrap_or(0.0))
             .sum(),
+        commands,
+        connections,
     })
 }
 
