@@ -7,8 +7,8 @@ use lock_core::MutexProtocol;
 use crate::contender::parse_protocol;
 
 /// Every scenario, in the order they run.
-pub(crate) const SCENARIOS: [&str; 11] = [
-    "W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7", "R1", "R2", "S1",
+pub(crate) const SCENARIOS: [&str; 12] = [
+    "W1", "W2", "W3h", "W3x", "W4", "W5", "W6", "W7", "R1", "R2", "S1", "X1",
 ];
 
 /// The parsed command line.
@@ -24,18 +24,21 @@ pub(crate) struct Args {
     pub(crate) runs: usize,
     /// lock-core's mutex protocol (`--mutex-protocol`, default `auto`).
     pub(crate) mutex_protocol: MutexProtocol,
+    /// X1's client processes (`--x1-procs`, 1..=64, default 4).
+    pub(crate) x1_procs: usize,
 }
 
 const USAGE: &str = "usage: lock-bench [--quick] [--redis URL] [--json FILE] [--svg FILE] \
-                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1] [--rslock-retry-ms N] [--pool N] [--runs N] \
-                     [--mutex-protocol auto|native|hybrid|scripted]\n\
+                     [--only W1,W2,W3h,W3x,W4,W5,W6,W7,R1,R2,S1,X1] [--rslock-retry-ms N] [--pool N] [--runs N] \
+                     [--mutex-protocol auto|native|hybrid|scripted] [--x1-procs K]\n\
                      --runs N (1..=9, default 1): run the plan N times against the same server \
                      and report the median across the runs of every figure (a ratio: the median \
                      of the per-run ratios); BENCH lines then end with runs=N and each value's \
                      and ratio's range (<field>_min=, <field>_max=), --json adds each run's \
                      result under \"runs\"\n\
                      --mutex-protocol P (default auto): the protocol ours speaks, to compare \
-                     them on one server (a protocol the server cannot speak fails at connect)";
+                     them on one server (a protocol the server cannot speak fails at connect)\n\
+                     --x1-procs K (1..=64, default 4): X1's client processes";
 
 /// Parses `argv` (with the program name); exits with usage on a bad argument.
 pub(crate) fn parse_args(argv: &[String]) -> Args {
@@ -49,6 +52,7 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
         pool: 16,
         runs: 1,
         mutex_protocol: MutexProtocol::Auto,
+        x1_procs: 4,
     };
     let mut it = argv[1.min(argv.len())..].iter();
     let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| -> String {
@@ -98,6 +102,16 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
                     .filter(|n| (1..=9).contains(n))
                     .unwrap_or_else(|| {
                         eprintln!("--runs needs a number from 1 to 9; {USAGE}");
+                        std::process::exit(2)
+                    })
+            }
+            "--x1-procs" => {
+                args.x1_procs = value(&mut it, a)
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .unwrap_or_else(|| {
+                        eprintln!("--x1-procs needs a number from 1 to 64; {USAGE}");
                         std::process::exit(2)
                     })
             }

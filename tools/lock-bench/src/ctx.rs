@@ -18,6 +18,8 @@ pub(crate) struct Ctx<'a> {
     /// This run's id, in every lock name.
     pub(crate) run: &'a str,
     pub(crate) plan: &'a Plan,
+    /// Whether the bench started the server (no `--redis`): X1 pins only such a server.
+    pub(crate) local_server: bool,
 }
 
 impl<'a> Ctx<'a> {

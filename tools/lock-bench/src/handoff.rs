@@ -10,17 +10,15 @@
 //! has been taken, by another task necessarily, so every section is a real wake-up of a
 //! waiter and no holder re-acquires its own lock.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
+use crate::children;
 use crate::contender::{Kind, Locker, Opts, parse_protocol};
 use crate::measure::{Cost, Frame};
 use crate::monitor::{Counts, Watch, mono_to_unix_us};
@@ -380,69 +378,6 @@ pub(crate) async fn child_main(args: ChildArgs) {
     println!("{line}");
 }
 
-/// Subscribes to the section announcements (and the start signal, "0") from every process:
-/// the highest section taken, the start, and the task that listens.
-async fn listen(
-    client: &redis::Client,
-    chan: &str,
-) -> Result<
-    (
-        Arc<watch::Sender<u64>>,
-        Arc<tokio::sync::Notify>,
-        tokio::task::JoinHandle<()>,
-    ),
-    String,
-> {
-    let taken = Arc::new(watch::channel(0u64).0);
-    let go = Arc::new(tokio::sync::Notify::new());
-    let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
-    pubsub.subscribe(chan).await.map_err(|e| e.to_string())?;
-    let (taken2, go2) = (taken.clone(), go.clone());
-    let listener = tokio::spawn(async move {
-        let mut stream = pubsub.into_on_message();
-        while let Some(msg) = stream.next().await {
-            if let Ok(k) = msg.get_payload::<u64>() {
-                if k == 0 {
-                    go2.notify_one();
-                }
-                taken2.send_modify(|v| *v = (*v).max(k));
-            }
-        }
-    });
-    Ok((taken, go, listener))
-}
-
-/// Reports this process ready in the coordination hash and waits for the start: it is
-/// published, and polling the hash as well covers a lost message.
-async fn ready_and_wait(
-    con: &mut MultiplexedConnection,
-    coord_key: &str,
-    go: &tokio::sync::Notify,
-) -> Result<(), String> {
-    let notified = go.notified();
-    let _: i64 = con
-        .hincr(coord_key, "ready", 1)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::time::timeout(Duration::from_secs(30), async {
-        tokio::pin!(notified);
-        loop {
-            let go: Option<u64> = con.hget(coord_key, "go").await.unwrap_or(None);
-            if go.is_some() {
-                return;
-            }
-            if tokio::time::timeout(Duration::from_millis(50), notified.as_mut())
-                .await
-                .is_ok()
-            {
-                return;
-            }
-        }
-    })
-    .await
-    .map_err(|_| "no start signal".to_owned())
-}
-
 /// Runs `tasks` hand-off workers on `coord` and returns their sections.
 async fn run_workers(
     locker: &Locker,
@@ -482,89 +417,36 @@ async fn child_run(args: &ChildArgs) -> Result<(Vec<Section>, f64), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| e.to_string())?;
-    let chan = format!("{}:taken", args.coord_key);
-    let (taken, go, listener) = listen(&client, &chan).await?;
+    let chan = children::signal_channel(&args.coord_key);
+    let signals = children::listen(&client, &chan).await?;
     let locker = Locker::connect(args.kind, &args.opts).await;
     // Warm up the contender's connections on a name of its own.
     let warm = format!("{}:warm:{}", args.name, std::process::id());
     let held = locker.lock(&warm, STEP_TIMEOUT).await?;
     locker.unlock(held).await?;
 
-    ready_and_wait(&mut con, &args.coord_key, &go).await?;
+    children::ready_and_wait(&mut con, &args.coord_key, &signals.go).await?;
     let cpu0 = cpu_us();
     let coord = Coord::Redis {
         con: con.clone(),
         key: args.coord_key.clone(),
         chan,
-        taken,
+        taken: signals.taken,
     };
     let (tasks, sections, hold) = (args.tasks, args.sections, args.hold);
     let all = run_workers(&locker, &coord, &args.name, tasks, sections, hold).await?;
     let cpu = cpu_us() - cpu0;
-    listener.abort();
+    signals.listener.abort();
     Ok((all, cpu))
 }
 
-/// Starts `procs` W3x child processes with `args`.
-fn spawn_children(args: &ChildArgs, procs: usize) -> Result<Vec<tokio::process::Child>, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut children = Vec::new();
-    for _ in 0..procs {
-        let child = tokio::process::Command::new(&exe)
-            .args(args.to_args())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("spawn child: {e}"))?;
-        children.push(child);
-    }
-    Ok(children)
-}
-
-/// Waits until every child is connected and warmed up.
-async fn wait_ready(
-    admin: &mut MultiplexedConnection,
-    coord_key: &str,
-    procs: usize,
-) -> Result<(), String> {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let n: Option<usize> = admin.hget(coord_key, "ready").await.unwrap_or(None);
-            if n == Some(procs) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .map_err(|_| "W3x children did not get ready".to_owned())
-}
-
-/// Reads every child's JSON line: all their sections, and their CPU time summed (µs).
+/// Reads every W3x child's line: all their sections, and their CPU time summed (µs).
 async fn collect_children(
     children: Vec<tokio::process::Child>,
 ) -> Result<(Vec<Section>, f64), String> {
     let mut all = Vec::new();
     let mut cpu_us = 0.0;
-    let mut error = None;
-    for mut child in children {
-        let mut stdout = child.stdout.take().ok_or("no child stdout")?;
-        let mut text = String::new();
-        let read = tokio::time::timeout(RUN_TIMEOUT, stdout.read_to_string(&mut text)).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-        if read.is_err() {
-            error = Some("W3x child timed out".to_owned());
-            continue;
-        }
-        let line = text.lines().last().unwrap_or("");
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("child output {line:?}: {e}"))?;
-        if let Some(e) = v.get("error") {
-            error = Some(format!("W3x child: {e}"));
-            continue;
-        }
+    for v in children::collect(children, RUN_TIMEOUT, "W3x").await? {
         cpu_us += v["cpu_us"].as_f64().unwrap_or(0.0);
         for s in v["sections"].as_array().into_iter().flatten() {
             let f = |i: usize| s[i].as_u64().unwrap_or(0);
@@ -576,10 +458,7 @@ async fn collect_children(
             });
         }
     }
-    match error {
-        Some(e) => Err(e),
-        None => Ok((all, cpu_us)),
-    }
+    Ok((all, cpu_us))
 }
 
 /// W3x: `procs` child processes of `tasks` tasks each, all on one name; with `monitor`,
@@ -603,19 +482,11 @@ pub(crate) async fn run_processes(
         sections: shape.sections,
         hold: shape.hold,
     };
-    let children = spawn_children(&args, shape.procs)?;
-    wait_ready(admin, &coord_key, shape.procs).await?;
+    let children = children::spawn(&args.to_args(), shape.procs, None)?;
+    children::wait_ready(admin, &coord_key, shape.procs, "W3x").await?;
     let watching = watch(monitor).await?;
     let frame = Frame::start(admin).await;
-    let start = mono_ns();
-    let _: i64 = admin
-        .hset(&coord_key, "go", start)
-        .await
-        .map_err(|e| e.to_string())?;
-    let _: i64 = admin
-        .publish(format!("{coord_key}:taken"), 0u64)
-        .await
-        .map_err(|e| e.to_string())?;
+    let start = children::start(admin, &coord_key).await?;
     let (all, children_cpu_us) = collect_children(children).await?;
     let mut cost = frame.stop(admin).await;
     cost.cpu_us += children_cpu_us;

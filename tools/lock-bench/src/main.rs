@@ -16,8 +16,8 @@
 //!
 //! ```text
 //! cargo run --release -p lock-bench -- [--quick] [--redis URL] [--json FILE] [--svg FILE]
-//!                                      [--only W1,W3h,R1,S1,...] [--rslock-retry-ms N] [--pool N]
-//!                                      [--runs N]
+//!                                      [--only W1,W3h,R1,S1,X1,...] [--rslock-retry-ms N] [--pool N]
+//!                                      [--runs N] [--x1-procs K]
 //! ```
 //!
 //! | scenario | what |
@@ -33,17 +33,20 @@
 //! | R1 | rate-limit decisions: 64 tasks, 100,000 decisions on one hot key, lock-core's `RateLimit::check` against the fixed-window floor (`INCR` + `PEXPIRE … NX`) |
 //! | R2 | the same over 10,000 keys |
 //! | S1 | every lock-core server call, one at a time on fresh names (2,000 each): server µs per call, next to the floor's `SET NX PX` and compare-and-delete |
+//! | X1 | the server's capacity: 4 processes (`--x1-procs`) × 16 tasks cycling on distinct names for 10 s a contender (quick: 3 s), the server pinned to CPU 0 and the clients to the others where it can be: cycles per second of the server's CPU time |
 //!
 //! `--runs N` (1 to 9) runs the plan N times in one process against the same server and reports
 //! the median across the runs of every figure (`median`); a ratio is the median of the per-run
 //! ratios. `BENCH` lines then end with `runs=N` and the ranges; the JSON adds every run's result.
 //!
-//! `--quick` runs a quarter of the cycles, sections, locks and requests, and W7 for a quarter
-//! of its sections and time (≤ 90 s); the full run takes about 4 minutes. See the README of
+//! `--quick` runs a quarter of the cycles, sections, locks and requests, W7 for a quarter
+//! of its sections and time and X1 for 3 s a contender (≤ 2 min); the full run takes about 5
+//! minutes. See the README of
 //! this directory for what each number means.
 //!
 //! The modules: `cli` and `plan` (what to run), `run` (a whole run), one per scenario family
-//! (`cycles`: W1 and W2; `w3`: W3h and W3x; `w4` to `w7`), `measure` (the measuring frame of
+//! (`cycles`: W1 and W2; `w3`: W3h and W3x; `w4` to `w7`; `saturate`: X1), `children` (this
+//! binary re-run as child processes, for W3x and X1), `measure` (the measuring frame of
 //! every timed run), `report` (tables, targets, `BENCH` lines, files), and the contenders and
 //! their drivers (`contender`, `floor`, `handoff`, `mix`, `watchdog`, `http`); R1 and R2's
 //! scenario is `rate`, its floor `window` (a fixed-window rate limiter); S1's is `calls`.
@@ -52,6 +55,7 @@
 mod allocs;
 mod calls;
 mod chart;
+mod children;
 mod cli;
 mod contender;
 mod ctx;
@@ -67,6 +71,7 @@ mod plan;
 mod rate;
 mod report;
 mod run;
+mod saturate;
 mod server;
 mod stats;
 mod sys;
@@ -97,6 +102,13 @@ fn main() {
                 std::process::exit(2);
             };
             rt.block_on(handoff::child_main(args));
+        }
+        Some("__x1-child") => {
+            let Some(args) = saturate::ChildArgs::parse(&argv[2..]) else {
+                eprintln!("bad __x1-child arguments");
+                std::process::exit(2);
+            };
+            rt.block_on(saturate::child_main(args));
         }
         Some("__w5-child") => {
             let Some(args) = watchdog::ChildArgs::parse(&argv[2..]) else {

@@ -1,4 +1,4 @@
-//! How much of each scenario a run does (`--quick`: a quarter).
+//! How much of each scenario a run does (`--quick`: a quarter; X1: 3 s a row instead of 10).
 
 use std::time::Duration;
 
@@ -21,6 +21,12 @@ pub(crate) struct Plan {
     pub(crate) w6_requests: usize,
     pub(crate) w6_concurrency: usize,
     pub(crate) w7: mix::Mix,
+    /// X1's client processes (`--x1-procs`).
+    pub(crate) x1_procs: usize,
+    /// X1's tasks per process.
+    pub(crate) x1_tasks: usize,
+    /// X1's window per row.
+    pub(crate) x1_duration: Duration,
 }
 
 impl Plan {
@@ -53,6 +59,9 @@ impl Plan {
                 hold: Duration::from_millis(1),
                 seed: 7,
             },
+            x1_procs: 4,
+            x1_tasks: 16,
+            x1_duration: Duration::from_secs(if quick { 3 } else { 10 }),
         }
     }
 }

@@ -28,6 +28,9 @@ pub(crate) struct Bench {
     /// Figures of the scenario's own, last on the line, in this order: (field, whole
     /// number). R1/R2: each row's state per key in bytes.
     pub(crate) extra: Vec<(String, f64)>,
+    /// Words of the scenario's own, after [`extra`](Self::extra): (field, value). X1:
+    /// `pinned=yes|no`.
+    pub(crate) labels: Vec<(&'static str, String)>,
     /// With `--runs` above 1: the medians of the per-run ratios (floor, rslock, native
     /// floor), written in place of the ratios of the values.
     ratios: Option<[Option<f64>; 3]>,
@@ -46,6 +49,7 @@ impl Bench {
             client_us: Vec::new(),
             allocs: Vec::new(),
             extra: Vec::new(),
+            labels: Vec::new(),
             ratios: None,
             tail: String::new(),
         }
@@ -104,6 +108,7 @@ impl Bench {
                 (key.clone(), median(all))
             })
             .collect();
+        b.labels = first.labels.clone();
         b.ratios = Some([0, 1, 2].map(|i| med(&|b: &Bench| b.run_ratios()[i])));
         let mut tail = format!(" runs={}", runs.len());
         for (i, kind) in Kind::ALL.iter().enumerate() {
@@ -129,7 +134,7 @@ impl Bench {
     /// fields at the end, so older parsers keep working) `native_floor=` and
     /// `ratio_native_floor=` where the native floor ran, `server_us_<row>=` per row, then
     /// `client_cpu_us_<row>=` per row, then `client_allocs_<row>=` per row where counted, then
-    /// the scenario's [`extra`](Self::extra) fields.
+    /// the scenario's [`extra`](Self::extra) fields, then its [`labels`](Self::labels).
     pub(crate) fn line(&self) -> String {
         let fmt = |v: f64| format!("{v:.*}", self.decimals);
         let mut s = format!("BENCH {}", self.scenario);
@@ -169,6 +174,9 @@ impl Bench {
             if v.is_finite() {
                 s += &format!(" {key}={v:.0}");
             }
+        }
+        for (key, v) in &self.labels {
+            s += &format!(" {key}={v}");
         }
         s + &self.tail
     }
@@ -517,6 +525,26 @@ mod tests {
             Bench::median(&[&x, &y])
                 .line()
                 .contains(" ours=2 floor=3 rslock=1000 ratio_floor=0.875 ")
+        );
+    }
+
+    #[test]
+    fn labels_come_after_the_extra_fields_and_before_the_runs() {
+        let run = |ours: f64| {
+            let mut b = Bench::new("X1", [Some(ours), Some(100.0), Some(50.0)], 0);
+            b.extra = vec![("procs".into(), 4.0)];
+            b.labels = vec![("pinned", "yes".into())];
+            b
+        };
+        assert_eq!(
+            run(90.0).line(),
+            "BENCH X1 ours=90 floor=100 rslock=50 ratio_floor=0.900 ratio_rslock=1.800 procs=4 pinned=yes"
+        );
+        let (a, b, c) = (run(90.0), run(80.0), run(70.0));
+        assert!(
+            Bench::median(&[&a, &b, &c])
+                .line()
+                .contains(" procs=4 pinned=yes runs=3 ")
         );
     }
 

@@ -11,7 +11,7 @@ use crate::ctx::Ctx;
 use crate::plan::Plan;
 use crate::report::{self, NO_DELIFEQ, Report, RunInfo};
 use crate::server::ServerVersion;
-use crate::{calls, cycles, floor, median, rate, w3, w4, w5, w6, w7};
+use crate::{calls, cycles, floor, median, rate, saturate, w3, w4, w5, w6, w7};
 
 /// The clients of a run.
 struct Clients {
@@ -86,6 +86,7 @@ async fn scenarios(
     scenario!("R1", rate::rate(report, ctx, admin, "R1", 1));
     scenario!("R2", rate::rate(report, ctx, admin, "R2", rate::MANY_KEYS));
     scenario!("S1", calls::calls(report, ctx, admin));
+    scenario!("X1", saturate::x1(report, ctx, admin));
     failures
 }
 
@@ -112,6 +113,8 @@ struct Setup<'a> {
     url: &'a str,
     plan: &'a Plan,
     first_run: String,
+    /// Whether the bench started the server.
+    local_server: bool,
 }
 
 /// Runs the plan `args.runs` times (every run after the first on names of its own); each
@@ -140,6 +143,7 @@ async fn every_run(
             url: setup.url,
             run: &run,
             plan: setup.plan,
+            local_server: setup.local_server,
         };
         let mut report = Report::default();
         let failed = scenarios(args, &ctx, &mut report, admin).await;
@@ -170,7 +174,8 @@ pub(crate) async fn bench(args: Args) -> bool {
         rslock_retry: Duration::from_millis(args.rslock_retry_ms),
         mutex_protocol: args.mutex_protocol,
     };
-    let plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick);
+    plan.x1_procs = args.x1_procs;
     let mut admin = redis::Client::open(url.as_str())
         .expect("redis URL")
         .get_multiplexed_async_connection()
@@ -197,6 +202,7 @@ pub(crate) async fn bench(args: Args) -> bool {
         url: &url,
         plan: &plan,
         first_run: run,
+        local_server: server.is_some(),
     };
     let (mut runs, failures) = every_run(&args, &setup, &mut admin).await;
     let report = if runs.len() == 1 {
