@@ -244,7 +244,7 @@ pub fn prefix_glob(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kind::Kind;
+    use crate::kind::HoldKind;
 
     #[test]
     fn the_roles_spell_the_keys_the_locks_use() {
@@ -276,11 +276,11 @@ mod tests {
         // And the locks use them: a hold's key is its kind's main key.
         let inner = Keys::new("lock:", "order:42").unwrap();
         for (kind, role) in [
-            (Kind::Lock, KeyRole::Mutex),
-            (Kind::Fair, KeyRole::Fair),
-            (Kind::Write, KeyRole::Writer),
-            (Kind::Read, KeyRole::Readers),
-            (Kind::Permits(2), KeyRole::Permits),
+            (HoldKind::Mutex, KeyRole::Mutex),
+            (HoldKind::Fair, KeyRole::Fair),
+            (HoldKind::Write, KeyRole::Writer),
+            (HoldKind::Read, KeyRole::Readers),
+            (HoldKind::Permits(2), KeyRole::Permits),
         ] {
             assert_eq!(inner.hold(kind), keys.key(role));
         }

@@ -18,6 +18,7 @@
 //! types.
 
 pub(crate) mod answer;
+mod batch;
 mod command;
 mod convert;
 mod counter;
@@ -25,6 +26,7 @@ pub(crate) mod fair;
 pub(crate) mod kind;
 pub(crate) mod mutex;
 pub(crate) mod native;
+mod next;
 mod owner;
 mod protocol;
 pub(crate) mod rate;
@@ -34,9 +36,9 @@ pub(crate) mod script;
 pub(crate) mod semaphore;
 pub(crate) mod update;
 
-#[cfg(test)]
-pub(crate) use command::script_gave_back;
 pub(crate) use command::{Command, Wire};
 pub(crate) use convert::convert;
+pub(crate) use next::Next;
 pub(crate) use owner::Owner;
-pub(crate) use protocol::{Dialect, Protocol, Target};
+pub(crate) use protocol::{Protocol, Target};
+pub(crate) use script::{Call as ScriptCall, Mode, Scripts};
