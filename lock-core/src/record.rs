@@ -9,7 +9,7 @@
 //! # Layout
 //!
 //! The record of lock name `N` under the client's key prefix `P` is the string key
-//! **`P{N}:record`** ([`SUFFIX`]): it shares the lock's hash tag `{N}`, so on a Redis Cluster it
+//! **`P{N}:record`** ([`RECORD_SUFFIX`](crate::layout::RECORD_SUFFIX)): it shares the lock's hash tag `{N}`, so on a Redis Cluster it
 //! lives in the lock's slot. Its value is the token that wrote it in decimal, a `:`, then the
 //! value's bytes as given (`1712345678901234:...`); its time to live is the `ttl` of the
 //! [`put`](Records::put) that wrote it. `lockctl status N` shows a name's record (its size and
@@ -75,7 +75,10 @@ use crate::util::{MAX_LEASE, check_range};
 use crate::wire::record::Stored;
 use crate::wire::{self, convert};
 
-/// What follows `P{N}` in a record's key.
+/// What follows `P{N}` in a record's key: `:record`.
+#[deprecated(
+    note = "use `lock_core::layout::RECORD_SUFFIX`; `layout::parse_key` reads a record's key"
+)]
 pub const SUFFIX: &str = crate::kind::RECORD;
 
 /// The largest value a record holds: 16 MiB.
