@@ -10,7 +10,7 @@ use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::info::{self, FairLockInfo};
-use crate::kind::{ChannelRole, Kind};
+use crate::kind::{ChannelRole, HoldKind};
 use crate::mutex::LockGuard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
@@ -158,7 +158,7 @@ impl Primitive for Take {
             });
         }
         Ok(Taking {
-            hold: self.named.hold_for_current_task(Kind::Fair)?,
+            hold: self.named.hold_for_current_task(HoldKind::Fair)?,
             named: self.named,
             waiter_timeout: self.waiter_timeout,
             request,

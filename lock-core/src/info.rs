@@ -6,16 +6,20 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::LockError;
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::name::Keys;
+use crate::wire;
 use crate::wire::answer::{Holder, Permits, Readers};
-use crate::wire::{self, Dialect};
 
 /// What Redis knows about the lock string a hold of `kind` on `keys` lives in. A mutex of
 /// the native protocol keeps neither its hold count nor its token in Redis: when this client
 /// is its holder they come from the hold here; otherwise the count reads 1, the token `None`,
 /// and `fencing_token_at_most` the counter's value (the holder's token is at most it).
-pub(crate) async fn lock(engine: &Engine, kind: Kind, keys: &Keys) -> Result<LockInfo, LockError> {
+pub(crate) async fn lock(
+    engine: &Engine,
+    kind: HoldKind,
+    keys: &Keys,
+) -> Result<LockInfo, LockError> {
     let key = keys.hold(kind);
     let read = engine
         .inspect(&wire::mutex::inspect(engine.protocol(), kind, &key))
@@ -24,7 +28,7 @@ pub(crate) async fn lock(engine: &Engine, kind: Kind, keys: &Keys) -> Result<Loc
     if info.held && info.fencing_token.is_none() {
         info.fencing_token_at_most = read.counter;
     }
-    if engine.protocol().dialect(kind) == Dialect::Native
+    if read.kept_by_holder
         && let Some(held) = info
             .owner
             .as_deref()
@@ -92,7 +96,7 @@ impl LockInfo {
 
 /// What Redis knows about a fair lock and its queue.
 pub(crate) async fn fair(engine: &Engine, keys: &Keys) -> Result<FairLockInfo, LockError> {
-    let lock = lock(engine, Kind::Fair, keys).await?;
+    let lock = lock(engine, HoldKind::Fair, keys).await?;
     let reply = engine.invoke_script(&wire::fair::inspect(keys)).await?;
     let queued = wire::fair::queued(reply)?;
     Ok(FairLockInfo { lock, queued })
@@ -113,7 +117,7 @@ pub(crate) async fn read_write(
     engine: &Engine,
     keys: &Keys,
 ) -> Result<ReadWriteLockInfo, LockError> {
-    let writer = lock(engine, Kind::Write, keys).await?;
+    let writer = lock(engine, HoldKind::Write, keys).await?;
     let reply = engine.invoke_script(&wire::rwlock::inspect(keys)).await?;
     Ok(ReadWriteLockInfo::new(
         writer,
@@ -230,6 +234,7 @@ mod tests {
                 pttl,
                 value,
                 counter,
+                kept_by_holder: false,
             }
             .holder(),
         )

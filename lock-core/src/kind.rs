@@ -1,11 +1,11 @@
 //! Every kind of lock and its facts, in one table: the kinds an operator sees
 //! ([`LockKind`]), the role and spelling of each of their keys ([`KeyRole`]) and release
-//! channels ([`ChannelRole`]), and the kinds of hold an owner has ([`Kind`]: its main key, its
+//! channels ([`ChannelRole`]), and the kinds of hold an owner has ([`HoldKind`]: its main key, its
 //! metric label, whether it is fenced). The only place that spells what follows `P{N}` in a
 //! key or channel; the public ones are re-exported by [`layout`](crate::layout).
 //!
 //! A new primitive adds its facts here: a [`LockKind`] with its key and channel roles, and
-//! the [`Kind`] of its holds.
+//! the [`HoldKind`] of its holds.
 
 /// A kind of lock: the primitive that owns a key or channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -179,11 +179,12 @@ pub(crate) const UPDATED: &str = ":updated";
 /// What follows the prefix in a client's key (`Pclient:<client id>`).
 pub(crate) const CLIENT: &str = "client:";
 
-/// What an owner's hold holds.
+/// What an owner's hold holds (a hold's kind; [`LockKind`] is a lock's): the mutex, a fair
+/// lock, a read-write lock's write side or one read share, or a number of permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
+pub(crate) enum HoldKind {
     /// A mutex: the lock string `P{N}`.
-    Lock,
+    Mutex,
     /// A fair lock: the lock string `P{N}:fair`, with its queue.
     Fair,
     /// The write side of a read-write lock: the lock string `P{N}:rw`.
@@ -194,42 +195,42 @@ pub(crate) enum Kind {
     Permits(u32),
 }
 
-impl Kind {
+impl HoldKind {
     /// The key this hold lives in.
     pub(crate) fn role(self) -> KeyRole {
         match self {
-            Kind::Lock => KeyRole::Mutex,
-            Kind::Fair => KeyRole::Fair,
-            Kind::Write => KeyRole::Writer,
-            Kind::Read => KeyRole::Readers,
-            Kind::Permits(_) => KeyRole::Permits,
+            HoldKind::Mutex => KeyRole::Mutex,
+            HoldKind::Fair => KeyRole::Fair,
+            HoldKind::Write => KeyRole::Writer,
+            HoldKind::Read => KeyRole::Readers,
+            HoldKind::Permits(_) => KeyRole::Permits,
         }
     }
 
     /// Whether this kind of hold carries a fencing token.
     pub(crate) fn fenced(self) -> bool {
-        matches!(self, Kind::Lock | Kind::Fair | Kind::Write)
+        matches!(self, HoldKind::Mutex | HoldKind::Fair | HoldKind::Write)
     }
 
     /// The `kind` label of this hold's metrics.
     pub(crate) const fn metric(self) -> &'static str {
         match self {
-            Kind::Lock => "mutex",
-            Kind::Fair => "fair",
-            Kind::Write => "write",
-            Kind::Read => "read",
-            Kind::Permits(_) => "semaphore",
+            HoldKind::Mutex => "mutex",
+            HoldKind::Fair => "fair",
+            HoldKind::Write => "write",
+            HoldKind::Read => "read",
+            HoldKind::Permits(_) => "semaphore",
         }
     }
 
     /// A name for logs and spans.
     pub(crate) fn label(self) -> &'static str {
         match self {
-            Kind::Lock => "mutex",
-            Kind::Fair => "fair lock",
-            Kind::Write => "write lock",
-            Kind::Read => "read share",
-            Kind::Permits(_) => "permits",
+            HoldKind::Mutex => "mutex",
+            HoldKind::Fair => "fair lock",
+            HoldKind::Write => "write lock",
+            HoldKind::Read => "read share",
+            HoldKind::Permits(_) => "permits",
         }
     }
 }

@@ -19,7 +19,11 @@
 //! | read-write lock | `P{N}:rw`, `P{N}:rw:readers`, `P{N}:rw:writer-waiting` | `P{N}:rw:released` |
 //! | semaphore | `P{N}:permits`, `P{N}:permits:size` | `P{N}:permits:released` |
 //!
-//! One key is not a lock's: a client with an
+//! Two keys under a name are not a lock's but sit beside it, in its slot: its fenced record
+//! `P{N}:record` ([`record`](crate::record), [`RECORD_SUFFIX`]) and its rate limit
+//! `P{N}:rate` ([`rate_limit`](crate::rate_limit), [`RATE_LIMIT_SUFFIX`]).
+//!
+//! One key is not a name's: a client with an
 //! [`owner_description`](crate::LockClientBuilder::owner_description) records it under
 //! `Pclient:<client id>` ([`client_key`]). It has no brace, so it is never a lock's key.
 //!
@@ -48,6 +52,14 @@
 use crate::error::LockError;
 pub use crate::kind::{ChannelRole, KeyRole, LockKind};
 use crate::name::{self, Keys};
+
+/// What follows `P{N}` in the key of a name's fenced record ([`record`](crate::record)):
+/// `:record`. The record holds `<token>:<bytes>`.
+pub const RECORD_SUFFIX: &str = crate::kind::RECORD;
+
+/// What follows `P{N}` in the key of a name's rate limit ([`rate_limit`](crate::rate_limit)):
+/// `:rate`. It holds `<tat>|<interval>|<burst>`.
+pub const RATE_LIMIT_SUFFIX: &str = crate::kind::RATE;
 
 /// Every key and channel of one lock name under one key prefix, for every kind of lock.
 ///
@@ -94,6 +106,16 @@ impl LockKeys {
         self.keys.with(role.suffix()).to_string()
     }
 
+    /// The key of the name's fenced record, `P{N}:record` (see [`RECORD_SUFFIX`]).
+    pub fn record_key(&self) -> String {
+        self.keys.record()
+    }
+
+    /// The key of the name's rate limit, `P{N}:rate` (see [`RATE_LIMIT_SUFFIX`]).
+    pub fn rate_limit_key(&self) -> String {
+        self.keys.rate()
+    }
+
     /// Every key, with its role, in the order of [`KeyRole::ALL`].
     pub fn keys(&self) -> impl Iterator<Item = (KeyRole, String)> + '_ {
         KeyRole::ALL.into_iter().map(|role| (role, self.key(role)))
@@ -135,6 +157,16 @@ pub enum ParsedKey<'a> {
         /// What the key holds (and, through [`KeyRole::kind`], the kind of lock).
         role: KeyRole,
     },
+    /// The fenced record of the name `name`, `P{N}:record` ([`record`](crate::record)).
+    Record {
+        /// The name.
+        name: &'a str,
+    },
+    /// The rate limit of the name `name`, `P{N}:rate` ([`rate_limit`](crate::rate_limit)).
+    RateLimit {
+        /// The name.
+        name: &'a str,
+    },
     /// A client's owner description, `Pclient:<client id>`.
     ClientDescription {
         /// The client's id: the part before the first `:` of its owner ids.
@@ -143,8 +175,8 @@ pub enum ParsedKey<'a> {
 }
 
 /// What `key` is, if it is a key lock-core writes under `prefix`: a lock's (its name and
-/// role) or a client's owner description. `None` for any other key: another prefix, a name
-/// lock-core refuses, an unknown suffix.
+/// role), a name's record or rate limit, or a client's owner description. `None` for any
+/// other key: another prefix, a name lock-core refuses, an unknown suffix.
 ///
 /// ```
 /// use lock_core::layout::{parse_key, KeyRole, ParsedKey};
@@ -157,6 +189,8 @@ pub enum ParsedKey<'a> {
 ///     parse_key("lock:", "lock:client:0123456789abcdef0123456789abcdef"),
 ///     Some(ParsedKey::ClientDescription { client_id: "0123456789abcdef0123456789abcdef" }),
 /// );
+/// assert_eq!(parse_key("lock:", "lock:{a}:record"), Some(ParsedKey::Record { name: "a" }));
+/// assert_eq!(parse_key("lock:", "lock:{a}:rate"), Some(ParsedKey::RateLimit { name: "a" }));
 /// assert_eq!(parse_key("lock:", "other:{a}"), None);
 /// assert_eq!(parse_key("lock:", "lock:{a}:junk"), None);
 /// ```
@@ -169,6 +203,11 @@ pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<ParsedKey<'a>> {
         return Some(ParsedKey::ClientDescription { client_id });
     }
     let (name, suffix) = name::split(prefix, key)?;
+    match suffix {
+        RECORD_SUFFIX => return Some(ParsedKey::Record { name }),
+        RATE_LIMIT_SUFFIX => return Some(ParsedKey::RateLimit { name }),
+        _ => {}
+    }
     KeyRole::ALL
         .into_iter()
         .find(|role| role.suffix() == suffix)
@@ -244,7 +283,7 @@ pub fn prefix_glob(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kind::Kind;
+    use crate::kind::HoldKind;
 
     #[test]
     fn the_roles_spell_the_keys_the_locks_use() {
@@ -276,11 +315,11 @@ mod tests {
         // And the locks use them: a hold's key is its kind's main key.
         let inner = Keys::new("lock:", "order:42").unwrap();
         for (kind, role) in [
-            (Kind::Lock, KeyRole::Mutex),
-            (Kind::Fair, KeyRole::Fair),
-            (Kind::Write, KeyRole::Writer),
-            (Kind::Read, KeyRole::Readers),
-            (Kind::Permits(2), KeyRole::Permits),
+            (HoldKind::Mutex, KeyRole::Mutex),
+            (HoldKind::Fair, KeyRole::Fair),
+            (HoldKind::Write, KeyRole::Writer),
+            (HoldKind::Read, KeyRole::Readers),
+            (HoldKind::Permits(2), KeyRole::Permits),
         ] {
             assert_eq!(inner.hold(kind), keys.key(role));
         }
@@ -333,6 +372,29 @@ mod tests {
             assert_eq!(parse_key("lock:", key), None, "{key}");
         }
         assert!(parse_channel("lock:", "lock:{a}:fair:wake:").is_none());
+    }
+
+    #[test]
+    fn records_and_rate_limits_parse_back_and_are_no_locks() {
+        for prefix in ["lock:", "", "a*b:"] {
+            let keys = LockKeys::new(prefix, "order:42").unwrap();
+            let record = keys.record_key();
+            assert_eq!(record, format!("{prefix}{{order:42}}:record"));
+            assert_eq!(
+                parse_key(prefix, &record),
+                Some(ParsedKey::Record { name: "order:42" })
+            );
+            let rate = keys.rate_limit_key();
+            assert_eq!(rate, format!("{prefix}{{order:42}}:rate"));
+            assert_eq!(
+                parse_key(prefix, &rate),
+                Some(ParsedKey::RateLimit { name: "order:42" })
+            );
+            assert!(keys.keys().all(|(_, key)| key != record && key != rate));
+        }
+        for key in ["lock:{a}:record:x", "lock:{a}:rates", "lock:{a b}:record"] {
+            assert_eq!(parse_key("lock:", key), None, "{key}");
+        }
     }
 
     #[test]
@@ -415,6 +477,20 @@ mod tests {
                         prop_assert!(keys.is_ok() || crate::validate_prefix(&prefix).is_err());
                         if let Ok(keys) = keys {
                             prop_assert_eq!(keys.key(role), noise.clone());
+                        }
+                    }
+                    Some(ParsedKey::Record { name }) => {
+                        let keys = LockKeys::new(&prefix, name);
+                        prop_assert!(keys.is_ok() || crate::validate_prefix(&prefix).is_err());
+                        if let Ok(keys) = keys {
+                            prop_assert_eq!(keys.record_key(), noise.clone());
+                        }
+                    }
+                    Some(ParsedKey::RateLimit { name }) => {
+                        let keys = LockKeys::new(&prefix, name);
+                        prop_assert!(keys.is_ok() || crate::validate_prefix(&prefix).is_err());
+                        if let Ok(keys) = keys {
+                            prop_assert_eq!(keys.rate_limit_key(), noise.clone());
                         }
                     }
                     Some(ParsedKey::ClientDescription { client_id }) => {

@@ -23,9 +23,9 @@ pub(crate) async fn attempt_lock_string(
     let (_, lease_len) = engine.lease(lease);
     engine
         .attempt(hold, lease, |expected| {
-            let held = (expected > 0).then(|| {
+            let reentry = (expected > 0).then(|| {
                 let now = hold.snapshot();
-                mutex::Held {
+                mutex::Reentry {
                     token: now.token,
                     left: now.valid_until.saturating_duration_since(Instant::now()),
                 }
@@ -37,7 +37,7 @@ pub(crate) async fn attempt_lock_string(
                 expected,
                 lease_len,
                 will_wait,
-                held,
+                reentry,
             )
         })
         .await

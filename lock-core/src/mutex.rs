@@ -8,7 +8,7 @@ use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::Hold;
 use crate::info::{self, LockInfo};
-use crate::kind::{ChannelRole, Kind};
+use crate::kind::{ChannelRole, HoldKind};
 use crate::lock_string::{attempt_lock_string, lock_string_guard};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
@@ -75,7 +75,7 @@ impl Mutex {
     /// What Redis knows about the lock right now, for operators and tests.
     pub async fn info(&self) -> Result<LockInfo, LockError> {
         let keys = self.named.keys()?;
-        info::lock(&self.named.engine, Kind::Lock, &keys).await
+        info::lock(&self.named.engine, HoldKind::Mutex, &keys).await
     }
 
     /// Frees the lock whoever holds it, and wakes its waiters; returns whether it was held.
@@ -138,7 +138,7 @@ impl Primitive for Take {
             }
         }
         Ok(Taking {
-            hold: self.named.hold_for_current_task(Kind::Lock)?,
+            hold: self.named.hold_for_current_task(HoldKind::Mutex)?,
             named: self.named,
             request,
         })

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use redis::{RedisWrite, ToRedisArgs};
 
 use crate::error::LockError;
-use crate::kind::{CLIENT, ChannelRole, KeyRole, Kind, RATE, RECORD, UPDATED};
+use crate::kind::{CLIENT, ChannelRole, HoldKind, KeyRole, RATE, RECORD, UPDATED};
 use crate::util::shorten;
 
 /// The longest lock name accepted, in bytes.
@@ -165,7 +165,7 @@ impl Keys {
     }
 
     /// The key a hold of `kind` lives in (a mutex's is `P{N}` itself, borrowed).
-    pub(crate) fn hold(&self, kind: Kind) -> Cow<'_, str> {
+    pub(crate) fn hold(&self, kind: HoldKind) -> Cow<'_, str> {
         match kind.role() {
             KeyRole::Mutex => Cow::Borrowed(&self.base),
             role => Cow::Owned(self.of(role).to_string()),

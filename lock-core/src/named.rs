@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::hold::Hold;
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::name::Keys;
 
 /// A lock name on an engine, checked once when the handle is made: an invalid name is
@@ -59,12 +59,12 @@ impl Named {
     }
 
     /// The hold of `holder` on this name (of `kind`).
-    pub(crate) fn hold(&self, kind: Kind, holder: u64) -> Result<Arc<Hold>, LockError> {
+    pub(crate) fn hold(&self, kind: HoldKind, holder: u64) -> Result<Arc<Hold>, LockError> {
         Ok(self.engine.hold(kind, &self.keys()?, holder))
     }
 
     /// The hold of the current task (its reentrant scope's holder, or a new one).
-    pub(crate) fn hold_for_current_task(&self, kind: Kind) -> Result<Arc<Hold>, LockError> {
+    pub(crate) fn hold_for_current_task(&self, kind: HoldKind) -> Result<Arc<Hold>, LockError> {
         self.hold(kind, self.engine.holder_for_current_task())
     }
 }

@@ -50,7 +50,7 @@
 //! # Layout
 //!
 //! The state of name `N` under the client's key prefix `P` is the string key **`P{N}:rate`**
-//! ([`SUFFIX`]), in the name's hash slot on a Cluster (`{N}` is its hash tag), holding
+//! ([`RATE_LIMIT_SUFFIX`](crate::layout::RATE_LIMIT_SUFFIX)), in the name's hash slot on a Cluster (`{N}` is its hash tag), holding
 //! `<tat>|<T>|<b>` (microseconds, microseconds, permits: at most 41 bytes), with a time to
 //! live that runs out when a full burst is free again: an idle name costs nothing.
 //! `lockctl status N` shows it; `redis-cli DEL 'P{N}:rate'` resets it.
@@ -82,7 +82,10 @@ use crate::error::LockError;
 use crate::metrics;
 use crate::wire::rate::{self, Decided, decided};
 
-/// What follows `P{N}` in a rate limit's key.
+/// What follows `P{N}` in a rate limit's key: `:rate`.
+#[deprecated(
+    note = "use `lock_core::layout::RATE_LIMIT_SUFFIX`; `layout::parse_key` reads a rate limit's key"
+)]
 pub const SUFFIX: &str = crate::kind::RATE;
 
 /// The longest a full burst may take to come back (`burst × period / rate`): 30 days. It is

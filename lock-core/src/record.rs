@@ -9,7 +9,7 @@
 //! # Layout
 //!
 //! The record of lock name `N` under the client's key prefix `P` is the string key
-//! **`P{N}:record`** ([`SUFFIX`]): it shares the lock's hash tag `{N}`, so on a Redis Cluster it
+//! **`P{N}:record`** ([`RECORD_SUFFIX`](crate::layout::RECORD_SUFFIX)): it shares the lock's hash tag `{N}`, so on a Redis Cluster it
 //! lives in the lock's slot. Its value is the token that wrote it in decimal, a `:`, then the
 //! value's bytes as given (`1712345678901234:...`); its time to live is the `ttl` of the
 //! [`put`](Records::put) that wrote it. `lockctl status N` shows a name's record (its size and
@@ -67,17 +67,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::fenced::{Fenced, MAX_TOKEN};
 use crate::util::{MAX_LEASE, check_range};
-use crate::wire::record::{encode, stored_token};
-use crate::wire::{self, Dialect, convert};
+use crate::wire::record::Stored;
+use crate::wire::{self, convert};
 
-/// What follows `P{N}` in a record's key.
+/// What follows `P{N}` in a record's key: `:record`.
+#[deprecated(
+    note = "use `lock_core::layout::RECORD_SUFFIX`; `layout::parse_key` reads a record's key"
+)]
 pub const SUFFIX: &str = crate::kind::RECORD;
 
 /// The largest value a record holds: 16 MiB.
@@ -88,12 +89,6 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// The longest time to live of a record: 30 days.
 pub const MAX_TTL: Duration = MAX_LEASE;
-
-/// How long the native compare-and-set goes on reading again while other writers come in
-/// between (each time one did, another put was written): at least this, or the client's
-/// response timeout if longer. A count would not do: `n` concurrent writers with growing
-/// tokens can make the last one see `n - 1` changes.
-const NATIVE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The records of one [`LockClient`], under its key prefix: made by
 /// [`LockClient::records`]. Cheap to clone. See the [module docs](self).
@@ -169,62 +164,18 @@ impl Records {
         ttl: Duration,
     ) -> Result<Fenced, LockError> {
         check(value.len(), token, ttl)?;
-        let put = Put {
-            key: self.key(name)?,
-            stored: encode(token, value),
+        let put = wire::record::Put::start(
+            self.engine.protocol(),
+            self.key(name)?,
+            value,
             token,
             ttl,
-        };
-        match self.engine.protocol().records() {
-            Some(Dialect::Scripts) => self.put_scripted(&put).await,
-            Some(Dialect::Native) => self.put_native(&put).await,
-            None => Err(LockError::Unsupported {
-                feature: "records",
-                missing: "scripting (EVAL) or SET … IFEQ (Valkey 9.0)",
-                detail: None,
-            }),
-        }
-    }
-
-    /// The put as one call of the Lua code (`record_put.lua`).
-    async fn put_scripted(&self, put: &Put) -> Result<Fenced, LockError> {
-        let call = wire::record::put(&put.key, &put.stored, put.token, put.ttl);
-        let reply = self.engine.invoke_raw(&call).await?;
-        Ok(match wire::record::put_answer(reply)? {
-            None => Fenced::Written,
-            Some(stored) => Fenced::Refused { stored },
+            self.engine.config().response_timeout,
+        )?;
+        Ok(match self.engine.put_record(put).await? {
+            Stored::Written => Fenced::Written,
+            Stored::Refused(stored) => Fenced::Refused { stored },
         })
-    }
-
-    /// The put as a compare-and-set, read again when another writer came in between.
-    async fn put_native(&self, put: &Put) -> Result<Fenced, LockError> {
-        let Put {
-            key,
-            stored,
-            token,
-            ttl,
-        } = put;
-        let patience = NATIVE_PATIENCE.max(self.engine.config().response_timeout);
-        let deadline = tokio::time::Instant::now() + patience;
-        let mut attempts = 0u32;
-        while attempts == 0 || tokio::time::Instant::now() < deadline {
-            attempts += 1;
-            let get = wire::record::get(key);
-            let current: Option<Vec<u8>> = convert(self.engine.command(&get).await?)?;
-            if let Some(current) = &current {
-                let (written, _) = stored_token(current).ok_or_else(|| not_a_record(key))?;
-                if written > *token {
-                    return Ok(Fenced::Refused { stored: written });
-                }
-            }
-            let set = wire::record::compare_and_set(key, stored, current.as_deref(), *ttl);
-            if self.engine.command(&set).await? != Value::Nil {
-                return Ok(Fenced::Written);
-            }
-        }
-        Err(LockError::UnexpectedReply(format!(
-            "{key} changed {attempts} times in {patience:?} while a record was being written"
-        )))
     }
 }
 
@@ -234,14 +185,6 @@ impl fmt::Debug for Records {
             .field("prefix", &self.engine.config().prefix)
             .finish()
     }
-}
-
-/// A put on its way: the record's key, the value as stored, the token, the time to live.
-struct Put {
-    key: String,
-    stored: Vec<u8>,
-    token: u64,
-    ttl: Duration,
 }
 
 /// Checks a put's size, token and time to live.
@@ -262,19 +205,15 @@ fn check(len: usize, token: u64, ttl: Duration) -> Result<(), LockError> {
 }
 
 /// A stored value read back; [`LockError::UnexpectedReply`] if it is not one.
-fn decode(key: &str, mut stored: Vec<u8>) -> Result<StoredRecord, LockError> {
-    let (token, colon) = stored_token(&stored).ok_or_else(|| not_a_record(key))?;
-    let value = stored.split_off(colon + 1);
+fn decode(key: &str, stored: Vec<u8>) -> Result<StoredRecord, LockError> {
+    let (token, value) = wire::record::decode(key, stored)?;
     Ok(StoredRecord { token, value })
-}
-
-fn not_a_record(key: &str) -> LockError {
-    LockError::UnexpectedReply(format!("{key} does not hold a record"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::record::encode;
 
     #[test]
     fn a_value_round_trips_with_its_token() {

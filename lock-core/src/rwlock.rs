@@ -11,7 +11,7 @@ use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::Hold;
 use crate::info::{self, ReadWriteLockInfo};
-use crate::kind::{ChannelRole, Kind};
+use crate::kind::{ChannelRole, HoldKind};
 use crate::lock_string::lock_string_guard;
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
@@ -116,7 +116,7 @@ impl fmt::Debug for ReadWriteLock {
 
 /// The guard of one side, and what tells the sides apart.
 trait SideGuard: Send + 'static {
-    const KIND: Kind;
+    const KIND: HoldKind;
     const SPAN: &'static str;
     fn new(core: GuardCore) -> Self;
 }
@@ -184,7 +184,7 @@ impl<G: SideGuard> Started for Taking<G> {
     // A writer removes its writer-waiting mark, so the readers it held back go on at once.
     fn abandon(&mut self) {
         let (engine, hold) = (&self.named.engine, &self.hold);
-        if G::KIND == Kind::Write {
+        if G::KIND == HoldKind::Write {
             let unmark = wire::rwlock::unmark(engine.target(hold));
             engine.call_in_background(unmark, "removal of a writer-waiting mark");
         }
@@ -200,7 +200,7 @@ pub struct ReadGuard {
 }
 
 impl SideGuard for ReadGuard {
-    const KIND: Kind = Kind::Read;
+    const KIND: HoldKind = HoldKind::Read;
     const SPAN: &'static str = "read_lock";
 
     fn new(core: GuardCore) -> Self {
@@ -219,7 +219,7 @@ pub struct WriteGuard {
 }
 
 impl SideGuard for WriteGuard {
-    const KIND: Kind = Kind::Write;
+    const KIND: HoldKind = HoldKind::Write;
     const SPAN: &'static str = "write_lock";
 
     fn new(core: GuardCore) -> Self {

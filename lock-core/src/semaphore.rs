@@ -11,7 +11,7 @@ use crate::error::LockError;
 use crate::guard::{GuardCore, core_guard};
 use crate::hold::Hold;
 use crate::info::{self, SemaphoreInfo};
-use crate::kind::{ChannelRole, Kind};
+use crate::kind::{ChannelRole, HoldKind};
 use crate::named::Named;
 use crate::request::{LockRequest, TryLockRequest};
 use crate::wire;
@@ -173,7 +173,7 @@ impl Primitive for Take {
             // Every acquisition is an owner of its own: permits are never re-entered.
             hold: self
                 .named
-                .hold(Kind::Permits(n), crate::scope::next_holder())?,
+                .hold(HoldKind::Permits(n), crate::scope::next_holder())?,
             named: self.named,
             size: self.size,
             n,
@@ -232,7 +232,7 @@ impl SemaphoreGuard {
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         match self.core.hold.kind {
-            Kind::Permits(n) => n,
+            HoldKind::Permits(n) => n,
             _ => 0,
         }
     }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lock_core::layout::{self, ParsedKey};
 use lock_core::scheduled::{JobRecord, LOCK_PREFIX, RunOutcome};
 use serde::Serialize;
 
@@ -86,11 +87,10 @@ pub(crate) async fn run(
 
 /// The job's lock name if `key` is the record of a job's lock (`P{job:NAME}:record`).
 fn record_of(prefix: &str, key: &str) -> Option<String> {
-    let name = key
-        .strip_prefix(prefix)?
-        .strip_prefix('{')?
-        .strip_suffix("}:record")?;
-    name.starts_with(LOCK_PREFIX).then(|| name.to_owned())
+    match layout::parse_key(prefix, key)? {
+        ParsedKey::Record { name } if name.starts_with(LOCK_PREFIX) => Some(name.to_owned()),
+        _ => None,
+    }
 }
 
 /// What `jobs` shows of `record`; the next period of an `every` schedule is the first start

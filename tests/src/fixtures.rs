@@ -79,7 +79,7 @@ pub fn lock_keys(server: &RedisServer) -> Vec<String> {
     server
         .keys("lock:{*")
         .into_iter()
-        .filter(|k| !k.ends_with(lock_core::record::SUFFIX))
+        .filter(|k| !k.ends_with(lock_core::layout::RECORD_SUFFIX))
         .filter(|k| {
             let value = server.cmd(&["GET", k]);
             value != "(nil)" && !value.starts_with('|') && !value.starts_with("WRONGTYPE")

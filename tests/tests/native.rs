@@ -10,6 +10,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use lock_core::fenced::Fenced;
 use lock_core::{LockClient, LockError, MutexProtocol};
 use lock_tests::RedisServer;
 use lock_tests::fixtures::{
@@ -477,6 +478,15 @@ async fn without_scripting_the_native_mutex_works_and_the_rest_says_why_not() {
     let (again, _) = tokio::join!(c.try_lock("no-lua"), tokio::task::yield_now());
     assert!(again.unwrap().is_none());
     assert!(g.unlock().await.unwrap());
+    // Records are written with a compare-and-set after a read instead of their script.
+    let records = c.records();
+    let ttl = Duration::from_secs(60);
+    let put = |value: &'static [u8], token| records.put("rec", value, token, ttl);
+    assert_eq!(put(b"one", 5).await.unwrap(), Fenced::Written);
+    assert_eq!(put(b"two", 3).await.unwrap(), Fenced::Refused { stored: 5 });
+    assert_eq!(put(b"three", 5).await.unwrap(), Fenced::Written, "a repeat");
+    let read = records.get("rec").await.unwrap().expect("the record");
+    assert_eq!((read.token(), read.value()), (5, &b"three"[..]));
     for (what, result) in [
         ("fair lock", c.fair_lock("f").try_lock().await.map(drop)),
         (

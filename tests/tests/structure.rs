@@ -299,13 +299,19 @@ fn resolve(files: &BTreeMap<Module, String>, found: &Found) -> Option<Module> {
     Some(at)
 }
 
-/// The file-level import graph of a crate given as (file relative to `src`, text) pairs.
-fn graph(sources: &[(String, String)]) -> Graph {
+/// The module files of a crate given as (file relative to `src`, text) pairs, by module.
+fn modules(sources: &[(String, String)]) -> BTreeMap<Module, String> {
     let mut files: BTreeMap<Module, String> = BTreeMap::new();
     for (file, _) in sources {
         let before = files.insert(module_of(file), file.clone());
         assert!(before.is_none(), "{file} and {before:?} are one module");
     }
+    files
+}
+
+/// The file-level import graph of a crate given as (file relative to `src`, text) pairs.
+fn graph(sources: &[(String, String)]) -> Graph {
+    let files = modules(sources);
     let mut graph = Graph::new();
     for (file, text) in sources {
         let arrows = graph.entry(file.clone()).or_default();
@@ -723,6 +729,108 @@ fn the_layering_check_finds_a_shared_piece_or_a_layer_reaching_into_a_layer() {
             "body.rs → lock/request_lock.rs via crate::lock::request_lock::RequestLock (line 1)",
             "keyed/name.rs → lock/settings.rs via crate::lock::settings::Settings (line 1)",
             "rate/mod.rs → lock/settings.rs via crate::lock::settings::Settings (line 1)",
+        ]
+    );
+}
+
+/// Whether `file` of lock-core is one of the wire room's dialects: the script table
+/// (`wire/script.rs`) or the native commands (`wire/native/`).
+fn is_dialect(file: &str) -> bool {
+    file == "wire/script.rs" || file.starts_with("wire/native/")
+}
+
+/// Whether `file` of lock-core may name the dialects: the wire room itself, and the
+/// transport (`backend/`), which sends them.
+fn may_name_dialects(file: &str) -> bool {
+    file.starts_with("wire/") || file.starts_with("backend/")
+}
+
+/// The paths in lock-core's files outside `wire/` and `backend/` that name a dialect of the
+/// wire room: a path that resolves to one of its files (`use crate::wire::script::Op`,
+/// `use crate::wire::{native, ...}`), or one that spells `wire::script` or `wire::native`
+/// (through `use crate::wire;`). Each as `file: path (line n)`.
+fn dialect_leaks(sources: &[(String, String)]) -> Vec<String> {
+    let files = modules(sources);
+    let mut out = Vec::new();
+    for (file, text) in sources {
+        if may_name_dialects(file) {
+            continue;
+        }
+        for found in paths(&module_of(file), &code(text)) {
+            let resolves = resolve(&files, &found).is_some_and(|to| is_dialect(&files[&to]));
+            let spells = found
+                .names
+                .windows(2)
+                .any(|w| w[0] == "wire" && (w[1] == "script" || w[1] == "native"));
+            if resolves || spells {
+                out.push(format!(
+                    "{file}: {} (line {})",
+                    found.names.join("::"),
+                    found.line
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn lock_core_sources() -> Vec<(String, String)> {
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("lock-core")
+            .join("src"),
+    )
+}
+
+#[test]
+fn only_the_wire_room_and_the_transport_name_the_dialects() {
+    let sources = lock_core_sources();
+    assert!(
+        sources.iter().any(|(file, _)| is_dialect(file)),
+        "lock-core has no wire/script.rs or wire/native/: {} files read",
+        sources.len()
+    );
+    let leaks = dialect_leaks(&sources);
+    assert!(
+        leaks.is_empty(),
+        "lock-core: outside wire/ and backend/, nothing names wire::script or wire::native; \
+         ask the wire room (a re-export in wire/mod.rs, a Command method) instead:\n  {}",
+        leaks.join("\n  ")
+    );
+}
+
+#[test]
+fn the_dialect_check_finds_every_way_of_naming_a_dialect() {
+    let files = tree(&[
+        ("lib.rs", "mod backend;\nmod engine;\nmod wire;\nmod info;"),
+        (
+            "wire/mod.rs",
+            "pub mod native;\npub mod script;\npub use script::Mode;",
+        ),
+        ("wire/script.rs", "pub struct Call;\npub struct Mode;"),
+        ("wire/native/mod.rs", "mod call;\npub use call::Call;"),
+        (
+            "wire/native/call.rs",
+            "use crate::wire::script::Mode;\npub struct Call;",
+        ),
+        ("backend/mod.rs", "use crate::wire::script::{Call, Mode};"),
+        (
+            "engine/mod.rs",
+            "use crate::wire::{Mode, native, script};\nfn f(_: &script::Call) {}",
+        ),
+        (
+            "info.rs",
+            "// crate::wire::native::Call in a comment\nuse crate::wire;\n\
+             use crate::wire::Mode;\nfn g() { wire::native::Call; }",
+        ),
+    ]);
+    assert_eq!(
+        dialect_leaks(&files),
+        [
+            "engine/mod.rs: crate::wire::native (line 1)",
+            "engine/mod.rs: crate::wire::script (line 1)",
+            "info.rs: wire::native::Call (line 4)",
         ]
     );
 }

@@ -7,7 +7,7 @@
 //! in-flight call finishes, everything queued (up to [`MAX_BATCH`]) goes out together: the
 //! scripted requests as one `batch` call that does each in order and answers each on its
 //! own, the native ones as one pipeline (their acquisitions in one `MULTI`/`EXEC`, see
-//! `wire::native::Call::batch`), each read by its own reader. The per-call cost (a round
+//! `Command::batch` in the wire room), each read by its own reader. The per-call cost (a round
 //! trip's share of the socket work, the server's command dispatch and function setup, the
 //! server clock) is then paid once per batch instead of once per lock.
 //!
@@ -31,7 +31,7 @@ use super::batcher::{IN_FLIGHT, MAX_BATCH, Queued, Reply, Route};
 use crate::error::LockError;
 use crate::metrics;
 use crate::util::lock;
-use crate::wire::{Command, native, script};
+use crate::wire::Command;
 
 /// A place among the calls in flight; giving it back sends what queued meanwhile.
 struct Place(Arc<Engine>);
@@ -156,7 +156,10 @@ impl Engine {
     async fn send_together(&self, batch: Vec<Queued>) {
         // A single request goes as itself; so would each of a batch with a call that does
         // not batch (only batchable calls are queued).
-        let Some(call) = (batch.len() > 1).then(|| one_call(&batch)).flatten() else {
+        let Some(call) = (batch.len() > 1)
+            .then(|| Command::batch(batch.iter().map(|q| &q.command)))
+            .flatten()
+        else {
             for Queued {
                 command,
                 asked,
@@ -176,7 +179,8 @@ impl Engine {
             .unwrap_or_else(Instant::now);
         let replies: Result<Vec<Reply>, LockError> =
             match self.invoke_asked(call.wire(), asked).await {
-                Ok((value, resent)) => split(&call, value, batch.len())
+                Ok((value, resent)) => call
+                    .split(value, batch.len())
                     .map(|each| each.into_iter().map(|r| r.map(|v| (v, resent))).collect()),
                 Err(e) => Err(e),
             };
@@ -192,102 +196,5 @@ impl Engine {
                 }
             }
         }
-    }
-}
-
-/// The one call that does every request of `batch` (all of one dialect); `None` if one does
-/// not batch.
-fn one_call(batch: &[Queued]) -> Option<Command> {
-    match batch.first().map(|q| &q.command) {
-        Some(Command::Script(_)) => {
-            script::Call::batch(&all(batch, script_call)?).map(Command::Script)
-        }
-        Some(Command::Native(_)) => {
-            native::Call::batch(&all(batch, native_call)?).map(Command::Native)
-        }
-        None => None,
-    }
-}
-
-fn script_call(command: &Command) -> Option<&script::Call> {
-    match command {
-        Command::Script(call) => Some(call),
-        Command::Native(_) => None,
-    }
-}
-
-fn native_call(command: &Command) -> Option<&native::Call> {
-    match command {
-        Command::Native(call) => Some(call),
-        Command::Script(_) => None,
-    }
-}
-
-/// Each request's call of one dialect (`pick`), or `None` if one is of the other.
-fn all<'a, T>(
-    batch: &'a [Queued],
-    pick: impl Fn(&'a Command) -> Option<&'a T>,
-) -> Option<Vec<&'a T>> {
-    batch.iter().map(|q| pick(&q.command)).collect()
-}
-
-/// A batch call's reply, split into one per request.
-fn split(
-    call: &Command,
-    value: Value,
-    expected: usize,
-) -> Result<Vec<Result<Value, LockError>>, LockError> {
-    match call {
-        Command::Script(_) => answers(value, expected),
-        Command::Native(call) => call.split(value),
-    }
-}
-
-/// Splits a batch's reply into one answer per request: nil is the error a single call gets
-/// for a key holding a value the library did not write.
-fn answers(value: Value, expected: usize) -> Result<Vec<Result<Value, LockError>>, LockError> {
-    let Value::Array(values) = value else {
-        return Err(LockError::UnexpectedReply(format!(
-            "a batch answered {value:?}, not an array"
-        )));
-    };
-    if values.len() != expected {
-        return Err(LockError::UnexpectedReply(format!(
-            "a batch of {expected} answered {} times",
-            values.len()
-        )));
-    }
-    Ok(values
-        .into_iter()
-        .map(|v| match v {
-            Value::Nil => Err(LockError::Redis(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "WRONGTYPE",
-                "the lock key holds a value lock-core did not write".to_owned(),
-            )))),
-            v => Ok(v),
-        })
-        .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_batch_reply_is_split_per_request_and_malformed_ones_are_errors() {
-        let reply = Value::Array(vec![Value::Int(5), Value::Nil, Value::Int(1)]);
-        let split = answers(reply, 3).unwrap();
-        assert!(matches!(split[0], Ok(Value::Int(5))));
-        assert!(matches!(split[1], Err(LockError::Redis(_))));
-        assert!(matches!(split[2], Ok(Value::Int(1))));
-        assert!(matches!(
-            answers(Value::Array(vec![Value::Int(1)]), 2),
-            Err(LockError::UnexpectedReply(_))
-        ));
-        assert!(matches!(
-            answers(Value::Int(1), 1),
-            Err(LockError::UnexpectedReply(_))
-        ));
     }
 }

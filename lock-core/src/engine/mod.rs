@@ -36,7 +36,7 @@ use crate::capabilities::ServerCapabilities;
 use crate::error::LockError;
 use crate::eviction::EvictionRisk;
 use crate::hold::{Hold, Lease, Snapshot, Status};
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::metrics::{Labeler, Labels};
 use crate::name::Keys;
 use crate::scope;
@@ -44,8 +44,8 @@ use crate::throttle::{Throttle, WARN_PERIOD};
 use crate::util::{FxHasher, lock};
 use crate::waiters::Waiters;
 use crate::wire::answer::{GaveBack, Inspected};
-use crate::wire::script::{Call, Mode, Scripts};
-use crate::wire::{Command, Owner, Protocol, Target, Wire};
+use crate::wire::record::{self, Sending, Stored};
+use crate::wire::{Command, Mode, Owner, Protocol, ScriptCall, Scripts, Target, Wire};
 
 pub(crate) use outcome::Attempt;
 pub(crate) use speech::Speech;
@@ -101,7 +101,7 @@ struct Registry {
 #[derive(PartialEq, Eq, Hash)]
 struct HoldId {
     keys: Keys,
-    kind: Kind,
+    kind: HoldKind,
     holder: u64,
 }
 
@@ -236,7 +236,7 @@ impl Engine {
     }
 
     /// The hold of `holder` on `keys` (of `kind`), created if there is none.
-    pub(crate) fn hold(&self, kind: Kind, keys: &Keys, holder: u64) -> Arc<Hold> {
+    pub(crate) fn hold(&self, kind: HoldKind, keys: &Keys, holder: u64) -> Arc<Hold> {
         let id = HoldId {
             keys: keys.clone(),
             kind,
@@ -258,7 +258,7 @@ impl Engine {
 
     /// The hold of `kind` on `keys` that the owner id `owner` names, if it is one of this
     /// client's and still held here.
-    pub(crate) fn own_hold(&self, kind: Kind, keys: &Keys, owner: &str) -> Option<Snapshot> {
+    pub(crate) fn own_hold(&self, kind: HoldKind, keys: &Keys, owner: &str) -> Option<Snapshot> {
         let holder = owner
             .strip_prefix(&*self.client_id)?
             .strip_prefix(':')?
@@ -352,7 +352,7 @@ impl Engine {
     }
 
     /// Runs a script call and returns its reply.
-    pub(crate) async fn invoke_script(&self, call: &Call) -> Result<redis::Value, LockError> {
+    pub(crate) async fn invoke_script(&self, call: &ScriptCall) -> Result<redis::Value, LockError> {
         Ok(self.invoke_wire(Wire::Script(call)).await?.0)
     }
 
@@ -420,6 +420,20 @@ impl Engine {
     /// mutex's fencing counter.
     pub(crate) async fn inspect(&self, command: &Command) -> Result<Inspected, LockError> {
         command.inspected(self.invoke_raw(command).await?)
+    }
+
+    /// Runs a record's put to its end: each command the wire room names, each reply read
+    /// by it.
+    pub(crate) async fn put_record(&self, mut put: record::Put) -> Result<Stored, LockError> {
+        loop {
+            let reply = match put.sending() {
+                Sending::Call(call) => self.invoke_raw(call).await?,
+                Sending::Plain(cmd) => self.command(cmd).await?,
+            };
+            if let Some(stored) = put.read(reply)? {
+                return Ok(stored);
+            }
+        }
     }
 
     /// Runs `command` (whose first key is `key`), then `WAIT`; returns the reply as sent and

@@ -10,7 +10,7 @@ use super::Engine;
 use super::send::Claim;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold, Released, Retry};
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::metrics::{self, LossReason};
 use crate::wire;
 use crate::wire::Command;
@@ -126,7 +126,7 @@ impl Engine {
     ) -> Command {
         let left = keep_until.map(|t| t.saturating_duration_since(Instant::now()));
         match left {
-            Some(left) if count == 1 && hold.kind == Kind::Lock && left.as_millis() >= 1 => {
+            Some(left) if count == 1 && hold.kind == HoldKind::Mutex && left.as_millis() >= 1 => {
                 wire::mutex::keep(self.protocol(), self.target(hold), left)
             }
             _ => wire::kind::release(self.protocol(), self.target(hold), count, token),
@@ -211,8 +211,8 @@ struct Giveback {
 /// all of them).
 fn apply_release(hold: &Hold, generation: u64, reply: GaveBack) -> Result<bool, LockError> {
     let (released, held) = match (hold.kind, reply) {
-        (Kind::Permits(n), GaveBack::Permits(held)) => (Released::Yes, held == i64::from(n)),
-        (Kind::Permits(_), _) | (_, GaveBack::Permits(_)) => {
+        (HoldKind::Permits(n), GaveBack::Permits(held)) => (Released::Yes, held == i64::from(n)),
+        (HoldKind::Permits(_), _) | (_, GaveBack::Permits(_)) => {
             return Err(LockError::UnexpectedReply(format!(
                 "a release of a {} answered {reply:?}",
                 hold.kind.label()
@@ -235,26 +235,15 @@ mod tests {
     use crate::metrics::Labels;
     use crate::name::Keys;
     use crate::util::arbitrary::{config, int, value};
-    use crate::wire::script::Op;
 
-    fn kind() -> impl Strategy<Value = Kind> {
+    fn kind() -> impl Strategy<Value = HoldKind> {
         prop_oneof![
-            Just(Kind::Lock),
-            Just(Kind::Fair),
-            Just(Kind::Write),
-            Just(Kind::Read),
-            prop_oneof![1u32..=4, Just(u32::MAX)].prop_map(Kind::Permits),
+            Just(HoldKind::Mutex),
+            Just(HoldKind::Fair),
+            Just(HoldKind::Write),
+            Just(HoldKind::Read),
+            prop_oneof![1u32..=4, Just(u32::MAX)].prop_map(HoldKind::Permits),
         ]
-    }
-
-    /// The script that releases a hold of `kind`.
-    fn release_op(kind: Kind) -> Op {
-        match kind {
-            Kind::Lock | Kind::Write => Op::Release,
-            Kind::Fair => Op::FairRelease,
-            Kind::Read => Op::RwReadRelease,
-            Kind::Permits(_) => Op::SemRelease,
-        }
     }
 
     proptest! {
@@ -278,7 +267,7 @@ mod tests {
             let generation =
                 hold.acquired(7, Instant::now(), Lease::Watchdog, Duration::from_secs(30));
             let number = wire::convert::<i64>(reply.clone()).ok();
-            let gave_back = match wire::script_gave_back(release_op(kind), reply) {
+            let gave_back = match wire::kind::scripted_gave_back(kind, reply) {
                 Ok(gave_back) => gave_back,
                 Err(e) => {
                     prop_assert!(matches!(e, LockError::UnexpectedReply(_)), "{:?}", e);
@@ -289,7 +278,7 @@ mod tests {
             let result = apply_release(&hold, generation, gave_back);
             prop_assert!(!hold.is_held(generation));
             match (kind, number) {
-                (Kind::Permits(n), Some(held)) => {
+                (HoldKind::Permits(n), Some(held)) => {
                     prop_assert_eq!(result.ok(), Some(held == i64::from(n)));
                 }
                 (_, Some(1..=3)) => prop_assert_eq!(result.ok(), Some(true)),

@@ -20,9 +20,8 @@ use tokio::time::Instant;
 use super::Engine;
 use crate::error::LockError;
 use crate::hold::{CommandTurn, Hold};
-use crate::wire::Command;
 use crate::wire::answer::Answer;
-use crate::wire::native::Found;
+use crate::wire::{Command, Next};
 
 type Request = Pin<Box<dyn Future<Output = Result<(Answer, Option<u32>), LockError>> + Send>>;
 
@@ -205,27 +204,39 @@ impl Engine {
     }
 
     /// The call (batched with others where the engine batches), then `WAIT` when replicas
-    /// must confirm (`ack`); its answer, read for `holds` holds.
+    /// must confirm (`ack`); its answer, read for `holds` holds. What the reply asks to send
+    /// next (a native acquisition's give-back, or a scripted lock string to clear out of its
+    /// way before it is sent again) is sent as [`Next`] says.
     async fn invoke_acquisition(
         self: &Arc<Self>,
-        call: Command,
+        mut call: Command,
         holds: usize,
         ack: Option<Ack>,
     ) -> Result<(Answer, Option<u32>), LockError> {
-        if let Command::Native(native) = &call
-            && native.is_acquisition()
-        {
-            return self.native_acquisition(call, ack.as_ref()).await;
-        }
-        match &ack {
-            Some(ack) => {
-                let (reply, acked) = self.acked(&call, ack).await?;
-                Ok((call.answer(reply, holds)?, Some(acked)))
-            }
-            // Batched where the engine batches.
-            None => {
-                let replied = self.invoke_batched(call).await?;
-                Ok((replied.command.answer(replied.reply, holds)?, None))
+        let mut retries = 0;
+        loop {
+            let (reply, acked) = match &ack {
+                Some(ack) => {
+                    let (reply, acked) = self.acked(&call, ack).await?;
+                    (reply, Some(acked))
+                }
+                // Batched where the engine batches.
+                None => {
+                    let replied = self.invoke_batched(call).await?;
+                    call = replied.command;
+                    (replied.reply, None)
+                }
+            };
+            match call.next(reply, holds, retries)? {
+                Next::Done(answer) => return Ok((answer, acked)),
+                Next::SendThenDone(send, answer) => {
+                    self.invoke_raw(&send).await?;
+                    return Ok((answer, acked));
+                }
+                Next::ClearThenRetry(clear) => {
+                    self.invoke_raw(&clear).await?;
+                    retries += 1;
+                }
             }
         }
     }
@@ -234,49 +245,6 @@ impl Engine {
     async fn acked(&self, call: &Command, ack: &Ack) -> Result<(Value, u32), LockError> {
         self.invoke_acked_raw(call, &ack.key, ack.required, ack.timeout)
             .await
-    }
-
-    /// A native acquisition. A free lock string of the scripted protocol in the name's place
-    /// (kept by a client of that protocol for its fencing counter) is deleted, if it is still
-    /// the same, and the acquisition sent once more; found again, the name counts as busy
-    /// for now.
-    async fn native_acquisition(
-        self: &Arc<Self>,
-        mut call: Command,
-        ack: Option<&Ack>,
-    ) -> Result<(Answer, Option<u32>), LockError> {
-        for _ in 0..2 {
-            let (raw, acked) = match ack {
-                Some(ack) => self.acked(&call, ack).await.map(|(v, n)| (v, Some(n)))?,
-                None => {
-                    let replied = self.invoke_batched(call).await?;
-                    call = replied.command;
-                    (replied.reply, None)
-                }
-            };
-            let Command::Native(native) = &call else {
-                return Err(LockError::UnexpectedReply(
-                    "a native acquisition came back as a script call".to_owned(),
-                ));
-            };
-            match native.found(raw)? {
-                Found::Answer(answer) => return Ok((answer, acked)),
-                Found::Partial { answer, give_back } => {
-                    if !give_back.is_empty() {
-                        self.invoke_raw(&give_back.into()).await?;
-                    }
-                    return Ok((answer, acked));
-                }
-                Found::Scripted(clear) => {
-                    self.invoke_raw(&clear.into()).await?;
-                }
-            }
-        }
-        let busy = Answer::Busy {
-            index: 0,
-            retry_in: Some(Duration::ZERO),
-        };
-        Ok((busy, None))
     }
 
     /// Undoes `claims` in the background (their turns kept until it is done).

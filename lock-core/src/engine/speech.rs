@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
 use crate::error::LockError;
-use crate::wire::script::{Mode, Scripts};
+use crate::wire::{Mode, Scripts};
 
 /// What the engine speaks with a deployment: its code, and what the deployment can do.
 pub(crate) struct Speech {

@@ -7,14 +7,14 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use tokio::sync::{Semaphore, watch};
 
 use super::state::{Snapshot, State};
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::metrics::{self, Labels};
 use crate::name::Keys;
 use crate::util::lock;
 
 /// One owner's hold on one lock.
 pub(crate) struct Hold {
-    pub(crate) kind: Kind,
+    pub(crate) kind: HoldKind,
     /// The labels of its metrics.
     pub(crate) labels: Labels,
     pub(crate) keys: Keys,
@@ -39,7 +39,7 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn new(kind: Kind, keys: Keys, holder: u64, labels: Labels) -> Self {
+    pub(crate) fn new(kind: HoldKind, keys: Keys, holder: u64, labels: Labels) -> Self {
         Self {
             kind,
             labels,

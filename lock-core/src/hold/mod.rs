@@ -6,7 +6,7 @@
 //! I/O and no reference to the client: the engine above sends the commands and reports their
 //! answers here.
 //!
-//! What a hold holds ([`Kind`](crate::kind::Kind)) is in the table of every kind's facts.
+//! What a hold holds ([`HoldKind`](crate::kind::HoldKind)) is in the table of every kind's facts.
 //! From the bottom: [`state`] (its mutable part, and the copy of it the engine reads),
 //! [`base`] (the [`Hold`] itself: its state's lock, its change
 //! signal, its guards), then its transitions, one file each: [`grant`] (an acquisition),

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::base::Hold;
 use super::release::Released;
 use super::state::{Lease, Status};
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::lease::LeaseState;
 use crate::metrics::{Labels, LossReason};
 use crate::name::Keys;
@@ -16,7 +16,7 @@ use crate::util::validity;
 
 fn hold() -> Arc<Hold> {
     Arc::new(Hold::new(
-        Kind::Lock,
+        HoldKind::Mutex,
         Keys::new("lock:", "unit").unwrap(),
         1,
         Labels::new("mutex", None, "unit"),

@@ -11,7 +11,7 @@ use crate::client::LockClient;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::info::{self, LockInfo};
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::request::{LockRequest, TryLockRequest};
 
 pub use guard::MultiLockGuard;
@@ -98,7 +98,7 @@ impl MultiLock {
         let mut infos = Vec::with_capacity(self.names.len());
         for name in &self.names {
             let keys = self.engine.keys(name)?;
-            infos.push(info::lock(&self.engine, Kind::Lock, &keys).await?);
+            infos.push(info::lock(&self.engine, HoldKind::Mutex, &keys).await?);
         }
         Ok(infos)
     }

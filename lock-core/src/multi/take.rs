@@ -12,7 +12,7 @@ use crate::driver::{Primitive, Request, Started};
 use crate::engine::{Attempt, Engine};
 use crate::error::LockError;
 use crate::hold::Hold;
-use crate::kind::{ChannelRole, Kind};
+use crate::kind::{ChannelRole, HoldKind};
 use crate::mutex::{LockGuard, Mutex};
 use crate::name::Keys;
 use crate::named::Named;
@@ -115,7 +115,7 @@ impl Primitive for Take {
         let holder = engine.holder_for_current_task();
         let (holds, order) = keyed
             .into_iter()
-            .map(|(keys, index)| (engine.hold(Kind::Lock, &keys, holder), index))
+            .map(|(keys, index)| (engine.hold(HoldKind::Mutex, &keys, holder), index))
             .unzip();
         Ok(Taking {
             label: self.label,

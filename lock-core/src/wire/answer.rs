@@ -72,6 +72,9 @@ pub(crate) struct Inspected {
     /// attempts draw tokens too) and above every earlier holder's. None for the scripts, whose
     /// lock string carries the holder's token itself.
     pub(crate) counter: Option<u64>,
+    /// Whether the holder's count and token are kept by its client alone, not in Redis (a
+    /// mutex of the native protocol): that client reads them from its own hold.
+    pub(crate) kept_by_holder: bool,
 }
 
 /// The holder a lock string names, as its inspection read it ([`Inspected::holder`]).

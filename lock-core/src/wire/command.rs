@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::answer::{Answer, GaveBack, Inspected};
 use super::convert::convert;
-use super::native::{self, Found};
+use super::native;
 use super::script::{self as scripts, Op};
 use crate::error::LockError;
 
@@ -62,19 +62,6 @@ impl From<native::Call> for Command {
 /// is read here or in [`native`]; a reply of another shape is
 /// [`LockError::UnexpectedReply`].
 impl Command {
-    /// An acquisition's (or a re-entry's) reply, for a call about `holds` holds.
-    pub(crate) fn answer(&self, reply: Value, holds: usize) -> Result<Answer, LockError> {
-        match self {
-            Command::Script(call) => script_answer(call.op(), reply, holds),
-            Command::Native(call) => match call.found(reply)? {
-                Found::Answer(answer) => Ok(answer),
-                other => Err(LockError::UnexpectedReply(format!(
-                    "an acquisition found {other:?} outside the native acquisition path"
-                ))),
-            },
-        }
-    }
-
     /// A reply to a call that gives one hold back; `resent`: the call may have been sent
     /// before (see [`native::Call::gave_back`]; a script recognises a repeat itself).
     pub(crate) fn gave_back(&self, reply: Value, resent: bool) -> Result<GaveBack, LockError> {
@@ -115,6 +102,7 @@ impl Command {
                     pttl,
                     value,
                     counter: None,
+                    kept_by_holder: false,
                 })
             }
         }
@@ -124,7 +112,7 @@ impl Command {
 /// The reply to a call of `op` that gives one hold back (a script recognises a repeat
 /// itself): 1 released, 2 decremented, 3 a repeat, 0 not held; a semaphore's: how many of
 /// the owner's permits were still held.
-pub(crate) fn script_gave_back(op: Op, reply: Value) -> Result<GaveBack, LockError> {
+fn script_gave_back(op: Op, reply: Value) -> Result<GaveBack, LockError> {
     let n: i64 = convert(reply)?;
     let gave_back = match op {
         Op::SemRelease => Some(GaveBack::Permits(n)),
@@ -139,7 +127,7 @@ pub(crate) fn script_gave_back(op: Op, reply: Value) -> Result<GaveBack, LockErr
 }
 
 /// The reply to a call of the acquisition `op`, about `holds` holds.
-fn script_answer(op: Op, reply: Value, holds: usize) -> Result<Answer, LockError> {
+pub(super) fn script_answer(op: Op, reply: Value, holds: usize) -> Result<Answer, LockError> {
     match op.shape() {
         Some(shape) => Answer::read(shape, reply, holds),
         None => Err(unexpected(op, &reply)),

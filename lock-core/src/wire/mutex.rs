@@ -10,19 +10,19 @@ use super::native;
 use super::owner::Owner;
 use super::protocol::{Dialect, Protocol, Target};
 use super::script::{Call, Op};
-use crate::kind::{ChannelRole, Kind};
+use crate::kind::{ChannelRole, HoldKind};
 use crate::name::Keys;
 use crate::util::millis;
 
-/// The owner's hold as a re-entry finds it: its token and what is left of its lease.
+/// A re-entry: the token of the hold it re-enters and what is left of that hold's lease.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Held {
+pub(crate) struct Reentry {
     pub(crate) token: u64,
     pub(crate) left: Duration,
 }
 
 /// The call that takes a hold on a lock string with `expected` holds already (0: a fresh
-/// acquisition, else a re-entry of `held`), with a lease of `lease` (for a re-entry that
+/// acquisition, else a re-entry, `reentry`), with a lease of `lease` (for a re-entry that
 /// must not shorten the hold: at least what is left of it). Answers an [`Answer`] of one
 /// hold.
 ///
@@ -33,16 +33,16 @@ pub(crate) fn acquire(
     expected: u32,
     lease: Duration,
     will_wait: bool,
-    held: Option<Held>,
+    reentry: Option<Reentry>,
 ) -> Command {
-    match (p.dialect(t.kind), held) {
+    match (p.dialect(t.kind), reentry) {
         // Only a mutex (its key `P{N}` itself) speaks natively.
-        (Dialect::Native, Some(held)) if expected > 0 => native::Call::reenter(
+        (Dialect::Native, Some(reentry)) if expected > 0 => native::Call::reenter(
             p.compare(),
             t.keys.lock_shared(),
             t.owner,
-            millis(lease.max(held.left)),
-            held.token,
+            millis(lease.max(reentry.left)),
+            reentry.token,
         )
         .into(),
         (Dialect::Native, _) => native::Call::acquire(native::Acquire {
@@ -83,7 +83,7 @@ pub(crate) fn multi_acquire<'a>(
     lease: Duration,
     will_wait: bool,
 ) -> Command {
-    if p.dialect(Kind::Lock) == Dialect::Native {
+    if p.dialect(HoldKind::Mutex) == Dialect::Native {
         let first = locks
             .first()
             .map_or_else(|| Arc::from(""), |l| l.keys.lock_shared());
@@ -119,7 +119,7 @@ pub(crate) fn multi_acquire<'a>(
 /// count is `count` and the hold's token `token`.
 pub(crate) fn release(p: &Protocol, t: Target<'_>, count: u32, token: u64) -> Command {
     let channel = match t.kind {
-        Kind::Write => t.keys.channel(ChannelRole::RwReleased),
+        HoldKind::Write => t.keys.channel(ChannelRole::RwReleased),
         _ => t.keys.channel(ChannelRole::Released),
     };
     if p.dialect(t.kind) == Dialect::Native {
@@ -182,7 +182,7 @@ pub(crate) fn renew<'a>(
 
 /// The call that frees a mutex whoever holds it and wakes its waiters.
 pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
-    if p.dialect(Kind::Lock) == Dialect::Native {
+    if p.dialect(HoldKind::Mutex) == Dialect::Native {
         let channel = keys.channel(ChannelRole::Released).to_string();
         return native::Call::force_unlock(keys.lock(), (p.publish(), &channel)).into();
     }
@@ -195,7 +195,7 @@ pub(crate) fn force_unlock(p: &Protocol, keys: &Keys) -> Command {
 
 /// The call that reads the lock string at `key` (of a hold of `kind`): its remaining lease
 /// and its value (a native mutex's: its owner).
-pub(crate) fn inspect(p: &Protocol, kind: Kind, key: &str) -> Command {
+pub(crate) fn inspect(p: &Protocol, kind: HoldKind, key: &str) -> Command {
     if p.dialect(kind) == Dialect::Native {
         return native::Call::inspect(key, &p.counter(key)).into();
     }

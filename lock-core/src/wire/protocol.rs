@@ -11,7 +11,7 @@ use super::counter;
 use super::native::Compare;
 use super::owner::Owner;
 use crate::capabilities::{MutexProtocol, ServerCapabilities};
-use crate::kind::Kind;
+use crate::kind::HoldKind;
 use crate::name::Keys;
 
 /// The dialect of one call.
@@ -44,7 +44,7 @@ pub(crate) struct Protocol {
 /// One owner's hold, as a call names it: what it holds, where, and who holds it.
 #[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
-    pub(crate) kind: Kind,
+    pub(crate) kind: HoldKind,
     pub(crate) keys: &'a Keys,
     pub(crate) owner: Owner<'a>,
 }
@@ -75,11 +75,36 @@ impl Protocol {
         }
     }
 
+    /// A client's protocol with a server that runs scripts or not (`scripting`), has the
+    /// native compare-and-set commands or not (`native`), and speaks `mutex`: for tests of
+    /// what the wire room sends.
+    #[cfg(test)]
+    pub(crate) fn testing(scripting: bool, native: bool, mutex: MutexProtocol) -> Self {
+        let capabilities = ServerCapabilities {
+            server: String::new(),
+            native_compare: native,
+            set_nx_get: true,
+            scripting,
+            functions: false,
+            wait: true,
+            sharded_pubsub: true,
+            mutex_protocol: mutex,
+        };
+        let clock = (0, Instant::now());
+        Self::new(
+            &capabilities,
+            false,
+            "lock:",
+            Duration::from_secs(3600),
+            clock,
+        )
+    }
+
     /// The dialect of a call about a hold of `kind`: the native protocol for a mutex where
     /// the client speaks it, the scripts for everything else.
-    pub(crate) fn dialect(&self, kind: Kind) -> Dialect {
+    pub(crate) fn dialect(&self, kind: HoldKind) -> Dialect {
         match (kind, self.mutex) {
-            (Kind::Lock, MutexProtocol::Native | MutexProtocol::Hybrid) => Dialect::Native,
+            (HoldKind::Mutex, MutexProtocol::Native | MutexProtocol::Hybrid) => Dialect::Native,
             _ => Dialect::Scripts,
         }
     }

@@ -12,16 +12,16 @@ use super::convert::convert;
 use super::protocol::{Protocol, Target};
 use super::script::{Call, Op};
 use crate::error::LockError;
-use crate::kind::{ChannelRole, KeyRole, Kind};
+use crate::kind::{ChannelRole, HoldKind, KeyRole};
 use crate::name::Keys;
 use crate::util::millis;
 
-/// Takes a read share (`t.kind` [`Kind::Read`]) or the write lock with `expected` holds
+/// Takes a read share (`t.kind` [`HoldKind::Read`]) or the write lock with `expected` holds
 /// already; `will_wait`: a writer that will wait marks itself, holding new readers back.
 /// Answers an [`Answer`](super::answer::Answer) of one hold.
 pub(crate) fn acquire(t: Target<'_>, expected: u32, lease: Duration, will_wait: bool) -> Command {
     let op = match t.kind {
-        Kind::Read => Op::RwRead,
+        HoldKind::Read => Op::RwRead,
         _ => Op::RwWrite,
     };
     let mut call = Call::new(op);

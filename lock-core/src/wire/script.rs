@@ -28,7 +28,9 @@ use super::answer::Shape;
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 macro_rules! ops {
-    ($($op:ident => $file:literal),* $(,)?) => {
+    (@fence_ttl) => { None };
+    (@fence_ttl $at:literal) => { Some($at) };
+    ($($op:ident => $file:literal, $feature:literal $(, fence_ttl = $at:literal)?;)*) => {
         /// One operation of the Lua code.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub(crate) enum Op {
@@ -47,23 +49,16 @@ macro_rules! ops {
 
             /// What needs the operation, for an error that says it cannot run.
             pub(crate) fn feature(self) -> &'static str {
-                let name = self.name();
-                if name.starts_with("fair") {
-                    "fair lock"
-                } else if name.starts_with("rw") {
-                    "read-write lock"
-                } else if name.starts_with("sem") {
-                    "semaphore"
-                } else if name.starts_with("multi") {
-                    "multi-lock"
-                } else if name.starts_with("record") {
-                    "records"
-                } else if name.starts_with("rate") {
-                    "rate limit"
-                } else if name.starts_with("guarded") {
-                    "guarded update"
-                } else {
-                    "mutex"
+                match self {
+                    $(Op::$op => $feature,)*
+                }
+            }
+
+            /// Where the operation takes how long a free lock keeps its fencing counter (the
+            /// client's fence TTL): its `ARGV` index, from 1; None if it takes none.
+            pub(crate) fn fence_ttl_arg(self) -> Option<usize> {
+                match self {
+                    $(Op::$op => ops!(@fence_ttl $($at)?),)*
                 }
             }
 
@@ -85,36 +80,38 @@ macro_rules! ops {
     };
 }
 
+// Each operation: its file, what needs it (named in an error when it cannot run), and the
+// `ARGV` index of the fence TTL where it takes one.
 ops!(
-    Acquire => "acquire",
-    Release => "release",
-    ReleaseKeep => "release_keep",
-    Batch => "batch",
-    Renew => "renew",
-    ForceUnlock => "force_unlock",
-    Inspect => "inspect",
-    MultiAcquire => "multi_acquire",
-    FairAcquire => "fair_acquire",
-    FairRelease => "fair_release",
-    FairLeave => "fair_leave",
-    FairInspect => "fair_inspect",
-    FairForceUnlock => "fair_force_unlock",
-    RwWrite => "rw_write",
-    RwRead => "rw_read",
-    RwReadRelease => "rw_read_release",
-    RwReadRenew => "rw_read_renew",
-    RwUnmark => "rw_unmark",
-    RwInspect => "rw_inspect",
-    RwForceUnlock => "rw_force_unlock",
-    SemAcquire => "sem_acquire",
-    SemRelease => "sem_release",
-    SemRenew => "sem_renew",
-    SemInspect => "sem_inspect",
-    SemForceUnlock => "sem_force_unlock",
-    RecordPut => "record_put",
-    RateLimit => "rate_limit",
-    RateInspect => "rate_inspect",
-    GuardedUpdate => "guarded_update",
+    Acquire => "acquire", "mutex";
+    Release => "release", "mutex", fence_ttl = 5;
+    ReleaseKeep => "release_keep", "mutex";
+    Batch => "batch", "mutex", fence_ttl = 1;
+    Renew => "renew", "mutex";
+    ForceUnlock => "force_unlock", "mutex", fence_ttl = 2;
+    Inspect => "inspect", "mutex";
+    MultiAcquire => "multi_acquire", "multi-lock";
+    FairAcquire => "fair_acquire", "fair lock";
+    FairRelease => "fair_release", "fair lock", fence_ttl = 5;
+    FairLeave => "fair_leave", "fair lock";
+    FairInspect => "fair_inspect", "fair lock";
+    FairForceUnlock => "fair_force_unlock", "fair lock", fence_ttl = 2;
+    RwWrite => "rw_write", "read-write lock";
+    RwRead => "rw_read", "read-write lock";
+    RwReadRelease => "rw_read_release", "read-write lock";
+    RwReadRenew => "rw_read_renew", "read-write lock";
+    RwUnmark => "rw_unmark", "read-write lock";
+    RwInspect => "rw_inspect", "read-write lock";
+    RwForceUnlock => "rw_force_unlock", "read-write lock", fence_ttl = 2;
+    SemAcquire => "sem_acquire", "semaphore";
+    SemRelease => "sem_release", "semaphore";
+    SemRenew => "sem_renew", "semaphore";
+    SemInspect => "sem_inspect", "semaphore";
+    SemForceUnlock => "sem_force_unlock", "semaphore";
+    RecordPut => "record_put", "records";
+    RateLimit => "rate_limit", "rate limit";
+    RateInspect => "rate_inspect", "rate limit";
+    GuardedUpdate => "guarded_update", "guarded update";
 );
 
 impl Op {
@@ -291,11 +288,10 @@ impl Call {
     /// [`Op::RateLimit`]) in order, each with its own answer (see `batch.lua`); `None` if any
     /// call is of another operation.
     pub(crate) fn batch(calls: &[&Call]) -> Option<Call> {
-        // ARGV[1]: the releases' fence TTL (their 5th argument; one value per client).
+        // ARGV[1]: the releases' fence TTL (one value per client).
         let fence_ttl = calls
             .iter()
-            .find(|c| c.op == Op::Release)
-            .and_then(|c| c.args.of(false).nth(4))
+            .find_map(|c| c.args.of(false).nth(c.op.fence_ttl_arg()?.checked_sub(1)?))
             .unwrap_or(b"0");
         let mut batch = Call::new(Op::Batch);
         batch.arg(fence_ttl);
@@ -518,6 +514,45 @@ mod tests {
         );
         // Only acquisitions, releases and rate-limit decisions batch.
         assert!(Call::batch(&[&Call::new(Op::Renew)]).is_none());
+    }
+
+    #[test]
+    fn the_fence_ttl_column_is_where_each_script_reads_it() {
+        let documented = |op: Op| {
+            op.source().lines().find_map(|line| {
+                let rest = line.strip_prefix("-- ARGV[")?;
+                let (at, what) = rest.split_once("]: ")?;
+                what.starts_with("how long a free lock keeps its fencing counter")
+                    .then(|| at.parse::<usize>().ok())
+                    .flatten()
+            })
+        };
+        let mut taking = 0;
+        for &op in Op::ALL {
+            assert_eq!(op.fence_ttl_arg(), documented(op), "{op:?}");
+            taking += usize::from(op.fence_ttl_arg().is_some());
+        }
+        assert_eq!(taking, 6, "the scripts that take a fence TTL");
+    }
+
+    #[test]
+    fn every_operation_names_what_needs_it() {
+        let features = [
+            "mutex",
+            "multi-lock",
+            "fair lock",
+            "read-write lock",
+            "semaphore",
+            "records",
+            "rate limit",
+            "guarded update",
+        ];
+        for &op in Op::ALL {
+            assert!(features.contains(&op.feature()), "{op:?}: {}", op.feature());
+        }
+        assert_eq!(Op::FairRelease.feature(), "fair lock");
+        assert_eq!(Op::RwReadRenew.feature(), "read-write lock");
+        assert_eq!(Op::Batch.feature(), "mutex");
     }
 
     #[test]

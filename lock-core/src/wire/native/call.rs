@@ -226,11 +226,6 @@ impl Call {
         &self.key
     }
 
-    /// Whether this is a fresh acquisition (of one lock or several).
-    pub(crate) fn is_acquisition(&self) -> bool {
-        matches!(self.op, Op::Acquire { .. } | Op::MultiAcquire(_))
-    }
-
     /// A multi-lock's acquisition: every lock in one `MULTI`/`EXEC`, all or none (see
     /// [`Multi::build`]).
     pub(crate) fn multi_acquire(

@@ -103,6 +103,7 @@ impl Call {
             pttl,
             value,
             counter,
+            kept_by_holder: true,
         })
     }
 
