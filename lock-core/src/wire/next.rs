@@ -61,19 +61,10 @@ impl Command {
 mod tests {
     use super::*;
     use crate::wire::answer::Tokens;
-    use crate::wire::native::{Acquire, Call, Compare};
-    use crate::wire::owner::OwnerId;
+    use crate::wire::native;
 
     fn acquire() -> Command {
-        Call::acquire(Acquire {
-            key: "lock:{a}".into(),
-            owner: OwnerId::new("me", 1),
-            lease_ms: 30_000,
-            counter: "lock:fence",
-            seed: 1_795_000_000_000_000,
-            compare: Compare::Commands,
-        })
-        .into()
+        native::tests::acquire().into()
     }
 
     /// The reply of a native acquisition's transaction that found `old` in the name's place.

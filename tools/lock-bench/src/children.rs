@@ -19,10 +19,40 @@ use redis::aio::MultiplexedConnection;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, watch};
 
+use crate::contender::{Kind, Opts, parse_protocol};
 use crate::sys::mono_ns;
 
 /// Bound on the children getting ready, and on a child waiting for the start.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The arguments every child takes first, after its subcommand `sub`: the contender it runs
+/// (`kind` with `opts`) and the run's coordination key.
+pub(crate) fn head_args(sub: &str, kind: Kind, opts: &Opts, coord_key: &str) -> Vec<String> {
+    vec![
+        sub.into(),
+        opts.url.clone(),
+        kind.name().into(),
+        opts.pool.to_string(),
+        opts.mutex_protocol.to_string(),
+        opts.rslock_retry.as_micros().to_string(),
+        coord_key.into(),
+    ]
+}
+
+/// Reads what [`head_args`] wrote (without the subcommand): the contender, its options, the
+/// coordination key, and the arguments after them.
+pub(crate) fn parse_head(args: &[String]) -> Option<(Kind, Opts, String, &[String])> {
+    let [url, kind, pool, protocol, retry_us, coord_key, rest @ ..] = args else {
+        return None;
+    };
+    let opts = Opts {
+        url: url.clone(),
+        pool: pool.parse().ok()?,
+        rslock_retry: Duration::from_micros(retry_us.parse().ok()?),
+        mutex_protocol: parse_protocol(protocol)?,
+    };
+    Some((Kind::parse(kind)?, opts, coord_key.clone(), rest))
+}
 
 /// The channel the start (`0`) is published on; W3x also announces each section taken on it.
 pub(crate) fn signal_channel(coord_key: &str) -> String {

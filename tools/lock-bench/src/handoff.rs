@@ -19,7 +19,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
 use crate::children;
-use crate::contender::{Kind, Locker, Opts, parse_protocol};
+use crate::contender::{Kind, Locker, Opts};
 use crate::measure::{Cost, Frame};
 use crate::monitor::{Counts, Watch, mono_to_unix_us};
 use crate::stats::Sample;
@@ -313,46 +313,25 @@ pub(crate) struct ChildArgs {
 
 impl ChildArgs {
     fn to_args(&self) -> Vec<String> {
-        vec![
-            "__w3x-child".into(),
-            self.opts.url.clone(),
-            self.kind.name().into(),
-            self.opts.pool.to_string(),
-            self.opts.mutex_protocol.to_string(),
-            self.opts.rslock_retry.as_micros().to_string(),
-            self.coord_key.clone(),
+        let mut args = children::head_args("__w3x-child", self.kind, &self.opts, &self.coord_key);
+        args.extend([
             self.name.clone(),
             self.tasks.to_string(),
             self.sections.to_string(),
             self.hold.as_micros().to_string(),
-        ]
+        ]);
+        args
     }
 
     pub(crate) fn parse(args: &[String]) -> Option<ChildArgs> {
-        let [
-            url,
-            kind,
-            pool,
-            protocol,
-            retry_us,
-            coord_key,
-            name,
-            tasks,
-            sections,
-            hold_us,
-        ] = args
-        else {
+        let (kind, opts, coord_key, rest) = children::parse_head(args)?;
+        let [name, tasks, sections, hold_us] = rest else {
             return None;
         };
         Some(ChildArgs {
-            kind: Kind::parse(kind)?,
-            opts: Opts {
-                url: url.clone(),
-                pool: pool.parse().ok()?,
-                rslock_retry: Duration::from_micros(retry_us.parse().ok()?),
-                mutex_protocol: parse_protocol(protocol)?,
-            },
-            coord_key: coord_key.clone(),
+            kind,
+            opts,
+            coord_key,
             name: name.clone(),
             tasks: tasks.parse().ok()?,
             sections: sections.parse().ok()?,

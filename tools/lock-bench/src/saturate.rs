@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 
 use crate::children;
-use crate::contender::{Kind, Locker, Opts, parse_protocol};
+use crate::contender::{Kind, Locker, Opts};
 use crate::ctx::Ctx;
 use crate::report::{Bench, Report, na_row, native_ratio};
 use crate::stats::{CmdDelta, CmdStats};
@@ -48,44 +48,24 @@ pub(crate) struct ChildArgs {
 
 impl ChildArgs {
     fn to_args(&self) -> Vec<String> {
-        vec![
-            "__x1-child".into(),
-            self.opts.url.clone(),
-            self.kind.name().into(),
-            self.opts.pool.to_string(),
-            self.opts.mutex_protocol.to_string(),
-            self.opts.rslock_retry.as_micros().to_string(),
-            self.coord_key.clone(),
+        let mut args = children::head_args("__x1-child", self.kind, &self.opts, &self.coord_key);
+        args.extend([
             self.prefix.clone(),
             self.tasks.to_string(),
             self.duration.as_millis().to_string(),
-        ]
+        ]);
+        args
     }
 
     pub(crate) fn parse(args: &[String]) -> Option<ChildArgs> {
-        let [
-            url,
-            kind,
-            pool,
-            protocol,
-            retry_us,
-            coord_key,
-            prefix,
-            tasks,
-            duration_ms,
-        ] = args
-        else {
+        let (kind, opts, coord_key, rest) = children::parse_head(args)?;
+        let [prefix, tasks, duration_ms] = rest else {
             return None;
         };
         Some(ChildArgs {
-            kind: Kind::parse(kind)?,
-            opts: Opts {
-                url: url.clone(),
-                pool: pool.parse().ok()?,
-                rslock_retry: Duration::from_micros(retry_us.parse().ok()?),
-                mutex_protocol: parse_protocol(protocol)?,
-            },
-            coord_key: coord_key.clone(),
+            kind,
+            opts,
+            coord_key,
             prefix: prefix.clone(),
             tasks: tasks.parse().ok()?,
             duration: Duration::from_millis(duration_ms.parse().ok()?),

@@ -31,7 +31,7 @@ mod call;
 mod multi;
 mod read;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub(crate) use args::{Acquire, Compare};
 pub(crate) use call::{Call, Found};

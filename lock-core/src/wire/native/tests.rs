@@ -10,7 +10,8 @@ use super::{Acquire, Call, Compare, Found};
 use crate::error::LockError;
 use crate::wire::answer::{Answer, GaveBack, Tokens};
 
-fn acquire() -> Call {
+/// A native acquisition of `lock:{a}` (also the wire room's other tests').
+pub(crate) fn acquire() -> Call {
     Call::acquire(Acquire {
         key: "lock:{a}".into(),
         owner: OwnerId::new("me", 1),
