@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-echo "building and running every test (cargo test --workspace): about 30 minutes from a fresh" \
+echo "building and running every test (cargo test --workspace): about 20 minutes from a fresh" \
   "clone on 2 idle cores ..." >&2
 cargo test --workspace "$@"
 if [ "${LOCK_TESTS_VALKEY:-1}" = 0 ] || [ -n "${REDIS_SERVER_BIN:-}" ]; then
@@ -23,6 +23,6 @@ if [ "${LOCK_TESTS_VALKEY:-1}" = 0 ] || [ -n "${REDIS_SERVER_BIN:-}" ]; then
 fi
 valkey="$(scripts/ensure-valkey.sh | tail -n1)"
 echo "the Valkey 9 lane: lock-core's, lock-tests' and lock-chaos's suites on" \
-  "$valkey/valkey-server (about 9 minutes, its build included) ..." >&2
+  "$valkey/valkey-server (about 8 minutes, its build included) ..." >&2
 REDIS_SERVER_BIN="$valkey/valkey-server" REDIS_CLI_BIN="$valkey/valkey-cli" \
   cargo test -p lock-core -p lock-tests -p lock-chaos "$@"
