@@ -77,17 +77,10 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
                 args.only = Some(only);
             }
             "--rslock-retry-ms" => {
-                args.rslock_retry_ms = value(&mut it, a).parse().unwrap_or_else(|_| {
-                    eprintln!("--rslock-retry-ms needs a number of milliseconds");
-                    std::process::exit(2)
-                })
+                args.rslock_retry_ms =
+                    number(a, &value(&mut it, a), None, "a number of milliseconds")
             }
-            "--pool" => {
-                args.pool = value(&mut it, a).parse().unwrap_or_else(|_| {
-                    eprintln!("--pool needs a number");
-                    std::process::exit(2)
-                })
-            }
+            "--pool" => args.pool = number(a, &value(&mut it, a), None, "a number"),
             "--mutex-protocol" => {
                 let name = value(&mut it, a);
                 args.mutex_protocol = parse_protocol(&name).unwrap_or_else(|| {
@@ -96,24 +89,10 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
                 })
             }
             "--runs" => {
-                args.runs = value(&mut it, a)
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=9).contains(n))
-                    .unwrap_or_else(|| {
-                        eprintln!("--runs needs a number from 1 to 9; {USAGE}");
-                        std::process::exit(2)
-                    })
+                args.runs = number(a, &value(&mut it, a), Some(1..=9), "a number from 1 to 9")
             }
             "--x1-procs" => {
-                args.x1_procs = value(&mut it, a)
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .unwrap_or_else(|| {
-                        eprintln!("--x1-procs needs a number from 1 to 64; {USAGE}");
-                        std::process::exit(2)
-                    })
+                args.x1_procs = number(a, &value(&mut it, a), Some(1..=64), "a number from 1 to 64")
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -126,6 +105,23 @@ pub(crate) fn parse_args(argv: &[String]) -> Args {
         }
     }
     args
+}
+
+/// `text`, the value of `flag`, as a number (within `range`, if one is given); else exits
+/// saying that `flag` needs `what`.
+fn number<T: std::str::FromStr + PartialOrd>(
+    flag: &str,
+    text: &str,
+    range: Option<std::ops::RangeInclusive<T>>,
+    what: &str,
+) -> T {
+    text.parse()
+        .ok()
+        .filter(|n| range.as_ref().is_none_or(|r| r.contains(n)))
+        .unwrap_or_else(|| {
+            eprintln!("{flag} needs {what}; {USAGE}");
+            std::process::exit(2)
+        })
 }
 
 impl Args {
