@@ -7,7 +7,9 @@
 //! lock. The driver owns the rest:
 //!
 //! 1. One attempt. Acquired → done (one round trip). Busy and not waiting → `Timeout`
-//!    (`Ok(None)` for a `try_*`).
+//!    (`Ok(None)` for a `try_*`). A request that will wait may send a first attempt that does
+//!    not ask how long the holder keeps the lock (a native mutex's leaves out its `PTTL`):
+//!    found busy, it subscribes and tries again at once, asking.
 //! 2. Subscribe to the channel the attempt named, and try again at once (a release may have
 //!    come before the subscription). For exclusive kinds, take this process's place in the
 //!    name's local queue first, so only one local waiter per name contends in Redis at a time.
@@ -228,6 +230,14 @@ async fn drive<P: Primitive>(
         let (retry_in, index) = match run.run.started.attempt().await {
             Ok(Attempt::Acquired(guard)) => return Ok(run.acquired(guard)),
             Ok(Attempt::Busy { index, retry_in }) => (retry_in, index),
+            Ok(Attempt::BusyAskAgain { index }) => {
+                if !will_wait || run.waiter.expired() {
+                    return Err(run.timeout(None));
+                }
+                waiting_since.get_or_insert_with(Instant::now);
+                run.subscribe_for::<P>(index, None).await?;
+                continue;
+            }
             Ok(Attempt::Late) if first || run.waiter.expired() => {
                 return Err(LockError::Lost {
                     name: run.run.started.name().to_owned(),

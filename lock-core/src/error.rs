@@ -48,7 +48,9 @@ pub enum LockError {
         name: String,
         /// How long the caller waited.
         waited: Duration,
-        /// The holder's remaining lease when last seen, if it has one.
+        /// The holder's remaining lease when last seen, if it has one. `None` also when the
+        /// wait ran out during a waiting request's first attempt, which on the native and
+        /// hybrid protocols does not ask it (it subscribes and asks on its next attempt).
         holder_ttl: Option<Duration>,
     },
 

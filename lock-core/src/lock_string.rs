@@ -13,12 +13,15 @@ use crate::wire::mutex;
 use tokio::time::Instant;
 
 /// One attempt (or re-entry) on a lock string hold (mutex, fair lock re-entry, write lock
-/// re-entry), in the protocol the client speaks for its kind.
+/// re-entry), in the protocol the client speaks for its kind. `holder_ttl`: whether a busy
+/// answer must say how long the holder keeps the lock (else it may be
+/// [`Attempt::BusyAskAgain`]).
 pub(crate) async fn attempt_lock_string(
     engine: &Arc<Engine>,
     hold: &Arc<Hold>,
     lease: Option<Duration>,
     will_wait: bool,
+    holder_ttl: bool,
 ) -> Result<Attempt<u64>, LockError> {
     let (_, lease_len) = engine.lease(lease);
     engine
@@ -36,7 +39,7 @@ pub(crate) async fn attempt_lock_string(
                 target,
                 expected,
                 lease_len,
-                will_wait,
+                (will_wait, holder_ttl),
                 reentry,
             )
         })
@@ -56,14 +59,14 @@ pub(crate) async fn reenter(core: &GuardCore) -> Result<GuardCore, LockError> {
         Lease::Watchdog => None,
         Lease::Fixed => Some(core.remaining().max(crate::util::MIN_LEASE)),
     };
-    let attempt = attempt_lock_string(&core.engine, &core.hold, lease, false).await?;
+    let attempt = attempt_lock_string(&core.engine, &core.hold, lease, false, true).await?;
     match attempt {
         Attempt::Acquired(generation) => Ok(GuardCore::new(
             core.hold.clone(),
             core.engine.clone(),
             generation,
         )),
-        Attempt::Busy { .. } | Attempt::Late => Err(lost()),
+        Attempt::Busy { .. } | Attempt::BusyAskAgain { .. } | Attempt::Late => Err(lost()),
     }
 }
 

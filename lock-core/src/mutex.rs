@@ -111,6 +111,9 @@ struct Taking {
     named: Named,
     hold: Arc<Hold>,
     request: Request,
+    /// Whether an attempt was made: a request that will wait sends its first one without
+    /// asking how long a holder keeps the lock (it subscribes and asks again at once).
+    tried: bool,
 }
 
 impl Primitive for Take {
@@ -141,6 +144,7 @@ impl Primitive for Take {
             hold: self.named.hold_for_current_task(HoldKind::Mutex)?,
             named: self.named,
             request,
+            tried: false,
         })
     }
 }
@@ -169,7 +173,9 @@ impl Started for Taking {
             hold_at_least,
             ..
         } = self.request;
-        let attempt = attempt_lock_string(engine, hold, lease, will_wait).await?;
+        let holder_ttl = !will_wait || self.tried;
+        self.tried = true;
+        let attempt = attempt_lock_string(engine, hold, lease, will_wait, holder_ttl).await?;
         Ok(attempt.map(|generation| {
             let mut guard = LockGuard::new(hold.clone(), engine.clone(), generation);
             if let Some(min_hold) = hold_at_least {

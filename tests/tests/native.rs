@@ -204,29 +204,38 @@ async fn native_tokens_increase_across_release_expiry_force_unlock_and_a_lost_co
 }
 
 /// What an uncontended cycle sends, as the server counts it: the acquisition is `MULTI`,
-/// `SET counter seed NX`, `INCR` of the counter, `SET … NX PX … GET`, `PTTL`, `EXEC`; the
-/// release `DELIFEQ` and a `PUBLISH` (always: see DESIGN.md, "No waiters flag").
+/// `SET counter seed NX`, `INCR` of the counter, `SET … NX PX … GET`, `EXEC`, and a `PTTL`
+/// (the holder's remaining lease, read when the name is busy) only where a busy answer ends
+/// the request (`try_lock`, `wait(0)`): a request that waits subscribes and asks again when
+/// it finds the name busy. The release is `DELIFEQ` and a `PUBLISH` (always: see DESIGN.md,
+/// "No waiters flag").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uncontended_native_cycle_is_eight_commands() {
+async fn an_uncontended_native_cycle_is_seven_commands_and_a_single_tries_eight() {
     let server = RedisServer::start();
-    if skip_without_native_acquisition(&server, "an_uncontended_native_cycle_is_eight_commands") {
+    let test = "an_uncontended_native_cycle_is_seven_commands_and_a_single_tries_eight";
+    if skip_without_native_acquisition(&server, test) {
         return;
     }
     let c = client(&server.url()).await;
-    server.cmd(&["CONFIG", "RESETSTAT"]);
-    let g = c.lock("plain").await.unwrap();
-    assert!(g.unlock().await.unwrap());
-    let sent = [
-        ("multi", 1),
-        ("incr", 1),
-        ("set", 2),
-        ("pttl", 1),
-        ("exec", 1),
-        (release_command(&server), 1),
-        ("publish", 1),
-    ];
-    for (command, calls) in sent {
-        assert_eq!(command_calls(&server, command), calls, "{command}");
+    for (case, pttl) in [("lock", 0), ("try_lock", 1)] {
+        server.cmd(&["CONFIG", "RESETSTAT"]);
+        let g = match case {
+            "lock" => c.lock("plain").await.unwrap(),
+            _ => c.try_lock("plain").await.unwrap().expect("free"),
+        };
+        assert!(g.unlock().await.unwrap());
+        let sent = [
+            ("multi", 1),
+            ("incr", 1),
+            ("set", 2),
+            ("pttl", pttl),
+            ("exec", 1),
+            (release_command(&server), 1),
+            ("publish", 1),
+        ];
+        for (command, calls) in sent {
+            assert_eq!(command_calls(&server, command), calls, "{case}: {command}");
+        }
     }
     assert_clean(&server).await;
 }
@@ -300,6 +309,18 @@ async fn concurrent_native_calls_go_out_in_batches_and_keep_every_promise() {
         transactions >= 1 && transactions < acquisitions / 2,
         "{transactions} transactions for {acquisitions} fresh acquisitions: not batched"
     );
+    if !native_server(&server) {
+        // The hybrid protocol's scripts: one per re-entry and one per earlier hold's release
+        // (64 tasks, each cycle), and the last releases' deletes, batched into one script
+        // per batch.
+        let reentries = 2 * 64 * CYCLES as u64;
+        let evals = command_calls(&server, "eval");
+        assert!(
+            evals > reentries && evals < reentries + acquisitions / 2,
+            "{evals} scripts for {reentries} re-entries and their releases and \
+             {acquisitions} last releases: the last releases' scripts not batched"
+        );
+    }
     assert_clean(&server).await;
 }
 

@@ -76,6 +76,7 @@ impl Engine {
         match answer {
             Answer::Granted(tokens) => Ok(self.grant_all(&claims, &tokens, sent_at, lease)),
             Answer::Busy { index, retry_in } => Ok(Attempt::Busy { index, retry_in }),
+            Answer::BusyAskAgain { index } => Ok(Attempt::BusyAskAgain { index }),
             Answer::Lost { index } => {
                 claims
                     .get(index)

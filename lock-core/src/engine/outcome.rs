@@ -11,6 +11,12 @@ pub(crate) enum Attempt<G> {
         index: usize,
         retry_in: Option<Duration>,
     },
+    /// The `index`-th lock is held by someone else, for a time the attempt did not ask (the
+    /// first attempt of a request that will wait): subscribe to its release and try again at
+    /// once, asking.
+    BusyAskAgain {
+        index: usize,
+    },
     /// Granted, but the answer came after the lease (less the drift margin) had run out, so
     /// the lock may already be someone else's: not a success (the grant is being given back).
     /// A first attempt reports [`LockError::Lost`]; a request already waiting tries again.
@@ -23,6 +29,7 @@ impl<G> Attempt<G> {
         match self {
             Attempt::Acquired(g) => Attempt::Acquired(f(g)),
             Attempt::Busy { index, retry_in } => Attempt::Busy { index, retry_in },
+            Attempt::BusyAskAgain { index } => Attempt::BusyAskAgain { index },
             Attempt::Late => Attempt::Late,
         }
     }

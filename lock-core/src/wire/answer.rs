@@ -55,6 +55,9 @@ pub(crate) enum Answer {
         index: usize,
         retry_in: Option<Duration>,
     },
+    /// The `index`-th hold's lock is held by another owner, for a time not asked for (the
+    /// first attempt of a request that will wait): subscribe, and ask again at once.
+    BusyAskAgain { index: usize },
     /// The owner's `index`-th hold is not what the caller believed: it was lost.
     Lost { index: usize },
     /// A semaphore's permits are held with this other size.

@@ -23,16 +23,19 @@ pub(crate) struct Reentry {
 
 /// The call that takes a hold on a lock string with `expected` holds already (0: a fresh
 /// acquisition, else a re-entry, `reentry`), with a lease of `lease` (for a re-entry that
-/// must not shorten the hold: at least what is left of it). Answers an [`Answer`] of one
-/// hold.
+/// must not shorten the hold: at least what is left of it). `will_wait`: whether the request
+/// waits when it finds the lock busy; `holder_ttl`: whether a busy answer must say how long
+/// the holder keeps it (a native acquisition leaves its `PTTL` out otherwise, and a busy
+/// answer is [`Answer::BusyAskAgain`]). Answers an [`Answer`] of one hold.
 ///
 /// [`Answer`]: super::answer::Answer
+/// [`Answer::BusyAskAgain`]: super::answer::Answer::BusyAskAgain
 pub(crate) fn acquire(
     p: &Protocol,
     t: Target<'_>,
     expected: u32,
     lease: Duration,
-    will_wait: bool,
+    (will_wait, holder_ttl): (bool, bool),
     reentry: Option<Reentry>,
 ) -> Command {
     match (p.dialect(t.kind), reentry) {
@@ -52,6 +55,7 @@ pub(crate) fn acquire(
             counter: &p.counter(t.keys.lock()),
             seed: p.seed(),
             compare: p.compare(),
+            holder_ttl,
         })
         .into(),
         (Dialect::Scripts, _) => {
@@ -94,6 +98,7 @@ pub(crate) fn multi_acquire<'a>(
             lease_ms: millis(lease),
             seed: p.seed(),
             compare: p.compare(),
+            holder_ttl: true,
         };
         let locks = locks
             .iter()

@@ -18,6 +18,10 @@ pub(crate) struct Acquire<'a> {
     pub(crate) seed: u64,
     /// How its compare-and-sets are spoken (a multi-lock's re-entries and leases, a give-back).
     pub(crate) compare: Compare,
+    /// Whether a busy answer says how long the holder's lease has left (`PTTL`): not asked by
+    /// the first attempt of a request that will wait, which subscribes and asks again at once
+    /// when it finds the name busy. A multi-lock always asks.
+    pub(crate) holder_ttl: bool,
 }
 
 /// How the native protocol's two compare-and-sets on a lock (`SET … IFEQ` and `DELIFEQ`) are
@@ -42,6 +46,13 @@ return redis.call('SET',KEYS[1],ARGV[1],unpack(ARGV,2)) end return false";
 /// `DEL KEYS[1]` if it holds `ARGV[1]`: `DELIFEQ`, answering 1 or 0 as it does.
 pub(crate) const DELETE_IF_EQUAL: &str = "if redis.call('GET',KEYS[1])==ARGV[1] then \
 return redis.call('DEL',KEYS[1]) end return 0";
+
+/// [`DELETE_IF_EQUAL`] for many locks in one call (a batch's last releases): `DEL KEYS[i]` if
+/// it holds `ARGV[i]`, answering per lock 1 or 0, or the error `GET` met (a key of another
+/// type), so each release reads what it would alone.
+pub(crate) const DELETE_EACH_IF_EQUAL: &str = "local r={} for i,k in ipairs(KEYS) do \
+local v=redis.pcall('GET',k) if type(v)=='table' and v.err then r[i]=v \
+elseif v==ARGV[i] then r[i]=redis.call('DEL',k) else r[i]=0 end end return r";
 
 /// Room, beyond a call's keys, for an owner id (at most 53 bytes) and a few numbers.
 pub(super) const ROOM: usize = 96;

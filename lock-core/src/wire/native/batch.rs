@@ -17,12 +17,22 @@
 //! where the key is there: the counter exists before each of their `INCR`s either way, and a
 //! seed is any recent reading of this client's clock of the server.
 //!
+//! **One script for the releases.** Where the compare-and-sets are scripts (the hybrid
+//! protocol: Redis 7, Valkey 8), a batch's last releases share one call of
+//! [`DELETE_EACH_IF_EQUAL`] at the front of the calls outside the transaction, in place of
+//! their own *delete if equal* each (a script call costs the server about three plain
+//! commands, most of it the call itself); their publishes follow as their own commands, after
+//! it, as they do alone. Each release reads its element of that script's reply as the reply
+//! of its own script, an error included (a key of another type: the script catches it per
+//! lock).
+//!
 //! **Replies.** The pipeline ignores errors, so one call's error (a key of another type)
 //! stays that call's: it is in its replies, where its reader finds it, as it would alone. A
 //! refused transaction (`EXECABORT`) is every acquisition's error.
 
 use redis::{Pipeline, Value};
 
+use super::args::{DELETE_EACH_IF_EQUAL, DELETE_IF_EQUAL, ROOM, start};
 use super::call::{Call, Op, Part};
 use crate::error::LockError;
 
@@ -52,7 +62,7 @@ impl Call {
         }
         // One seed per counter: the first acquisition of a counter seeds it for the rest.
         let mut seeded: Vec<&[u8]> = Vec::new();
-        let parts: Vec<Part> = calls
+        let mut parts: Vec<Part> = calls
             .iter()
             .map(|c| {
                 let counter = c.seeded_counter();
@@ -64,14 +74,27 @@ impl Call {
                     atomic: c.pipe.is_transaction(),
                     len: c.pipe.len() - usize::from(seed_shared),
                     seed_shared,
+                    merged: false,
                 }
             })
             .collect();
-        let mut pipe = Pipeline::with_capacity(parts.iter().map(|p| p.len).sum::<usize>() + 2);
+        // One script for the last releases' deletes, where there are two or more.
+        let deletes: Vec<(usize, &[u8], &[u8])> = calls
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.scripted_delete().map(|(key, owner)| (i, key, owner)))
+            .collect();
+        let merge = deletes.len() > 1;
+        if merge {
+            for (i, _, _) in &deletes {
+                parts[*i].merged = true;
+            }
+        }
+        let mut pipe = Pipeline::with_capacity(parts.iter().map(|p| p.len).sum::<usize>() + 3);
         pipe.ignore_errors();
         let add = |atomic: bool, pipe: &mut Pipeline| {
             for (call, part) in calls.iter().zip(&parts).filter(|(_, p)| p.atomic == atomic) {
-                let skip = usize::from(part.seed_shared);
+                let skip = usize::from(part.seed_shared || part.merged);
                 for cmd in call.pipe.cmd_iter().skip(skip) {
                     pipe.add_command(cmd.clone());
                 }
@@ -82,8 +105,39 @@ impl Call {
             add(true, &mut pipe);
             pipe.cmd("EXEC");
         }
+        if merge {
+            let bytes: usize = deletes.iter().map(|(_, k, o)| k.len() + o.len() + 16).sum();
+            let eval = start(&mut pipe, "EVAL", DELETE_EACH_IF_EQUAL.len() + ROOM + bytes)
+                .arg(DELETE_EACH_IF_EQUAL)
+                .arg(deletes.len());
+            for (_, key, _) in &deletes {
+                eval.arg(*key);
+            }
+            for (_, _, owner) in &deletes {
+                eval.arg(*owner);
+            }
+        }
         add(false, &mut pipe);
         Some(Call::new(Op::Batch(parts), pipe, first.key.clone()))
+    }
+
+    /// A last release's *delete if equal* script (its first command, on the hybrid protocol):
+    /// the lock's key and the owner it compares.
+    fn scripted_delete(&self) -> Option<(&[u8], &[u8])> {
+        if !matches!(self.op, Op::Release) {
+            return None;
+        }
+        let mut args = self.pipe.cmd_iter().next()?.args_iter();
+        match [(); 5].map(|()| args.next()) {
+            [
+                Some(redis::Arg::Simple(b"EVAL")),
+                Some(redis::Arg::Simple(script)),
+                Some(redis::Arg::Simple(b"1")),
+                Some(redis::Arg::Simple(key)),
+                Some(redis::Arg::Simple(owner)),
+            ] if script == DELETE_IF_EQUAL.as_bytes() => Some((key, owner)),
+            _ => None,
+        }
     }
 
     /// The fencing counter a fresh acquisition's first command seeds (`SET counter seed NX`).
@@ -108,9 +162,17 @@ impl Call {
         };
         let in_transaction: usize = parts.iter().filter(|p| p.atomic).map(|p| p.len).sum();
         let opened = parts.iter().any(|p| p.atomic);
-        // MULTI's OK, one QUEUED per command, EXEC's reply; then the other calls' replies.
+        // MULTI's OK, one QUEUED per command, EXEC's reply; then the releases' one script and
+        // the other calls' replies.
         let head = if opened { in_transaction + 2 } else { 0 };
-        let outside: usize = parts.iter().filter(|p| !p.atomic).map(|p| p.len).sum();
+        let merged = parts.iter().filter(|p| p.merged).count();
+        let outside: usize = parts
+            .iter()
+            .filter(|p| !p.atomic)
+            .map(|p| p.len)
+            .sum::<usize>()
+            - merged
+            + usize::from(merged > 0);
         if replies.len() != head + outside {
             return Err(self.unexpected(&replies));
         }
@@ -121,6 +183,13 @@ impl Call {
             }
             Some(Value::ServerError(e)) => Err(LockError::Redis(e.into())),
             None => Ok(Vec::new().into_iter()),
+            Some(other) => return Err(self.unexpected(std::slice::from_ref(&other))),
+        };
+        // The releases' one script: its elements in order, or its error for each of them.
+        let mut deleted = match (merged > 0).then(|| replies.next()).flatten() {
+            None => Vec::new().into_iter(),
+            Some(Value::Array(each)) if each.len() == merged => each.into_iter(),
+            Some(error @ Value::ServerError(_)) => vec![error; merged].into_iter(),
             Some(other) => return Err(self.unexpected(std::slice::from_ref(&other))),
         };
         Ok(parts
@@ -134,6 +203,13 @@ impl Call {
                     ))
                 }
                 (true, Err(e)) => Err(e.clone()),
+                (false, _) if part.merged => Ok(Value::Array(
+                    deleted
+                        .next()
+                        .into_iter()
+                        .chain(replies.by_ref().take(part.len - 1))
+                        .collect(),
+                )),
                 (false, _) => Ok(Value::Array(replies.by_ref().take(part.len).collect())),
             })
             .collect())
@@ -143,6 +219,7 @@ impl Call {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::answer::GaveBack;
     use crate::wire::native::{Acquire, Compare};
     use crate::wire::owner::OwnerId;
 
@@ -158,17 +235,16 @@ mod tests {
             counter,
             seed: 7,
             compare: Compare::Commands,
+            holder_ttl: true,
         })
     }
 
     fn release(key: &str) -> Call {
-        Call::release(
-            Compare::Commands,
-            key.into(),
-            "me:1",
-            true,
-            ("PUBLISH", "chan", 9),
-        )
+        release_by(Compare::Commands, key)
+    }
+
+    fn release_by(compare: Compare, key: &str) -> Call {
+        Call::release(compare, key.into(), "me:1", true, ("PUBLISH", "chan", 9))
     }
 
     fn names(call: &Call) -> Vec<String> {
@@ -251,6 +327,92 @@ mod tests {
         );
         assert!(a.found(first.clone()).is_ok());
         assert!(b.found(third.clone()).is_ok());
+    }
+
+    #[test]
+    fn the_hybrid_protocols_last_releases_share_one_script_and_read_their_element_of_it() {
+        let hybrid = |key: &str| {
+            Call::acquire(Acquire {
+                key: key.into(),
+                owner: OwnerId::new("me", 1),
+                lease_ms: 1000,
+                counter: "fence",
+                seed: 7,
+                compare: Compare::Script,
+                holder_ttl: false,
+            })
+        };
+        let (a, r, s) = (
+            hybrid("x"),
+            release_by(Compare::Script, "y"),
+            release_by(Compare::Script, "z"),
+        );
+        let batch = Call::batch(&[&r, &a, &s]).unwrap();
+        let expected = [
+            "MULTI", "SET", "INCR", "SET", "EXEC", "EVAL", "PUBLISH", "PUBLISH",
+        ];
+        assert_eq!(names(&batch), expected);
+        let eval: Vec<Vec<u8>> = batch
+            .pipe
+            .cmd_iter()
+            .nth(5)
+            .unwrap()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let me = OwnerId::new("me", 1);
+        let me = redis::ToRedisArgs::to_redis_args(&me).concat();
+        assert_eq!(eval[1], DELETE_EACH_IF_EQUAL.as_bytes());
+        assert_eq!(
+            eval[2..],
+            [b"2".to_vec(), b"y".to_vec(), b"z".to_vec(), me.clone(), me]
+        );
+        let int = Value::Int;
+        let queued = || Value::SimpleString("QUEUED".into());
+        let mut head = vec![Value::Okay, queued(), queued(), queued()];
+        head.push(Value::Array(vec![Value::Nil, int(10), Value::Nil]));
+        let wrong = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
+        let mut reply = head.clone();
+        reply.extend([Value::Array(vec![int(1), wrong.clone()]), int(0), int(1)]);
+        let split = batch.split(Value::Array(reply)).unwrap();
+        assert_eq!(split.len(), 3);
+        let read = |i: usize, call: &Call| {
+            let Ok(value) = &split[i] else {
+                panic!("{split:?}");
+            };
+            call.gave_back(value.clone(), false)
+        };
+        assert_eq!(read(0, &r).unwrap(), GaveBack::Held);
+        assert!(matches!(read(2, &s), Err(LockError::Redis(_))), "{split:?}");
+        assert!(
+            matches!(&split[1], Ok(Value::Array(v)) if v.len() == 3),
+            "{split:?}"
+        );
+        // The script refused as a whole: each release's error.
+        let mut reply = head;
+        reply.extend([wrong, int(0), int(1)]);
+        let split = batch.split(Value::Array(reply)).unwrap();
+        assert!(
+            read_err(&r, &split[0]) && read_err(&s, &split[2]),
+            "{split:?}"
+        );
+        // A single release keeps its own script.
+        let alone = Call::batch(&[&a, &r]).unwrap();
+        assert_eq!(
+            names(&alone),
+            ["MULTI", "SET", "INCR", "SET", "EXEC", "EVAL", "PUBLISH"]
+        );
+    }
+
+    fn read_err(call: &Call, split: &Result<Value, LockError>) -> bool {
+        let Ok(value) = split else { return false };
+        matches!(
+            call.gave_back(value.clone(), false),
+            Err(LockError::Redis(_))
+        )
     }
 
     #[test]

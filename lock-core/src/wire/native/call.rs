@@ -16,8 +16,13 @@ use crate::wire::owner::OwnerId;
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     /// A fresh acquisition by this owner (a repeat finds its id): read into an [`Answer`];
-    /// `compare` clears a free lock string of the scripts in its way.
-    Acquire { owner: OwnerId, compare: Compare },
+    /// `compare` clears a free lock string of the scripts in its way; `holder_ttl`: whether
+    /// its last command is the `PTTL` a busy answer reads.
+    Acquire {
+        owner: OwnerId,
+        compare: Compare,
+        holder_ttl: bool,
+    },
     /// A re-entry of a hold whose token is this: read into an [`Answer`].
     Reenter { token: u64 },
     /// The last hold's release: read into a [`GaveBack`].
@@ -53,6 +58,10 @@ pub(crate) struct Part {
     /// An acquisition whose counter an earlier acquisition of the batch seeds: its own seed
     /// (its first command) is left out.
     pub(super) seed_shared: bool,
+    /// A last release whose *delete if equal* script is left out: one script call deletes
+    /// every such release's lock, and its reply's element in order is this call's first
+    /// reply.
+    pub(super) merged: bool,
 }
 
 /// A native call: its commands and how to read their reply.
@@ -98,10 +107,13 @@ impl Call {
             .arg("PX")
             .arg(a.lease_ms)
             .arg("GET");
-        start(&mut pipe, "PTTL", room).arg(key);
+        if a.holder_ttl {
+            start(&mut pipe, "PTTL", room).arg(key);
+        }
         let op = Op::Acquire {
             owner: a.owner,
             compare: a.compare,
+            holder_ttl: a.holder_ttl,
         };
         Self::new(op, pipe, a.key)
     }

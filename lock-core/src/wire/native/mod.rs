@@ -13,7 +13,8 @@
 //! **Acquire** (one `MULTI`/`EXEC`): `SET counter seed NX` (a counter that is missing starts at
 //! the server's clock in microseconds, as the scripts' tokens do), `INCR counter` (the token),
 //! `SET lock owner NX PX lease GET` (taken if there was no key; the value already there
-//! otherwise), `PTTL lock`. A value equal to the owner is a repeat of an applied acquisition.
+//! otherwise), `PTTL lock` (what a busy answer reads: left out of a waiting request's first
+//! attempt, which subscribes and asks again at once). A value equal to the owner is a repeat of an applied acquisition.
 //! Every token drawn while the owner holds the lock is above every earlier holder's (drawn
 //! before their release, which came before this grant) and below every later holder's (drawn
 //! after this release), so a repeat may keep the token it drew, and busy attempts may draw

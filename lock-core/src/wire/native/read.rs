@@ -22,11 +22,18 @@ impl Call {
                     give_back: Call::new(Op::GiveBack, pipe, self.key.clone()),
                 },
             }),
-            Op::Acquire { owner, compare } => {
+            Op::Acquire {
+                owner,
+                compare,
+                holder_ttl,
+            } => {
                 let bad = || self.unexpected(&replies);
-                let (Some(Value::Int(token)), Some(Value::Int(pttl))) =
-                    (replies.get(1), replies.get(3))
-                else {
+                let pttl = match (holder_ttl, replies.get(3)) {
+                    (true, Some(Value::Int(pttl))) => Some(*pttl),
+                    (false, None) => None,
+                    _ => return Err(bad()),
+                };
+                let Some(Value::Int(token)) = replies.get(1) else {
                     return Err(bad());
                 };
                 let granted = Answer::Granted(Tokens::Each(token.unsigned_abs()));
@@ -37,9 +44,12 @@ impl Call {
                         let clear = Call::delete_if(*compare, &self.key, old.clone());
                         return Ok(Found::Scripted(clear));
                     }
-                    Some(Value::BulkString(_)) => Answer::Busy {
-                        index: 0,
-                        retry_in: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    Some(Value::BulkString(_)) => match pttl {
+                        Some(ms) => Answer::Busy {
+                            index: 0,
+                            retry_in: u64::try_from(ms).ok().map(Duration::from_millis),
+                        },
+                        None => Answer::BusyAskAgain { index: 0 },
                     },
                     _ => return Err(bad()),
                 }))

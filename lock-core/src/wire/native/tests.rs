@@ -19,6 +19,7 @@ pub(crate) fn acquire() -> Call {
         counter: "lock:fence",
         seed: 1_795_000_000_000_000,
         compare: Compare::Commands,
+        holder_ttl: true,
     })
 }
 
@@ -50,6 +51,41 @@ fn an_acquisition_reads_into_an_answer() {
     assert_eq!(read(other(), -1), busy(None));
     assert!(call.found(Value::Int(1)).is_err());
     assert!(call.found(Value::Array(vec![])).is_err());
+}
+
+#[test]
+fn a_first_attempt_that_will_wait_does_not_ask_the_holders_lease() {
+    let call = Call::acquire(Acquire {
+        key: "lock:{a}".into(),
+        owner: OwnerId::new("me", 1),
+        lease_ms: 30_000,
+        counter: "lock:fence",
+        seed: 1_795_000_000_000_000,
+        compare: Compare::Script,
+        holder_ttl: false,
+    });
+    assert_eq!(call.pipe.len(), 3, "no PTTL");
+    let exec = |old| Value::Array(vec![Value::Nil, Value::Int(42), old]);
+    let other = Value::BulkString(b"you:7".to_vec());
+    assert_eq!(
+        answer(call.found(exec(other))),
+        Answer::BusyAskAgain { index: 0 }
+    );
+    assert_eq!(
+        answer(call.found(exec(Value::Nil))),
+        Answer::Granted(Tokens::Each(42))
+    );
+    // A reply of the other shape (with a PTTL) is not this call's.
+    assert!(call.found(exec_with_pttl()).is_err());
+    assert!(
+        acquire()
+            .found(Value::Array(vec![Value::Nil, Value::Int(42), Value::Nil]))
+            .is_err()
+    );
+}
+
+fn exec_with_pttl() -> Value {
+    exec(Value::Nil, 30_000)
 }
 
 #[test]
