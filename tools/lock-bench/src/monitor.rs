@@ -6,6 +6,11 @@
 //! script runs with `[db lua]`. Watching costs the server a little per command, so it is only
 //! switched on for short counting passes that run after the timed ones; the timed runs use
 //! `INFO commandstats`, split with what the counting pass learned ([`Counts::share`]).
+//!
+//! A transaction is the same: `INFO commandstats` times `EXEC` including the commands it runs,
+//! and times those again. `MONITOR` shows them as the client's (they did go over the network,
+//! so they are requests), between the client's `MULTI` and `EXEC`; they are counted apart
+//! ([`Counts::queued`]), so that their time is taken once, in `EXEC`'s.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -23,30 +28,47 @@ pub(crate) struct Counts {
     /// The bench's own coordination traffic (W3x), not counted as requests; it still takes
     /// its part of a command's calls in [`Counts::share`].
     pub(crate) excluded: BTreeMap<String, u64>,
+    /// Commands a client sent inside `MULTI` … `EXEC`: requests, whose time `EXEC`'s
+    /// includes.
+    pub(crate) queued: BTreeMap<String, u64>,
 }
 
 impl Counts {
     /// Requests clients sent.
     pub(crate) fn requests(&self) -> u64 {
-        self.client.values().sum()
+        self.client.values().sum::<u64>() + self.queued.values().sum::<u64>()
     }
 
-    /// The fraction of calls of `cmd` that clients sent for the lock (the rest came from
-    /// scripts, or were the bench's coordination traffic), if `cmd` was seen.
+    /// The fraction of calls of `cmd` whose time is the lock's and is not already in another
+    /// command's: those clients sent for the lock outside a transaction (the rest came from
+    /// scripts or ran inside `EXEC`, whose time includes theirs, or were the bench's
+    /// coordination traffic), if `cmd` was seen.
     pub(crate) fn share(&self, cmd: &str) -> Option<f64> {
         let get = |m: &BTreeMap<String, u64>| m.get(cmd).copied().unwrap_or(0);
-        let (c, l, x) = (get(&self.client), get(&self.lua), get(&self.excluded));
-        (c + l + x > 0).then(|| c as f64 / (c + l + x) as f64)
+        let (c, l, x, q) = (
+            get(&self.client),
+            get(&self.lua),
+            get(&self.excluded),
+            get(&self.queued),
+        );
+        (c + l + x + q > 0).then(|| c as f64 / (c + l + x + q) as f64)
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "client": self.client, "lua": self.lua, "excluded": self.excluded })
+        serde_json::json!({
+            "client": self.client,
+            "lua": self.lua,
+            "excluded": self.excluded,
+            "queued": self.queued,
+        })
     }
 }
 
 /// One line of `MONITOR` output.
 struct Line {
     unix_us: u64,
+    /// Who ran it: the client's address, or `lua`.
+    source: String,
     lua: bool,
     cmd: String,
     args: String,
@@ -59,7 +81,8 @@ fn parse(line: &str) -> Option<Line> {
     let unix_us = secs.parse::<u64>().ok()? * 1_000_000 + micros.parse::<u64>().ok()?;
     let rest = rest.strip_prefix('[')?;
     let (source, args) = rest.split_once("] ")?;
-    let lua = source.ends_with(" lua");
+    let source = source.split_once(' ').map_or(source, |(_db, who)| who);
+    let lua = source == "lua";
     let mut words = args.split('"').skip(1).step_by(2);
     let mut cmd = words.next()?.to_ascii_lowercase();
     if matches!(
@@ -71,6 +94,7 @@ fn parse(line: &str) -> Option<Line> {
     }
     Some(Line {
         unix_us,
+        source: source.to_owned(),
         lua,
         cmd,
         args: args.to_owned(),
@@ -144,25 +168,40 @@ impl Watch {
                 return Err("MONITOR did not see its end marker".into());
             }
         };
-        let mut counts = Counts::default();
-        for l in lines {
-            if from.is_some_and(|f| l.unix_us < f) || to.is_some_and(|t| l.unix_us > t) {
-                continue;
-            }
-            if matches!(l.cmd.as_str(), "info" | "echo" | "monitor") {
-                continue;
-            }
-            let map = if exclude.iter().any(|x| l.args.contains(x.as_str())) {
-                &mut counts.excluded
-            } else if l.lua {
-                &mut counts.lua
-            } else {
-                &mut counts.client
-            };
-            *map.entry(l.cmd).or_default() += 1;
-        }
-        Ok(counts)
+        Ok(count(lines, from, to, exclude))
     }
+}
+
+/// Counts `lines` stamped within `[from, to]`, by who sent them (see [`Watch::stop`]).
+fn count(lines: Vec<Line>, from: Option<u64>, to: Option<u64>, exclude: &[String]) -> Counts {
+    let mut counts = Counts::default();
+    // Clients inside MULTI … EXEC (MONITOR shows their commands as EXEC runs them).
+    let mut open: std::collections::HashSet<String> = Default::default();
+    for l in lines {
+        let in_transaction = !l.lua && open.contains(&l.source);
+        match l.cmd.as_str() {
+            "multi" if !l.lua => drop(open.insert(l.source.clone())),
+            "exec" | "discard" => drop(open.remove(&l.source)),
+            _ => {}
+        }
+        if from.is_some_and(|f| l.unix_us < f) || to.is_some_and(|t| l.unix_us > t) {
+            continue;
+        }
+        if matches!(l.cmd.as_str(), "info" | "echo" | "monitor") {
+            continue;
+        }
+        let map = if exclude.iter().any(|x| l.args.contains(x.as_str())) {
+            &mut counts.excluded
+        } else if l.lua {
+            &mut counts.lua
+        } else if in_transaction && !matches!(l.cmd.as_str(), "exec" | "discard") {
+            &mut counts.queued
+        } else {
+            &mut counts.client
+        };
+        *map.entry(l.cmd).or_default() += 1;
+    }
+    counts
 }
 
 #[cfg(test)]
@@ -181,6 +220,26 @@ mod tests {
         assert_eq!(l.cmd, "hget");
         let l = parse(r#"1.000001 [0 unix:/tmp/s] "client" "setinfo" "lib-name" "x""#).unwrap();
         assert_eq!(l.cmd, "client|setinfo");
+    }
+
+    #[test]
+    fn a_transactions_commands_are_requests_whose_time_is_execs() {
+        let lines = [
+            r#"1.000001 [0 127.0.0.1:1] "MULTI""#,
+            r#"1.000002 [0 127.0.0.1:2] "SET" "other" "v""#,
+            r#"1.000003 [0 127.0.0.1:1] "INCR" "f""#,
+            r#"1.000004 [0 127.0.0.1:1] "SET" "k" "v" "NX""#,
+            r#"1.000005 [0 127.0.0.1:1] "EXEC""#,
+            r#"1.000006 [0 127.0.0.1:1] "EVAL" "return 1" "0""#,
+            r#"1.000007 [0 lua] "GET" "k""#,
+        ];
+        let counts = count(lines.iter().filter_map(|l| parse(l)).collect(), None, None, &[]);
+        assert_eq!(counts.requests(), 6);
+        assert_eq!(counts.share("set"), Some(0.5));
+        assert_eq!(counts.share("incr"), Some(0.0));
+        assert_eq!(counts.share("exec"), Some(1.0));
+        assert_eq!(counts.share("get"), Some(0.0));
+        assert_eq!(counts.share("eval"), Some(1.0));
     }
 
     #[test]
