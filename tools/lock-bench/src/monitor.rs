@@ -233,7 +233,12 @@ mod tests {
             r#"1.000006 [0 127.0.0.1:1] "EVAL" "return 1" "0""#,
             r#"1.000007 [0 lua] "GET" "k""#,
         ];
-        let counts = count(lines.iter().filter_map(|l| parse(l)).collect(), None, None, &[]);
+        let counts = count(
+            lines.iter().filter_map(|l| parse(l)).collect(),
+            None,
+            None,
+            &[],
+        );
         assert_eq!(counts.requests(), 6);
         assert_eq!(counts.share("set"), Some(0.5));
         assert_eq!(counts.share("incr"), Some(0.0));
