@@ -263,6 +263,134 @@ pub(crate) enum RenewalOutcome {
     Late,
 }
 
+/// Every metric's name, unit and help text, for [`describe`].
+#[cfg(feature = "metrics")]
+const DESCRIPTIONS: [(&str, Shape, ::metrics::Unit, &str); 20] = {
+    use ::metrics::Unit::{Count, Seconds};
+    use Shape::{Counter, Gauge, Histogram};
+    [
+        (
+            ACQUISITIONS,
+            Counter,
+            Count,
+            "Lock acquisition requests, by kind and outcome",
+        ),
+        (
+            ACQUIRE_DURATION,
+            Histogram,
+            Seconds,
+            "Time from an acquisition request's start to its result",
+        ),
+        (
+            WAIT_DURATION,
+            Histogram,
+            Seconds,
+            "Time acquisition requests spent waiting for a release",
+        ),
+        (
+            HOLD_DURATION,
+            Histogram,
+            Seconds,
+            "Time from a lock's grant to its release or loss",
+        ),
+        (
+            WAITER_WAKEUPS,
+            Counter,
+            Count,
+            "Times a waiting request woke up to try again",
+        ),
+        (
+            ATTEMPTS_RETRIED,
+            Counter,
+            Count,
+            "Acquisition attempts after a request's first",
+        ),
+        (
+            RENEWALS,
+            Counter,
+            Count,
+            "Holds the watchdog renewed (ok), could not renew (failed) or renewed too late (late)",
+        ),
+        (
+            RENEWAL_BATCH_SIZE,
+            Histogram,
+            Count,
+            "Holds per renewal call of the watchdog",
+        ),
+        (BATCH_SIZE, Histogram, Count, "Requests per batched call"),
+        (
+            LOST,
+            Counter,
+            Count,
+            "Held locks lost while a guard still lived, by reason",
+        ),
+        (
+            RELEASE_RETRIES,
+            Counter,
+            Count,
+            "Releases sent again after their answer was lost",
+        ),
+        (
+            PUBSUB_RECONNECTS,
+            Counter,
+            Count,
+            "Reconnections of the waiters' pub/sub connection",
+        ),
+        (
+            RATE_LIMIT_DECISIONS,
+            Counter,
+            Count,
+            "Rate-limit requests, by outcome (allowed, limited, unavailable, invalid)",
+        ),
+        (
+            JOB_RUNS,
+            Counter,
+            Count,
+            "Runs of a scheduled job, by outcome",
+        ),
+        (
+            JOB_RUN_DURATION,
+            Histogram,
+            Seconds,
+            "A scheduled job's run, every attempt included",
+        ),
+        (
+            JOB_ATTEMPTS_FAILED,
+            Counter,
+            Count,
+            "Attempts of a scheduled job's body that failed or panicked",
+        ),
+        (
+            JOB_MISSED,
+            Counter,
+            Count,
+            "Periods of a scheduled job that passed without a run",
+        ),
+        (
+            JOB_SKIPPED,
+            Counter,
+            Count,
+            "Missed periods of a scheduled job its policy did not run",
+        ),
+        (HELD, Gauge, Count, "Holds this process currently has"),
+        (
+            AT_RISK,
+            Gauge,
+            Count,
+            "Held locks whose last renewal failed while their lease still ran",
+        ),
+    ]
+};
+
+/// What kind of metric a name is, for [`describe`].
+#[cfg(feature = "metrics")]
+#[derive(Clone, Copy)]
+enum Shape {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
 /// Describes every metric (unit and help text) to the installed recorder, once per process
 /// (at the first client's build; install the recorder before it).
 pub(crate) fn describe() {
@@ -270,95 +398,14 @@ pub(crate) fn describe() {
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     #[cfg(feature = "metrics")]
     DESCRIBED.call_once(|| {
-        use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-        describe_counter!(
-            ACQUISITIONS,
-            Unit::Count,
-            "Lock acquisition requests, by kind and outcome"
-        );
-        describe_histogram!(
-            ACQUIRE_DURATION,
-            Unit::Seconds,
-            "Time from an acquisition request's start to its result"
-        );
-        describe_histogram!(
-            WAIT_DURATION,
-            Unit::Seconds,
-            "Time acquisition requests spent waiting for a release"
-        );
-        describe_histogram!(
-            HOLD_DURATION,
-            Unit::Seconds,
-            "Time from a lock's grant to its release or loss"
-        );
-        describe_counter!(
-            WAITER_WAKEUPS,
-            Unit::Count,
-            "Times a waiting request woke up to try again"
-        );
-        describe_counter!(
-            ATTEMPTS_RETRIED,
-            Unit::Count,
-            "Acquisition attempts after a request's first"
-        );
-        describe_counter!(
-            RENEWALS,
-            Unit::Count,
-            "Holds the watchdog renewed (ok), could not renew (failed) or renewed too late (late)"
-        );
-        describe_histogram!(
-            RENEWAL_BATCH_SIZE,
-            Unit::Count,
-            "Holds per renewal call of the watchdog"
-        );
-        describe_histogram!(BATCH_SIZE, Unit::Count, "Requests per batched call");
-        describe_counter!(
-            LOST,
-            Unit::Count,
-            "Held locks lost while a guard still lived, by reason"
-        );
-        describe_counter!(
-            RELEASE_RETRIES,
-            Unit::Count,
-            "Releases sent again after their answer was lost"
-        );
-        describe_counter!(
-            PUBSUB_RECONNECTS,
-            Unit::Count,
-            "Reconnections of the waiters' pub/sub connection"
-        );
-        describe_counter!(
-            RATE_LIMIT_DECISIONS,
-            Unit::Count,
-            "Rate-limit requests, by outcome (allowed, limited, unavailable, invalid)"
-        );
-        describe_counter!(JOB_RUNS, Unit::Count, "Runs of a scheduled job, by outcome");
-        describe_histogram!(
-            JOB_RUN_DURATION,
-            Unit::Seconds,
-            "A scheduled job's run, every attempt included"
-        );
-        describe_counter!(
-            JOB_ATTEMPTS_FAILED,
-            Unit::Count,
-            "Attempts of a scheduled job's body that failed or panicked"
-        );
-        describe_counter!(
-            JOB_MISSED,
-            Unit::Count,
-            "Periods of a scheduled job that passed without a run"
-        );
-        describe_counter!(
-            JOB_SKIPPED,
-            Unit::Count,
-            "Missed periods of a scheduled job its policy did not run"
-        );
-        describe_gauge!(HELD, Unit::Count, "Holds this process currently has");
-        describe_gauge!(
-            AT_RISK,
-            Unit::Count,
-            "Held locks whose last renewal failed while their lease still ran"
-        );
+        use ::metrics::{describe_counter, describe_gauge, describe_histogram};
+        for (name, shape, unit, help) in DESCRIPTIONS {
+            match shape {
+                Shape::Counter => describe_counter!(name, unit, help),
+                Shape::Gauge => describe_gauge!(name, unit, help),
+                Shape::Histogram => describe_histogram!(name, unit, help),
+            }
+        }
     });
 }
 
